@@ -1,0 +1,34 @@
+# README's two commands: `make train` (the main job) and `make test` (the whole suite).
+# Both create .venv on first use and install the pinned dependencies into it.
+PYTHON ?= python3
+VENV ?= .venv
+PY := $(VENV)/bin/python
+STAMP := $(VENV)/.levelray-installed
+TRAIN_ARGS ?=
+
+.PHONY: train test lint install bench clean
+
+install: $(STAMP)
+
+# torch is installed first, pinned, so nothing can pull a multi-GB CUDA build in its place.
+$(STAMP): pyproject.toml
+	@$(PYTHON) -c 'import sys; assert (3, 11) <= sys.version_info[:2] < (3, 13), "levelray needs Python 3.11 or 3.12, found " + sys.version.split()[0]'
+	test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install --quiet --upgrade pip
+	$(PY) -m pip install --quiet torch==2.13.0
+	$(PY) -m pip install --quiet -e '.[test,lint]'
+	touch $(STAMP)
+
+train: $(STAMP)
+	$(VENV)/bin/levelray train $(TRAIN_ARGS)
+
+test: $(STAMP)
+	$(VENV)/bin/ruff check .
+	$(PY) -m pytest -q tests
+
+lint: $(STAMP)
+	$(VENV)/bin/ruff check .
+	$(VENV)/bin/ruff format --check .
+
+clean:
+	rm -rf $(VENV) .pytest_cache

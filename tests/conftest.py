@@ -1,0 +1,27 @@
+"""Shared fixtures. Ray is started once per test session (it takes ~6 s) and shared by every
+test that asks for `ray_session`."""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+
+os.environ.setdefault("RAY_DEDUP_LOGS", "0")
+os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
+
+
+@pytest.fixture(scope="session")
+def ray_session():
+    import ray
+
+    if not ray.is_initialized():
+        ray.init(
+            num_cpus=8,
+            include_dashboard=False,
+            log_to_driver=False,
+            configure_logging=False,
+            object_store_memory=512 * 1024 * 1024,
+        )
+    yield ray
+    ray.shutdown()
