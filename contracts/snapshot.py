@@ -46,7 +46,7 @@ def _decode(obj: dict) -> Any:
     if obj.get(_NDARRAY_TAG) is True:
         try:
             dtype = np.dtype(obj["dtype"])
-            if dtype == object:
+            if dtype.hasobject:
                 raise SnapshotError("snapshot holds an object array")
             return np.frombuffer(obj["data"], dtype=dtype).reshape(obj["shape"]).copy()
         except (KeyError, TypeError, ValueError) as exc:

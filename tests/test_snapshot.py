@@ -5,8 +5,12 @@ from contracts import snapshot
 
 
 def test_round_trip_preserves_arrays_and_scalars(tmp_path):
-    obj = {"a": np.arange(12, dtype=np.float32).reshape(3, 4), "b": [1, 2.5, "x"], "c": np.int64(7),
-           "rng": {"state": 2**100}}
+    obj = {
+        "a": np.arange(12, dtype=np.float32).reshape(3, 4),
+        "b": [1, 2.5, "x"],
+        "c": np.int64(7),
+        "rng": {"state": 2**100},
+    }
     path = tmp_path / "s.msgpack"
     snapshot.save(path, obj)
     back = snapshot.load(path)

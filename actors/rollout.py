@@ -1,0 +1,117 @@
+"""Actor-side rollouts: a local CPU copy of the policy steps an env vector for fixed-length unrolls.
+
+Used by the Ray `EnvActor` and by the inline runner alike. Consecutive unrolls overlap by one
+observation: `obs[T]` of one unroll (its bootstrap) is `obs[0]` of the next.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import torch
+
+from actors.envs import EnvVector
+from contracts.spec import EnvSpec
+from learner import distributions
+from learner.learner import load_numpy_weights
+from learner.models import build_model
+
+
+class RolloutWorker:
+    """Produces unrolls in the format of `contracts.trajectory` from one env vector."""
+
+    def __init__(
+        self,
+        envs: EnvVector,
+        unroll_length: int,
+        *,
+        model_kind: str = "auto",
+        hidden_sizes: tuple[int, ...] = (64, 64),
+        actor_id: int = 0,
+        env_id_offset: int = 0,
+        seed: int = 0,
+    ):
+        self.envs = envs
+        self.spec: EnvSpec = envs.spec
+        self.T = unroll_length
+        self.actor_id = actor_id
+        self.env_ids = np.arange(env_id_offset, env_id_offset + envs.num_envs, dtype=np.int64)
+        self.model = build_model(self.spec, model_kind, hidden_sizes)
+        self.model.eval()
+        self.policy_version = 0
+        self._gen = torch.Generator().manual_seed(seed)
+        K = envs.num_envs
+        self._obs = envs.reset()
+        self._ep_return = np.zeros(K, dtype=np.float64)
+        self._ep_length = np.zeros(K, dtype=np.int64)
+        self.env_steps = 0
+        self.episodes = 0
+
+    def set_weights(self, version: int, weights: dict[str, np.ndarray]) -> None:
+        load_numpy_weights(self.model, weights)
+        self.policy_version = int(version)
+
+    @torch.no_grad()
+    def act(self, obs: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """Sample actions for `obs [K, ...]`; returns (actions, policy params [K, P])."""
+        params, _ = self.model(torch.from_numpy(obs))
+        actions = distributions.sample(params, self.spec.discrete, self._gen)
+        return actions.numpy(), params.numpy()
+
+    def unroll(self) -> dict:
+        T, K, spec = self.T, self.envs.num_envs, self.spec
+        obs = np.empty((T + 1, K, *spec.obs_shape), dtype=self._obs.dtype)
+        if spec.discrete:
+            actions = np.empty((T, K), dtype=np.int64)
+        else:
+            actions = np.empty((T, K, spec.action_dim), dtype=np.float32)
+        params = np.empty((T, K, spec.policy_params), dtype=np.float32)
+        rewards = np.empty((T, K), dtype=np.float32)
+        terminated = np.empty((T, K), dtype=bool)
+        truncated = np.empty((T, K), dtype=bool)
+        seeds = np.empty((T, K), dtype=np.int64)
+        final_obs, final_index = [], []
+        ep_returns, ep_lengths, ep_seeds = [], [], []
+        version = self.policy_version
+        for t in range(T):
+            obs[t] = self._obs
+            actions[t], params[t] = self.act(self._obs)
+            step = self.envs.step(actions[t])
+            rewards[t], terminated[t], truncated[t], seeds[t] = (
+                step.rewards,
+                step.terminated,
+                step.truncated,
+                step.level_seeds,
+            )
+            for k, o in step.final_obs.items():
+                final_obs.append(o)
+                final_index.append((t, k))
+            self._ep_return += step.rewards
+            self._ep_length += 1
+            ended = np.flatnonzero(step.terminated | step.truncated)
+            if len(ended):
+                ep_returns.extend(self._ep_return[ended].tolist())
+                ep_lengths.extend(self._ep_length[ended].tolist())
+                ep_seeds.extend(step.level_seeds[ended].tolist())
+                self._ep_return[ended] = 0.0
+                self._ep_length[ended] = 0
+            self._obs = step.obs
+        obs[T] = self._obs
+        self.env_steps += T * K
+        self.episodes += len(ep_returns)
+        return {
+            "obs": obs,
+            "actions": actions,
+            "rewards": rewards,
+            "terminated": terminated,
+            "truncated": truncated,
+            "behaviour_params": params,
+            "level_seeds": seeds,
+            "final_obs": (np.stack(final_obs) if final_obs else np.empty((0, *spec.obs_shape), dtype=obs.dtype)),
+            "final_obs_index": np.asarray(final_index, dtype=np.int64).reshape(-1, 2),
+            "env_ids": self.env_ids.copy(),
+            "policy_version": version,
+            "actor_id": self.actor_id,
+            "episode_returns": np.asarray(ep_returns, dtype=np.float64),
+            "episode_lengths": np.asarray(ep_lengths, dtype=np.int64),
+            "episode_seeds": np.asarray(ep_seeds, dtype=np.int64),
+        }

@@ -1,0 +1,298 @@
+"""One typed config tree for a whole run.
+
+A YAML file and CLI flags fill it (flags override the file); the resolved tree is written into the
+run directory. Every leaf has a CLI flag: the name in its metadata, or `--<section>-<field>`.
+Unknown keys, wrong types and out-of-range values are rejected with the dotted path of the field.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import types
+import typing
+from dataclasses import dataclass, field
+from typing import Any
+
+LEVEL_STRATEGIES = (
+    "random",
+    "sequential",
+    "policy_entropy",
+    "least_confidence",
+    "min_margin",
+    "gae",
+    "value_l1",
+    "one_step_td_error",
+    "positive_value_loss",
+)
+TRANSFORMS = ("constant", "max", "eps_greedy", "rank", "power", "softmax")
+
+
+def _flag(name: str, help: str, **kw) -> dict:
+    return {"flag": name, "help": help, **kw}
+
+
+@dataclass
+class EnvConfig:
+    id: str = field(
+        default="procgen:bigfish",
+        metadata=_flag("--env", "environment: procgen:<game> or any gymnasium id (e.g. CartPole-v1)"),
+    )
+    distribution_mode: str = field(
+        default="easy", metadata=_flag("--distribution-mode", "procgen distribution mode", choices=("easy", "hard"))
+    )
+    num_levels: int = field(
+        default=200, metadata=_flag("--num-levels", "size of the training level set (0 = unbounded)", min=0)
+    )
+    start_level: int = field(default=0, metadata=_flag("--start-level", "first seed of the training level set", min=0))
+    max_episode_steps: int | None = field(
+        default=None, metadata=_flag("--max-episode-steps", "gymnasium time limit override (truncation)", min=1)
+    )
+
+
+@dataclass
+class ActorConfig:
+    num_actors: int = field(default=2, metadata=_flag("--num-actors", "number of env actors", min=0))
+    envs_per_actor: int = field(default=16, metadata=_flag("--envs-per-actor", "environments per actor", min=1))
+    unroll_length: int = field(default=20, metadata=_flag("--unroll-length", "steps per unroll (T)", min=1))
+    seed_prefetch: int = field(
+        default=4, metadata=_flag("--seed-prefetch", "level seeds each env keeps ready from the level service", min=1)
+    )
+
+
+@dataclass
+class LearnerConfig:
+    batch_size: int = field(default=8, metadata=_flag("--batch-size", "unrolls per learner batch", min=1))
+    optimizer: str = field(default="adam", metadata=_flag("--optimizer", "optimiser", choices=("adam", "rmsprop")))
+    learning_rate: float = field(
+        default=5e-4, metadata=_flag("--learning-rate", "learning rate (losses are means over T*B)", min=0.0)
+    )
+    adam_eps: float = field(default=1e-8, metadata=_flag("--adam-eps", "Adam epsilon", min=0.0))
+    rmsprop_alpha: float = field(default=0.99, metadata=_flag("--rmsprop-alpha", "RMSprop decay", min=0.0))
+    rmsprop_eps: float = field(default=1e-5, metadata=_flag("--rmsprop-eps", "RMSprop epsilon", min=0.0))
+    discount: float = field(default=0.99, metadata=_flag("--discount", "discount gamma", min=0.0, max=1.0))
+    lambda_: float = field(default=1.0, metadata=_flag("--lambda", "V-trace lambda", min=0.0, max=1.0))
+    value_weight: float = field(default=0.5, metadata=_flag("--value-weight", "value loss weight", min=0.0))
+    entropy_weight: float = field(default=0.01, metadata=_flag("--entropy-weight", "entropy bonus weight", min=0.0))
+    clip_rho: float | None = field(default=1.0, metadata=_flag("--clip-rho", "V-trace rho-bar (None: no clip)"))
+    clip_c: float | None = field(default=1.0, metadata=_flag("--clip-c", "V-trace c-bar (None: no clip)"))
+    clip_pg_rho: float | None = field(default=1.0, metadata=_flag("--clip-pg-rho", "policy-gradient rho clip"))
+    grad_clip_type: str = field(
+        default="norm", metadata=_flag("--grad-clip-type", "gradient clipping", choices=("norm", "value", "none"))
+    )
+    grad_clip: float = field(default=40.0, metadata=_flag("--grad-clip", "gradient clip threshold", min=0.0))
+    model: str = field(
+        default="auto",
+        metadata=_flag("--model", "network: auto picks impala_cnn for images", choices=("auto", "impala_cnn", "mlp")),
+    )
+    hidden_sizes: list[int] = field(default_factory=lambda: [64, 64], metadata=_flag("--hidden-sizes", "MLP sizes"))
+    max_policy_lag: int = field(
+        default=100, metadata=_flag("--max-policy-lag", "drop unrolls older than this many versions", min=0)
+    )
+    queue_size: int = field(default=32, metadata=_flag("--queue-size", "learner inbound queue (unrolls)", min=1))
+    device: str = field(default="auto", metadata=_flag("--device", "torch device: auto, cpu, cuda"))
+
+
+@dataclass
+class LevelConfig:
+    strategy: str = field(
+        default="value_l1", metadata=_flag("--level-strategy", "PLR score strategy", choices=LEVEL_STRATEGIES)
+    )
+    replay_schedule: str = field(
+        default="proportionate",
+        metadata=_flag("--level-replay-schedule", "PLR replay schedule", choices=("fixed", "proportionate")),
+    )
+    score_transform: str = field(
+        default="rank", metadata=_flag("--level-score-transform", "PLR score transform", choices=TRANSFORMS)
+    )
+    temperature: float = field(default=0.1, metadata=_flag("--level-temperature", "PLR beta", min=0.0))
+    eps: float = field(default=0.05, metadata=_flag("--level-eps", "eps for eps_greedy", min=0.0, max=1.0))
+    rho: float = field(default=0.2, metadata=_flag("--level-rho", "seen fraction before replay", min=0.0, max=1.0))
+    nu: float = field(default=0.5, metadata=_flag("--level-nu", "fixed schedule: P(new level)", min=0.0, max=1.0))
+    alpha: float = field(default=1.0, metadata=_flag("--level-alpha", "score EWA weight", min=0.0, max=1.0))
+    staleness_coef: float = field(
+        default=0.1, metadata=_flag("--level-staleness-coef", "staleness mix (paper's rho)", min=0.0, max=1.0)
+    )
+    staleness_transform: str = field(
+        default="power", metadata=_flag("--level-staleness-transform", "staleness transform", choices=TRANSFORMS)
+    )
+    staleness_temperature: float = field(
+        default=1.0, metadata=_flag("--level-staleness-temperature", "staleness temperature", min=0.0)
+    )
+    snapshot_interval_s: float = field(
+        default=60.0, metadata=_flag("--level-snapshot-interval", "level service snapshot period (s)", min=0.0)
+    )
+
+
+@dataclass
+class ReplayConfig:
+    replay_ratio: float = field(
+        default=0.0, metadata=_flag("--replay-ratio", "fraction of each batch drawn from replay", min=0.0, max=0.95)
+    )
+    capacity: int = field(default=2000, metadata=_flag("--replay-capacity", "replay capacity (unrolls)", min=1))
+    alpha: float = field(default=0.6, metadata=_flag("--replay-alpha", "priority exponent", min=0.0))
+    beta: float = field(default=0.4, metadata=_flag("--replay-beta", "initial IS exponent (annealed to 1)", min=0.0))
+    beta_anneal_updates: int = field(
+        default=10000, metadata=_flag("--replay-beta-anneal", "updates to anneal beta to 1", min=1)
+    )
+    max_use: int | None = field(default=16, metadata=_flag("--replay-max-use", "times an unroll may be replayed"))
+    eta: float = field(default=0.9, metadata=_flag("--replay-eta", "priority = eta*max + (1-eta)*mean |td|"))
+    min_size: int = field(default=8, metadata=_flag("--replay-min-size", "unrolls before replay starts", min=1))
+
+
+@dataclass
+class RunConfig:
+    env: EnvConfig = field(default_factory=EnvConfig)
+    actors: ActorConfig = field(default_factory=ActorConfig)
+    learner: LearnerConfig = field(default_factory=LearnerConfig)
+    levels: LevelConfig = field(default_factory=LevelConfig)
+    replay: ReplayConfig = field(default_factory=ReplayConfig)
+    backend: str = field(default="ray", metadata=_flag("--backend", "ray or single-process", choices=("ray", "inline")))
+    address: str | None = field(default=None, metadata=_flag("--address", "Ray cluster: auto or HOST:PORT"))
+    run_dir: str | None = field(default=None, metadata=_flag("--run-dir", "run directory (default runs/<time>)"))
+    total_steps: int = field(default=2_000_000, metadata=_flag("--total-steps", "env steps to train for", min=1))
+    seed: int = field(default=0, metadata=_flag("--seed", "random seed", min=0))
+    metrics_host: str = field(default="127.0.0.1", metadata=_flag("--metrics-host", "metrics bind address"))
+    metrics_port: int = field(
+        default=9464, metadata=_flag("--metrics-port", "Prometheus port (0: none)", min=0, max=65535)
+    )
+    report_interval_s: float = field(
+        default=5.0, metadata=_flag("--report-interval", "seconds between progress reports", min=0.0)
+    )
+    checkpoint_interval_updates: int = field(
+        default=500, metadata=_flag("--checkpoint-interval", "learner updates between checkpoints", min=1)
+    )
+    keep_checkpoints: int = field(default=3, metadata=_flag("--keep-checkpoints", "checkpoints kept", min=1))
+    stop_at_return: float | None = field(
+        default=None, metadata=_flag("--stop-at-return", "stop once the mean episode return reaches this")
+    )
+
+
+class ConfigError(ValueError):
+    """A config value or key is wrong; the message names the dotted path."""
+
+
+def _unwrap_optional(tp) -> tuple[Any, bool]:
+    origin = typing.get_origin(tp)
+    if origin in (typing.Union, types.UnionType):
+        args = [a for a in typing.get_args(tp) if a is not type(None)]
+        if len(args) == 1:
+            return args[0], True
+    return tp, False
+
+
+def _hints(cls) -> dict[str, Any]:
+    return typing.get_type_hints(cls)
+
+
+def coerce_value(path: str, tp, value: Any, meta: dict | None = None) -> Any:
+    """Convert `value` (from YAML or a CLI string) to type `tp`, checking choices and bounds."""
+    meta = meta or {}
+    base, optional = _unwrap_optional(tp)
+    if value is None or (optional and isinstance(value, str) and value.lower() in ("none", "null")):
+        if optional:
+            return None
+        raise ConfigError(f"{path}: must be a {getattr(base, '__name__', base)}, got null")
+    try:
+        if base is bool:
+            if isinstance(value, str):
+                if value.lower() not in ("true", "false", "1", "0", "yes", "no"):
+                    raise ValueError
+                out = value.lower() in ("true", "1", "yes")
+            elif isinstance(value, bool):
+                out = value
+            else:
+                raise ValueError
+        elif base is int:
+            if isinstance(value, bool) or (isinstance(value, float) and not value.is_integer()):
+                raise ValueError
+            out = int(value)
+        elif base is float:
+            if isinstance(value, bool):
+                raise ValueError
+            out = float(value)
+            if out != out or out in (float("inf"), float("-inf")):
+                raise ValueError
+        elif base is str:
+            if not isinstance(value, str):
+                raise ValueError
+            out = value
+        elif typing.get_origin(base) is list:
+            (item_tp,) = typing.get_args(base)
+            items = value.split(",") if isinstance(value, str) else value
+            if not isinstance(items, list | tuple):
+                raise ValueError
+            out = [coerce_value(f"{path}[{i}]", item_tp, v) for i, v in enumerate(items)]
+        else:
+            raise ConfigError(f"{path}: unsupported type {base}")
+    except ConfigError:
+        raise
+    except (TypeError, ValueError):
+        expected = getattr(base, "__name__", str(base)) + (" or null" if optional else "")
+        raise ConfigError(f"{path}: expected {expected}, got {value!r}") from None
+    if "choices" in meta and out not in meta["choices"]:
+        raise ConfigError(f"{path}: expected one of {', '.join(meta['choices'])}, got {out!r}")
+    if "min" in meta and out < meta["min"]:
+        raise ConfigError(f"{path}: must be >= {meta['min']}, got {out!r}")
+    if "max" in meta and out > meta["max"]:
+        raise ConfigError(f"{path}: must be <= {meta['max']}, got {out!r}")
+    return out
+
+
+def leaves(cls=RunConfig, prefix: str = "") -> list[tuple[str, dataclasses.Field, Any]]:
+    """(dotted path, field, type) for every leaf of the config tree."""
+    out = []
+    hints = _hints(cls)
+    for f in dataclasses.fields(cls):
+        tp = hints[f.name]
+        path = f"{prefix}{f.name}"
+        if dataclasses.is_dataclass(tp):
+            out.extend(leaves(tp, path + "."))
+        else:
+            out.append((path, f, tp))
+    return out
+
+
+def flag_name(path: str, f: dataclasses.Field) -> str:
+    return f.metadata.get("flag") or "--" + path.replace(".", "-").replace("_", "-")
+
+
+def from_dict(data: dict | None, cls=RunConfig, prefix: str = ""):
+    """Build a config from nested dicts (YAML), rejecting unknown keys with their dotted path."""
+    data = data or {}
+    if not isinstance(data, dict):
+        raise ConfigError(f"{prefix.rstrip('.') or 'config'}: expected a mapping, got {type(data).__name__}")
+    hints = _hints(cls)
+    names = {f.name: f for f in dataclasses.fields(cls)}
+    unknown = sorted(set(data) - set(names))
+    if unknown:
+        raise ConfigError(f"unknown config key {prefix}{unknown[0]}; known keys here: {', '.join(sorted(names))}")
+    kwargs = {}
+    for name, value in data.items():
+        f, tp = names[name], hints[name]
+        path = f"{prefix}{name}"
+        if dataclasses.is_dataclass(tp):
+            kwargs[name] = from_dict(value, tp, path + ".")
+        else:
+            kwargs[name] = coerce_value(path, tp, value, dict(f.metadata))
+    return cls(**kwargs)
+
+
+def to_dict(cfg) -> dict:
+    return dataclasses.asdict(cfg)
+
+
+def set_path(cfg: RunConfig, path: str, value: Any) -> None:
+    """Set a leaf by dotted path, coercing and validating the value."""
+    by_path = {p: (f, tp) for p, f, tp in leaves()}
+    if path not in by_path:
+        raise ConfigError(f"unknown config key {path}")
+    f, tp = by_path[path]
+    obj = cfg
+    *parents, last = path.split(".")
+    for p in parents:
+        obj = getattr(obj, p)
+    setattr(obj, last, coerce_value(path, tp, value, dict(f.metadata)))
+
+
+def is_procgen(env_id: str) -> bool:
+    return env_id.startswith("procgen:")

@@ -1,0 +1,202 @@
+"""The unroll: what an actor sends to the learner, and the check that rejects a malformed one.
+
+An unroll of `T` steps from `K` environments is a dict of NumPy arrays (time-major):
+
+    obs               [T+1, K, *obs_shape]   obs[T] is the bootstrap observation
+    actions           [T, K] int64  |  [T, K, D] float32
+    rewards           [T, K] float32
+    terminated        [T, K] bool            the MDP ended after step t (discount 0)
+    truncated         [T, K] bool            a time limit cut the episode after step t
+    behaviour_params  [T, K, P] float32      logits, or (mean, log-std) for continuous actions
+    level_seeds       [T, K] int64           the level each env really played at step t
+    final_obs         [M, *obs_shape]        final observation of each truncated step (to bootstrap)
+    final_obs_index   [M, 2] int64           (t, k) of each row of final_obs
+    env_ids           [K] int64              globally unique env column ids (PLR stitches episodes by them)
+    policy_version    int                    learner version of the weights that acted
+    actor_id          int
+    episode_returns, episode_lengths, episode_seeds   [E]   episodes that ended in this unroll
+
+obs[t+1] after a terminated/truncated step is already the first observation of the next episode.
+A batch is the same dict with `K` replaced by `B` (several unrolls stacked along the env axis).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import numpy as np
+
+from contracts.spec import EnvSpec
+
+STEP_KEYS = ("actions", "rewards", "terminated", "truncated", "behaviour_params", "level_seeds")
+EPISODE_KEYS = ("episode_returns", "episode_lengths", "episode_seeds")
+
+
+class TrajectoryError(ValueError):
+    """An unroll does not have the documented form; the message names the field."""
+
+
+def _expect(cond: bool, field: str, expected: str, got) -> None:
+    if not cond:
+        raise TrajectoryError(f"unroll field {field!r}: expected {expected}, got {got}")
+
+
+def _describe(arr) -> str:
+    if isinstance(arr, np.ndarray):
+        return f"{arr.dtype} array of shape {arr.shape}"
+    return type(arr).__name__
+
+
+def validate_unroll(
+    unroll: dict,
+    spec: EnvSpec,
+    *,
+    unroll_length: int | None = None,
+    level_range: tuple[int, int] | None = None,
+    current_version: int | None = None,
+) -> None:
+    """Raise TrajectoryError naming the first field that does not match the contract.
+
+    `level_range` is `[start, stop)` of the training level set (None: any non-negative seed);
+    `current_version` rejects versions from the future (a version not yet published).
+    """
+    _expect(isinstance(unroll, dict), "unroll", "a dict of arrays", type(unroll).__name__)
+    required = ("obs", *STEP_KEYS, "env_ids", "policy_version", "actor_id")
+    for key in required:
+        _expect(key in unroll, key, "present", "missing")
+    obs = unroll["obs"]
+    _expect(
+        isinstance(obs, np.ndarray) and obs.ndim == 2 + len(spec.obs_shape),
+        "obs",
+        f"[T+1, K, {', '.join(map(str, spec.obs_shape))}] array",
+        _describe(obs),
+    )
+    _expect(
+        obs.shape[2:] == tuple(spec.obs_shape) and obs.dtype == np.dtype(spec.obs_dtype),
+        "obs",
+        f"{spec.obs_dtype} [T+1, K, {', '.join(map(str, spec.obs_shape))}]",
+        _describe(obs),
+    )
+    T, K = obs.shape[0] - 1, obs.shape[1]
+    _expect(T >= 1 and K >= 1, "obs", "T+1 >= 2 and K >= 1", _describe(obs))
+    if unroll_length is not None:
+        _expect(unroll_length == T, "obs", f"T+1 = {unroll_length + 1} steps", _describe(obs))
+
+    def arr(key, shape, kinds, dtype_name):
+        a = unroll[key]
+        _expect(
+            isinstance(a, np.ndarray) and a.shape == shape and a.dtype.kind in kinds,
+            key,
+            f"{dtype_name} array of shape {shape}",
+            _describe(a),
+        )
+        return a
+
+    if spec.discrete:
+        actions = arr("actions", (T, K), "iu", "integer")
+        _expect(
+            bool(((actions >= 0) & (actions < spec.num_actions)).all()),
+            "actions",
+            f"values in [0, {spec.num_actions})",
+            f"range [{actions.min()}, {actions.max()}]",
+        )
+    else:
+        actions = arr("actions", (T, K, spec.action_dim), "f", "float")
+        _expect(bool(np.isfinite(actions).all()), "actions", "finite values", "NaN or inf")
+    rewards = arr("rewards", (T, K), "f", "float")
+    _expect(bool(np.isfinite(rewards).all()), "rewards", "finite values", "NaN or inf")
+    arr("terminated", (T, K), "b", "bool")
+    truncated = arr("truncated", (T, K), "b", "bool")
+    params = arr("behaviour_params", (T, K, spec.policy_params), "f", "float")
+    _expect(bool(np.isfinite(params).all()), "behaviour_params", "finite values", "NaN or inf")
+    seeds = arr("level_seeds", (T, K), "iu", "integer")
+    if level_range is not None:
+        lo, hi = level_range
+        bad = (seeds < lo) | (seeds >= hi)
+        _expect(
+            not bad.any(),
+            "level_seeds",
+            f"seeds in the level set [{lo}, {hi})",
+            f"seed {int(seeds[bad][0]) if bad.any() else ''}",
+        )
+    else:
+        _expect(bool((seeds >= 0).all()), "level_seeds", "non-negative seeds", f"min {seeds.min()}")
+    env_ids = arr("env_ids", (K,), "iu", "integer")
+    _expect(len(np.unique(env_ids)) == K, "env_ids", "K distinct ids", "duplicates")
+    for key in ("policy_version", "actor_id"):
+        v = unroll[key]
+        _expect(
+            isinstance(v, int | np.integer) and not isinstance(v, bool) and v >= 0, key, "a non-negative int", repr(v)
+        )
+    if current_version is not None:
+        _expect(
+            int(unroll["policy_version"]) <= current_version,
+            "policy_version",
+            f"a published version <= {current_version}",
+            unroll["policy_version"],
+        )
+
+    n_trunc = int(truncated.sum())
+    final_obs = unroll.get("final_obs")
+    final_index = unroll.get("final_obs_index")
+    if n_trunc or final_obs is not None:
+        _expect(
+            isinstance(final_obs, np.ndarray)
+            and final_obs.shape == (n_trunc, *spec.obs_shape)
+            and final_obs.dtype == obs.dtype,
+            "final_obs",
+            f"{obs.dtype} [{n_trunc}, *obs_shape] (one row per truncated step)",
+            _describe(final_obs),
+        )
+        _expect(
+            isinstance(final_index, np.ndarray)
+            and final_index.shape == (n_trunc, 2)
+            and final_index.dtype.kind in "iu",
+            "final_obs_index",
+            f"int [{n_trunc}, 2]",
+            _describe(final_index),
+        )
+        if n_trunc:
+            t, k = final_index[:, 0], final_index[:, 1]
+            in_range = (t >= 0).all() and (t < T).all() and (k >= 0).all() and (k < K).all()
+            _expect(
+                bool(in_range) and bool(truncated[np.clip(t, 0, T - 1), np.clip(k, 0, K - 1)].all()),
+                "final_obs_index",
+                "the (t, k) of truncated steps",
+                "indices of non-truncated steps",
+            )
+    if np.issubdtype(obs.dtype, np.floating):
+        _expect(bool(np.isfinite(obs).all()), "obs", "finite values", "NaN or inf")
+    for key in EPISODE_KEYS:
+        if key in unroll:
+            a = unroll[key]
+            _expect(isinstance(a, np.ndarray) and a.ndim == 1, key, "a 1-d array", _describe(a))
+    if "episode_returns" in unroll:
+        _expect(bool(np.isfinite(unroll["episode_returns"]).all()), "episode_returns", "finite values", "NaN or inf")
+
+
+def stack_unrolls(unrolls: Sequence[dict]) -> dict:
+    """Concatenate unrolls along the env axis into one batch `[T(+1), B, ...]`.
+
+    `final_obs_index` columns are shifted by each unroll's offset; per-unroll scalars become `[n]`
+    arrays (`policy_version`, `actor_id`) and per-env columns stay per column (`env_ids [B]`).
+    """
+    if not unrolls:
+        raise ValueError("stack_unrolls needs at least one unroll")
+    batch = {key: np.concatenate([u[key] for u in unrolls], axis=1) for key in ("obs", *STEP_KEYS)}
+    batch["env_ids"] = np.concatenate([u["env_ids"] for u in unrolls])
+    widths = [u["obs"].shape[1] for u in unrolls]
+    offsets = np.cumsum([0, *widths[:-1]])
+    finals = [u["final_obs"] for u in unrolls if u.get("final_obs") is not None and len(u["final_obs"])]
+    if finals:
+        batch["final_obs"] = np.concatenate(finals)
+        batch["final_obs_index"] = np.concatenate(
+            [
+                u["final_obs_index"] + np.array([0, off])
+                for u, off in zip(unrolls, offsets, strict=True)
+                if u.get("final_obs") is not None and len(u["final_obs"])
+            ]
+        )
+    batch["policy_version"] = np.repeat([int(u["policy_version"]) for u in unrolls], widths)
+    batch["actor_id"] = np.repeat([int(u["actor_id"]) for u in unrolls], widths)
+    return batch

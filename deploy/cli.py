@@ -1,0 +1,139 @@
+"""The `levelray` command line: train, scale, status.
+
+Every config leaf has a flag (see `contracts.config`); `--config run.yaml` fills the tree first and
+flags override it. `levelray train --help` lists them all.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import signal
+import sys
+import threading
+from pathlib import Path
+
+import yaml
+
+from contracts.config import ConfigError, RunConfig, flag_name, from_dict, leaves, set_path
+
+_UNSET = object()
+
+
+def _add_config_flags(parser: argparse.ArgumentParser) -> dict[str, str]:
+    """One flag per config leaf; returns {argparse dest: dotted path}."""
+    dests = {}
+    for path, f, _tp in leaves():
+        name = flag_name(path, f)
+        dest = "cfg__" + path.replace(".", "__")
+        meta = f.metadata
+        help_text = meta.get("help", "")
+        if "choices" in meta:
+            help_text += f" ({'|'.join(map(str, meta['choices']))})"
+        parser.add_argument(name, dest=dest, default=_UNSET, metavar=path.split(".")[-1].upper(), help=help_text)
+        dests[dest] = path
+    return dests
+
+
+def build_config(args: argparse.Namespace, dests: dict[str, str], base: dict | None = None) -> RunConfig:
+    data = base
+    if getattr(args, "config", None):
+        try:
+            data = yaml.safe_load(Path(args.config).read_text())
+        except OSError as exc:
+            raise ConfigError(f"--config: cannot read {args.config}: {exc.strerror}") from None
+        except yaml.YAMLError as exc:
+            raise ConfigError(f"--config: {args.config} is not valid YAML: {exc}") from None
+        if data is not None and not isinstance(data, dict):
+            raise ConfigError(f"--config: {args.config} must hold a mapping of config sections")
+    cfg = from_dict(data)
+    for dest, path in dests.items():
+        value = getattr(args, dest)
+        if value is not _UNSET:
+            set_path(cfg, path, value)
+    return cfg
+
+
+def _parser() -> tuple[argparse.ArgumentParser, dict[str, str]]:
+    parser = argparse.ArgumentParser(prog="levelray", description=__doc__.splitlines()[0])
+    sub = parser.add_subparsers(dest="command", required=True)
+    train = sub.add_parser("train", help="train an agent", formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+    train.add_argument("--config", help="YAML file with the config tree (flags override it)")
+    train.add_argument("--resume", metavar="RUN_DIR", help="continue the run in RUN_DIR from its latest checkpoint")
+    train.add_argument("--quiet", action="store_true", help="no progress line")
+    dests = _add_config_flags(train)
+
+    scale = sub.add_parser("scale", help="change the running job's number of actors")
+    scale.add_argument("--num-actors", type=int, required=True)
+    scale.add_argument("--address", default="auto")
+
+    status = sub.add_parser("status", help="show the running job")
+    status.add_argument("--address", default="auto")
+    status.add_argument("--json", action="store_true", help="machine-readable output")
+    return parser, dests
+
+
+def cmd_train(args: argparse.Namespace, dests: dict[str, str]) -> int:
+    from deploy.rundir import RunDir, default_run_dir
+
+    base = None
+    if args.resume:
+        cfg_path = Path(args.resume) / "config.yaml"
+        if not cfg_path.exists():
+            raise ConfigError(f"--resume: {args.resume} is not a run directory (no config.yaml)")
+        base = yaml.safe_load(cfg_path.read_text())
+    cfg = build_config(args, dests, base)
+    if args.resume:
+        cfg.run_dir = str(args.resume)
+    run_dir = RunDir(cfg.run_dir or default_run_dir())
+    cfg.run_dir = str(run_dir.path)
+    run_dir.write_config(cfg)
+    print(f"levelray: run directory {run_dir.path}", flush=True)
+
+    stop = threading.Event()
+
+    def on_sigint(signum, frame):
+        if stop.is_set():
+            raise KeyboardInterrupt
+        print("\nlevelray: stopping (final checkpoint); Ctrl-C again to abort", file=sys.stderr, flush=True)
+        stop.set()
+
+    signal.signal(signal.SIGINT, on_sigint)
+    signal.signal(signal.SIGTERM, on_sigint)
+    if cfg.backend == "inline":
+        from deploy.inline import train_inline
+
+        record = train_inline(cfg, run_dir, resume=bool(args.resume), stop=stop, quiet=args.quiet)
+    else:
+        from deploy.ray_backend import train_ray
+
+        record = train_ray(cfg, run_dir, resume=bool(args.resume), stop=stop, quiet=args.quiet)
+    print(
+        "levelray: done "
+        + json.dumps({k: record.get(k) for k in ("env_steps", "episode_return_mean", "learner_version")}),
+        flush=True,
+    )
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    parser, dests = _parser()
+    args = parser.parse_args(argv)
+    try:
+        if args.command == "train":
+            return cmd_train(args, dests)
+        from deploy import control
+
+        if args.command == "scale":
+            return control.cmd_scale(args)
+        if args.command == "status":
+            return control.cmd_status(args)
+    except ConfigError as exc:
+        parser.exit(2, f"levelray: error: {exc}\n")
+    return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,149 @@
+"""The run directory: resolved config, `metrics.jsonl`, and checkpoints.
+
+    RUN_DIR/config.yaml                 the resolved config tree
+    RUN_DIR/metrics.jsonl               one JSON object per report
+    RUN_DIR/checkpoints/ckpt-<version>/ learner.pt, levels.msgpack, replay.msgpack, meta.json
+
+A checkpoint is written into a hidden temporary directory, fsynced, then renamed into place, so a
+crash leaves either the whole checkpoint or none; `meta.json` (written last) lists each file's size
+and SHA-256, so a damaged checkpoint is detected on load and the previous one is used.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shutil
+import time
+from pathlib import Path
+from typing import Any
+
+import torch
+import yaml
+
+from contracts import snapshot
+from contracts.config import RunConfig, to_dict
+
+CHECKPOINT_PREFIX = "ckpt-"
+
+
+def default_run_dir() -> Path:
+    return Path("runs") / time.strftime("%Y%m%d-%H%M%S")
+
+
+class RunDir:
+    def __init__(self, path: str | os.PathLike):
+        self.path = Path(path)
+        self.path.mkdir(parents=True, exist_ok=True)
+        self.checkpoints = self.path / "checkpoints"
+        self._metrics = None
+
+    def write_config(self, cfg: RunConfig) -> None:
+        text = yaml.safe_dump(to_dict(cfg), sort_keys=False)
+        snapshot.atomic_write_bytes(self.path / "config.yaml", text.encode())
+
+    def append_metrics(self, record: dict[str, Any]) -> None:
+        if self._metrics is None:
+            self._metrics = open(self.path / "metrics.jsonl", "a", buffering=1)  # noqa: SIM115
+        self._metrics.write(json.dumps(record, allow_nan=False, default=float) + "\n")
+
+    def close(self) -> None:
+        if self._metrics is not None:
+            self._metrics.close()
+            self._metrics = None
+
+    # -- checkpoints -------------------------------------------------------------------------
+    def save_checkpoint(
+        self,
+        version: int,
+        learner_state: dict[str, Any],
+        counters: dict[str, Any],
+        *,
+        level_state: dict | None = None,
+        replay_state: dict | None = None,
+        config: RunConfig | None = None,
+        keep: int = 3,
+    ) -> Path:
+        self.checkpoints.mkdir(parents=True, exist_ok=True)
+        final = self.checkpoints / f"{CHECKPOINT_PREFIX}{version:010d}"
+        tmp = self.checkpoints / f".tmp-{final.name}-{os.getpid()}"
+        shutil.rmtree(tmp, ignore_errors=True)
+        tmp.mkdir()
+        files = {"learner.pt": None}
+        torch.save(learner_state, tmp / "learner.pt")
+        if level_state is not None:
+            snapshot.save(tmp / "levels.msgpack", level_state)
+            files["levels.msgpack"] = None
+        if replay_state is not None:
+            snapshot.save(tmp / "replay.msgpack", replay_state)
+            files["replay.msgpack"] = None
+        meta = {
+            "version": version,
+            "time": time.time(),
+            "counters": counters,
+            "config": to_dict(config) if config is not None else None,
+            "files": {name: _digest(tmp / name) for name in files},
+        }
+        snapshot.atomic_write_bytes(tmp / "meta.json", json.dumps(meta).encode())
+        _fsync_dir(tmp)
+        if final.exists():
+            shutil.rmtree(final)
+        os.replace(tmp, final)
+        _fsync_dir(self.checkpoints)
+        for old in self.list_checkpoints()[:-keep]:
+            shutil.rmtree(old, ignore_errors=True)
+        return final
+
+    def list_checkpoints(self) -> list[Path]:
+        if not self.checkpoints.exists():
+            return []
+        return sorted(p for p in self.checkpoints.iterdir() if p.name.startswith(CHECKPOINT_PREFIX) and p.is_dir())
+
+    def load_latest_checkpoint(self, device: str = "cpu") -> dict[str, Any] | None:
+        """The newest checkpoint that verifies; damaged ones are skipped with a warning."""
+        errors = []
+        for path in reversed(self.list_checkpoints()):
+            try:
+                return load_checkpoint(path, device)
+            except (OSError, ValueError, RuntimeError, KeyError) as exc:
+                errors.append(f"{path.name}: {exc}")
+        if errors:
+            raise ValueError("no usable checkpoint in " + str(self.checkpoints) + ": " + "; ".join(errors))
+        return None
+
+
+def load_checkpoint(path: Path, device: str = "cpu") -> dict[str, Any]:
+    meta_path = path / "meta.json"
+    try:
+        meta = json.loads(meta_path.read_text())
+    except (OSError, json.JSONDecodeError) as exc:
+        raise ValueError(f"checkpoint {path.name} has no readable meta.json ({exc})") from exc
+    for name, expected in meta.get("files", {}).items():
+        actual = _digest(path / name)
+        if actual != expected:
+            raise ValueError(f"checkpoint file {name} is damaged (size/sha256 {actual} != {expected})")
+    out = dict(meta)
+    out["path"] = str(path)
+    out["learner"] = torch.load(path / "learner.pt", map_location=device, weights_only=True)
+    out["levels"] = snapshot.load(path / "levels.msgpack") if (path / "levels.msgpack").exists() else None
+    out["replay"] = snapshot.load(path / "replay.msgpack") if (path / "replay.msgpack").exists() else None
+    return out
+
+
+def _digest(path: Path) -> dict[str, Any]:
+    if not path.exists():
+        return {"size": None, "sha256": None}
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for chunk in iter(lambda: f.read(1 << 20), b""):
+            h.update(chunk)
+    return {"size": path.stat().st_size, "sha256": h.hexdigest()}
+
+
+def _fsync_dir(path: Path) -> None:
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)

@@ -1,0 +1,188 @@
+"""The IMPALA learner: one V-trace update per batch of unrolls, and a version per update.
+
+No Ray here: the Ray learner actor and the inline runner both drive this class.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+import numpy as np
+import torch
+
+from contracts.config import LearnerConfig
+from contracts.spec import EnvSpec
+from learner import distributions, vtrace
+from learner.losses import impala_losses
+from learner.models import build_model
+
+log = logging.getLogger(__name__)
+
+
+def pick_device(requested: str = "auto") -> torch.device:
+    if requested == "auto":
+        requested = "cuda" if torch.cuda.is_available() else "cpu"
+    if requested.startswith("cuda") and not torch.cuda.is_available():
+        raise ValueError(f"device {requested!r} requested but CUDA is not available")
+    return torch.device(requested)
+
+
+def weights_to_numpy(model: torch.nn.Module) -> dict[str, np.ndarray]:
+    """CPU copies of the parameters: cheap to put in the Ray object store once per version."""
+    return {k: v.detach().to("cpu").numpy().copy() for k, v in model.state_dict().items()}
+
+
+def load_numpy_weights(model: torch.nn.Module, weights: dict[str, np.ndarray]) -> None:
+    model.load_state_dict({k: torch.from_numpy(np.asarray(v)) for k, v in weights.items()})
+
+
+class Learner:
+    """`update(batch)` takes a stacked batch (see contracts.trajectory) plus optional
+    `sample_weights [B]` (replay importance weights) and `mask [T, B]`."""
+
+    def __init__(self, spec: EnvSpec, config: LearnerConfig, *, seed: int = 0):
+        self.spec = spec
+        self.config = config
+        torch.manual_seed(seed)
+        self.device = pick_device(config.device)
+        log.info(
+            "learner on %s%s",
+            self.device,
+            f" ({torch.cuda.get_device_name(self.device)})" if self.device.type == "cuda" else "",
+        )
+        self.model = build_model(spec, config.model, tuple(config.hidden_sizes)).to(self.device)
+        params = self.model.parameters()
+        if config.optimizer == "adam":
+            self.optimizer = torch.optim.Adam(params, lr=config.learning_rate, eps=config.adam_eps)
+        elif config.optimizer == "rmsprop":
+            self.optimizer = torch.optim.RMSprop(
+                params, lr=config.learning_rate, alpha=config.rmsprop_alpha, eps=config.rmsprop_eps
+            )
+        else:
+            raise ValueError(f"optimizer must be adam or rmsprop, got {config.optimizer!r}")
+        self.version = 0
+        self.samples_trained = 0
+        self.last_outputs: dict[str, np.ndarray] = {}
+
+    def _tensor(self, x: np.ndarray, dtype: torch.dtype | None = None) -> torch.Tensor:
+        t = torch.from_numpy(np.ascontiguousarray(x))
+        return t.to(self.device, dtype=dtype, non_blocking=True)
+
+    def update(self, batch: dict[str, Any]) -> dict[str, float]:
+        """One gradient step. Also leaves per-step outputs in `self.last_outputs` ([T, B] NumPy):
+        `advantages` (v_s - V(x_s), for PLR scores), `abs_td` (|v_s - V(x_s)|, for replay priorities),
+        `values [T+1, B]` and `logits`/`params [T, B, P]`."""
+        cfg = self.config
+        obs = self._tensor(batch["obs"])
+        T1, B = obs.shape[:2]
+        T = T1 - 1
+        self.model.train()
+        params, values = self.model(obs.reshape(T1 * B, *obs.shape[2:]))
+        params, values = params.view(T1, B, -1), values.view(T1, B)
+
+        rewards = self._tensor(batch["rewards"], torch.float32)
+        final_values = None
+        if batch.get("final_obs") is not None and len(batch["final_obs"]):
+            with torch.no_grad():
+                _, v_final = self.model(self._tensor(batch["final_obs"]))
+            idx = self._tensor(batch["final_obs_index"], torch.long)
+            final_values = torch.zeros_like(rewards)
+            final_values[idx[:, 0], idx[:, 1]] = v_final
+        discounts, rewards = vtrace.episode_end_inputs(
+            rewards,
+            self._tensor(batch["terminated"]),
+            self._tensor(batch["truncated"]),
+            cfg.discount,
+            final_values,
+        )
+        actions = self._tensor(batch["actions"])
+        behaviour = self._tensor(batch["behaviour_params"], torch.float32)
+        target = params[:T]
+        behaviour_logp = distributions.log_prob(behaviour, actions, self.spec.discrete)
+        target_logp = distributions.log_prob(target, actions, self.spec.discrete)
+        clips = dict(
+            clip_rho_threshold=cfg.clip_rho,
+            clip_c_threshold=cfg.clip_c,
+            clip_pg_rho_threshold=cfg.clip_pg_rho,
+            lambda_=cfg.lambda_,
+        )
+        log_rhos = (target_logp - behaviour_logp).detach()
+        vt = vtrace.from_importance_weights(
+            log_rhos, discounts, rewards, values[:T].detach(), values[T].detach(), **clips
+        )
+        weights = torch.ones(T, B, device=self.device)
+        if batch.get("mask") is not None:
+            weights = weights * self._tensor(batch["mask"], torch.float32)
+        if batch.get("sample_weights") is not None:
+            weights = weights * self._tensor(batch["sample_weights"], torch.float32).view(1, B)
+        entropies = distributions.entropy(target, self.spec.discrete)
+        losses = impala_losses(
+            target_logp,
+            vt.pg_advantages,
+            vt.vs,
+            values[:T],
+            entropies,
+            value_weight=cfg.value_weight,
+            entropy_weight=cfg.entropy_weight,
+            weights=weights,
+        )
+        self.optimizer.zero_grad(set_to_none=True)
+        losses.total.backward()
+        grad_norm = self._clip_gradients()
+        self.optimizer.step()
+        self.version += 1
+        self.samples_trained += T * B
+
+        with torch.no_grad():
+            rhos = log_rhos.exp()
+            advantages = vt.vs - values[:T].detach()
+            var_vs = vt.vs.var()
+            explained = 1.0 - (vt.vs - values[:T]).var() / var_vs if var_vs > 1e-8 else torch.tensor(0.0)
+            self.last_outputs = {
+                "advantages": advantages.cpu().numpy(),
+                "abs_td": advantages.abs().cpu().numpy(),
+                "values": values.detach().cpu().numpy(),
+                "params": target.detach().cpu().numpy(),
+            }
+            clip_rho = cfg.clip_rho if cfg.clip_rho is not None else float("inf")
+            return {
+                "loss_total": losses.total.item(),
+                "loss_policy": losses.policy.item(),
+                "loss_value": losses.value.item(),
+                "entropy": losses.entropy.item(),
+                "grad_norm": grad_norm,
+                "rho_mean": rhos.mean().item(),
+                "rho_clipped_fraction": (rhos > clip_rho).float().mean().item(),
+                "explained_variance": float(explained),
+                "value_mean": values[:T].mean().item(),
+                "version": self.version,
+                "batch_steps": T * B,
+            }
+
+    def _clip_gradients(self) -> float:
+        cfg = self.config
+        params = [p for p in self.model.parameters() if p.grad is not None]
+        if cfg.grad_clip_type == "norm":
+            return float(torch.nn.utils.clip_grad_norm_(params, cfg.grad_clip))
+        norm = float(torch.nn.utils.get_total_norm([p.grad for p in params]))
+        if cfg.grad_clip_type == "value":
+            torch.nn.utils.clip_grad_value_(params, cfg.grad_clip)
+        return norm
+
+    def get_weights(self) -> tuple[int, dict[str, np.ndarray]]:
+        return self.version, weights_to_numpy(self.model)
+
+    def state_dict(self) -> dict[str, Any]:
+        return {
+            "model": {k: v.detach().cpu() for k, v in self.model.state_dict().items()},
+            "optimizer": self.optimizer.state_dict(),
+            "version": self.version,
+            "samples_trained": self.samples_trained,
+        }
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        self.model.load_state_dict(state["model"])
+        self.optimizer.load_state_dict(state["optimizer"])
+        self.version = int(state["version"])
+        self.samples_trained = int(state.get("samples_trained", 0))

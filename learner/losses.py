@@ -1,0 +1,55 @@
+"""IMPALA losses from V-trace targets.
+
+Reduction: every loss is a weighted MEAN over the `T x B` valid steps,
+
+    L = sum_{t,b} w_{t,b} l_{t,b} / sum_{t,b} m_{t,b},     w = m * iw_b
+
+where `m [T, B]` masks padded steps and `iw [B]` are replay importance weights (1 for fresh unrolls).
+A mean keeps the gradient scale independent of batch size and unroll length, so one learning rate
+(default 5e-4 with Adam, as in 001_ac66db064cb2f3bb.txt) holds across configs; torchbeast's sum
+reduction would need the rate divided by T*B.
+
+    policy_loss  = -mean(w * log pi(a_t|x_t) * A_t)          A_t = V-trace pg advantage
+    value_loss   = 0.5 * mean(w * (v_t - V(x_t))^2)
+    entropy      = mean(w * H[pi(.|x_t)])
+    total        = policy_loss + value_weight * value_loss - entropy_weight * entropy
+"""
+
+from __future__ import annotations
+
+from typing import NamedTuple
+
+import torch
+
+
+class ImpalaLosses(NamedTuple):
+    total: torch.Tensor
+    policy: torch.Tensor
+    value: torch.Tensor
+    entropy: torch.Tensor
+
+
+def impala_losses(
+    target_action_log_probs: torch.Tensor,
+    pg_advantages: torch.Tensor,
+    vs: torch.Tensor,
+    values: torch.Tensor,
+    entropies: torch.Tensor,
+    *,
+    value_weight: float,
+    entropy_weight: float,
+    weights: torch.Tensor | None = None,
+) -> ImpalaLosses:
+    """All inputs `[T, B]`; `weights [T, B]` = mask * importance weight (None: all ones)."""
+    if weights is None:
+        weights = torch.ones_like(values)
+    denom = torch.clamp((weights > 0).sum(), min=1).to(values.dtype)
+
+    def wmean(x: torch.Tensor) -> torch.Tensor:
+        return (weights * x).sum() / denom
+
+    policy = -wmean(target_action_log_probs * pg_advantages.detach())
+    value = 0.5 * wmean((vs.detach() - values) ** 2)
+    entropy = wmean(entropies)
+    total = policy + value_weight * value - entropy_weight * entropy
+    return ImpalaLosses(total, policy, value, entropy)
