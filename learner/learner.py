@@ -5,6 +5,7 @@ No Ray here: the Ray learner actor and the inline runner both drive this class.
 
 from __future__ import annotations
 
+import copy
 import logging
 from typing import Any
 
@@ -175,8 +176,9 @@ class Learner:
 
     def state_dict(self) -> dict[str, Any]:
         return {
-            "model": {k: v.detach().cpu() for k, v in self.model.state_dict().items()},
-            "optimizer": self.optimizer.state_dict(),
+            # Copies: optimizer.state_dict() returns live references to Adam's moment buffers.
+            "model": {k: v.detach().to("cpu", copy=True) for k, v in self.model.state_dict().items()},
+            "optimizer": copy.deepcopy(self.optimizer.state_dict()),
             "version": self.version,
             "samples_trained": self.samples_trained,
         }

@@ -1,0 +1,84 @@
+"""Learner throughput: samples/s of one V-trace update (forward, backward, Adam step).
+
+    python benchmarks/bench_learner.py [--device auto|cpu|cuda] [--json PATH] [--quick]
+
+IMPALA CNN on procgen-shaped uint8 observations, batch of 32 unrolls x 20 steps (B=32, T=20), and the
+MLP on CartPole-shaped observations. On the CPU the CNN figure is the ceiling for procgen training
+on this machine (training is learner-bound there). Needs torch and numpy only, no Ray, so it runs
+on the lent GPU machines too.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from benchmarks.common import print_table, write_json  # noqa: E402
+from contracts.config import LearnerConfig  # noqa: E402
+from contracts.spec import EnvSpec  # noqa: E402
+from learner.learner import Learner  # noqa: E402
+
+CASES = {
+    "impala_cnn": EnvSpec((64, 64, 3), "uint8", True, num_actions=15),
+    "mlp": EnvSpec((4,), "float32", True, num_actions=2),
+}
+
+
+def make_batch(spec: EnvSpec, T: int, B: int, rng: np.random.Generator) -> dict:
+    if spec.obs_dtype == "uint8":
+        obs = rng.integers(0, 256, size=(T + 1, B, *spec.obs_shape), dtype=np.uint8)
+    else:
+        obs = rng.normal(size=(T + 1, B, *spec.obs_shape)).astype(np.float32)
+    return {
+        "obs": obs,
+        "actions": rng.integers(0, spec.num_actions, size=(T, B)),
+        "rewards": rng.normal(size=(T, B)).astype(np.float32),
+        "terminated": rng.random((T, B)) < 0.01,
+        "truncated": np.zeros((T, B), dtype=bool),
+        "behaviour_params": rng.normal(size=(T, B, spec.num_actions)).astype(np.float32),
+    }
+
+
+def measure(model: str, device: str, T: int, B: int, seconds: float) -> dict:
+    spec = CASES[model]
+    learner = Learner(spec, LearnerConfig(device=device), seed=0)
+    batch = make_batch(spec, T, B, np.random.default_rng(0))
+    for _ in range(3):
+        learner.update(batch)
+    sync = torch.cuda.synchronize if learner.device.type == "cuda" else (lambda: None)
+    sync()
+    n, start = 0, time.perf_counter()
+    while time.perf_counter() - start < seconds:
+        learner.update(batch)
+        n += 1
+    sync()
+    elapsed = time.perf_counter() - start
+    return {"model": model, "device": str(learner.device), "T": T, "B": B, "updates": n,
+            "update_ms": elapsed / n * 1e3, "samples_per_s": n * T * B / elapsed,
+            "torch_threads": torch.get_num_threads()}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--device", default="auto")
+    parser.add_argument("--json", default="benchmarks/out/bench_learner.json")
+    parser.add_argument("--quick", action="store_true")
+    parser.add_argument("--seconds", type=float, default=10.0)
+    args = parser.parse_args()
+    seconds = 2.0 if args.quick else args.seconds
+    results = [measure("impala_cnn", args.device, 20, 32, seconds), measure("mlp", args.device, 20, 32, seconds)]
+    if not args.quick:
+        results.append(measure("mlp", args.device, 20, 256, seconds))
+    print_table(["model", "device", "T", "B", "update ms", "samples/s"],
+                [[r["model"], r["device"], r["T"], r["B"], r["update_ms"], r["samples_per_s"]] for r in results])
+    write_json(args.json, "bench_learner", results)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,64 @@
+"""The config tree: YAML fills it, flags override, bad values are named by their dotted path."""
+
+import pytest
+import yaml
+
+from contracts.config import ConfigError, RunConfig, from_dict, leaves, to_dict
+from deploy.cli import _parser, build_config
+
+
+def parse(argv, tmp_path=None, yaml_text=None):
+    parser, dests = _parser()
+    if yaml_text is not None:
+        path = tmp_path / "run.yaml"
+        path.write_text(yaml_text)
+        argv = [*argv, "--config", str(path)]
+    args = parser.parse_args(["train", *argv])
+    return build_config(args, dests)
+
+
+def test_yaml_then_flags_override(tmp_path):
+    text = "env: {id: CartPole-v1, num_levels: 10}\nactors: {num_actors: 3}\nlearner: {learning_rate: 0.002}\n"
+    cfg = parse(["--num-actors", "5", "--level-strategy", "gae"], tmp_path, text)
+    assert cfg.env.id == "CartPole-v1" and cfg.env.num_levels == 10
+    assert cfg.actors.num_actors == 5  # flag wins over YAML
+    assert cfg.learner.learning_rate == 0.002
+    assert cfg.levels.strategy == "gae"
+
+
+def test_every_leaf_has_a_distinct_flag():
+    from contracts.config import flag_name
+
+    names = [flag_name(p, f) for p, f, _ in leaves()]
+    assert len(names) == len(set(names))
+    for required in ("--env", "--num-actors", "--envs-per-actor", "--address", "--backend", "--run-dir",
+                     "--total-steps", "--metrics-port", "--level-strategy", "--replay-ratio"):
+        assert required in names
+
+
+def test_round_trip_through_yaml():
+    cfg = RunConfig()
+    cfg.learner.clip_rho = None
+    assert from_dict(yaml.safe_load(yaml.safe_dump(to_dict(cfg)))) == cfg
+
+
+@pytest.mark.parametrize(
+    "argv, yaml_text, match",
+    [
+        (["--num-actors", "two"], None, "actors.num_actors: expected int"),
+        (["--level-strategy", "best"], None, "levels.strategy: expected one of"),
+        (["--learning-rate", "-1"], None, "learner.learning_rate: must be >= 0"),
+        (["--learning-rate", "nan"], None, "learner.learning_rate: expected float"),
+        ([], "learner: {learning_rat: 1}\n", "unknown config key learner.learning_rat"),
+        ([], "actors: 3\n", "actors: expected a mapping"),
+        ([], "env: [\n", "not valid YAML"),
+    ],
+)
+def test_bad_values_name_the_field(tmp_path, argv, yaml_text, match):
+    with pytest.raises(ConfigError, match=match):
+        parse(argv, tmp_path, yaml_text)
+
+
+def test_optional_fields_accept_none():
+    cfg = parse(["--clip-rho", "none", "--replay-max-use", "null"])
+    assert cfg.learner.clip_rho is None and cfg.replay.max_use is None

@@ -1,0 +1,96 @@
+"""Env vectors: procgen level control by state injection, gymnasium seeds and truncation."""
+
+import itertools
+
+import numpy as np
+import pytest
+
+from actors.envs import make_env_vector
+from contracts.config import EnvConfig
+
+
+def test_procgen_plays_the_chosen_levels_and_reports_them():
+    from procgen import ProcgenGym3Env
+
+    chosen = itertools.cycle([17, 3, 150, 3, 42, 99])
+    asked: dict[int, list[int]] = {k: [] for k in range(4)}
+
+    def source(k):
+        seed = next(chosen)
+        asked[k].append(seed)
+        return seed
+
+    cfg = EnvConfig(id="procgen:coinrun", num_levels=200, start_level=0)
+    vec = make_env_vector(cfg, 4, source, seed=1)
+    obs = vec.reset()
+    assert obs.shape == (4, 64, 64, 3) and obs.dtype == np.uint8
+    assert vec.current_levels().tolist() == [a[-1] for a in asked.values()]
+    # Slot 0 shows exactly what a fresh env built on that level shows.
+    fresh = ProcgenGym3Env(num=1, env_name="coinrun", num_levels=1, start_level=asked[0][-1], distribution_mode="easy")
+    np.testing.assert_array_equal(obs[0], fresh.observe()[1]["rgb"][0])
+    rng = np.random.default_rng(0)
+    episodes_ended = 0
+    for _ in range(600):
+        levels_before = vec.current_levels()
+        step = vec.step(rng.integers(0, 15, size=4))
+        assert step.level_seeds.tolist() == levels_before.tolist()
+        ended = np.flatnonzero(step.terminated)
+        episodes_ended += len(ended)
+        for k in ended:
+            assert vec.current_levels()[k] == asked[k][-1]
+    assert episodes_ended > 0
+    played = set(itertools.chain.from_iterable(asked.values()))
+    assert played <= {17, 3, 150, 42, 99}
+    assert vec.fresh_level_builds <= 5  # start states are cached by seed
+
+
+def test_procgen_same_level_same_trajectory():
+    cfg = EnvConfig(id="procgen:bigfish", num_levels=10)
+    a = make_env_vector(cfg, 2, lambda k: 7, seed=1)
+    b = make_env_vector(cfg, 3, lambda k: 7, seed=2)
+    oa, ob = a.reset(), b.reset()
+    np.testing.assert_array_equal(oa[1], ob[2])
+    for t in range(30):
+        sa = a.step(np.full(2, t % 15))
+        sb = b.step(np.full(3, t % 15))
+        np.testing.assert_array_equal(sa.obs[1], sb.obs[2])
+
+
+def test_gymnasium_level_is_the_reset_seed():
+    cfg = EnvConfig(id="CartPole-v1", num_levels=0)
+    a = make_env_vector(cfg, 2, lambda k: 123)
+    b = make_env_vector(cfg, 1, lambda k: 123)
+    np.testing.assert_array_equal(a.reset()[0], b.reset()[0])
+    assert a.current_levels().tolist() == [123, 123]
+    c = make_env_vector(cfg, 1, lambda k: 124)
+    assert not np.array_equal(c.reset()[0], b.reset()[0])
+
+
+def test_gymnasium_truncation_keeps_the_final_observation():
+    cfg = EnvConfig(id="CartPole-v1", num_levels=5, start_level=10, max_episode_steps=4)
+    vec = make_env_vector(cfg, 2, None, seed=0)
+    vec.reset()
+    assert set(vec.current_levels().tolist()) <= set(range(10, 15))
+    steps = [vec.step(np.zeros(2, dtype=np.int64)) for _ in range(4)]
+    # Pushing left 4 times cannot end CartPole early: the time limit truncates at step 4.
+    assert not any(s.terminated.any() for s in steps)
+    assert steps[-1].truncated.all() and not any(s.truncated.any() for s in steps[:-1])
+    assert set(steps[-1].final_obs) == {0, 1}
+    assert not np.array_equal(steps[-1].final_obs[0], steps[-1].obs[0])  # obs is already the new episode
+
+
+def test_continuous_gymnasium_env():
+    vec = make_env_vector(EnvConfig(id="Pendulum-v1", num_levels=0), 2)
+    assert not vec.spec.discrete and vec.spec.action_dim == 1
+    vec.reset()
+    step = vec.step(np.array([[5.0], [-5.0]], dtype=np.float32))  # clipped to [-2, 2] inside
+    assert step.obs.shape == (2, 3) and step.obs.dtype == np.float32
+
+
+@pytest.mark.parametrize(
+    "env_id, match",
+    [("CartPol-v1", "Did you mean CartPole-v1"), ("procgen:bigfsh", "procgen:bigfish"), ("nope", "Available: procgen")],
+)
+def test_unknown_env_id_lists_what_exists(env_id, match):
+    with pytest.raises(ValueError, match=match):
+        make_env_vector(EnvConfig(id=env_id), 1)

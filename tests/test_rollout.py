@@ -1,0 +1,65 @@
+"""Rollouts and the unroll contract: shapes, continuity, episode stats, and rejection of bad unrolls."""
+
+import numpy as np
+import pytest
+
+from actors.envs import make_env_vector
+from actors.rollout import RolloutWorker
+from contracts.config import EnvConfig
+from contracts.trajectory import TrajectoryError, stack_unrolls, validate_unroll
+
+
+@pytest.fixture(scope="module")
+def cartpole_unrolls():
+    cfg = EnvConfig(id="CartPole-v1", num_levels=50, max_episode_steps=30)
+    worker = RolloutWorker(make_env_vector(cfg, 3, None, seed=0), 25, actor_id=2, env_id_offset=6, seed=0)
+    return worker, [worker.unroll() for _ in range(3)]
+
+
+def test_unroll_shapes_continuity_and_validation(cartpole_unrolls):
+    worker, unrolls = cartpole_unrolls
+    u0, u1 = unrolls[0], unrolls[1]
+    assert u0["obs"].shape == (26, 3, 4) and u0["actions"].shape == (25, 3)
+    np.testing.assert_array_equal(u0["obs"][-1], u1["obs"][0])
+    assert u0["env_ids"].tolist() == [6, 7, 8] and u0["actor_id"] == 2
+    for u in unrolls:
+        validate_unroll(u, worker.spec, unroll_length=25, level_range=(0, 50), current_version=0)
+    # time limit 30 within 75 steps: truncations carry final observations
+    total_trunc = sum(int(u["truncated"].sum()) for u in unrolls)
+    assert total_trunc > 0 and sum(len(u["final_obs"]) for u in unrolls) == total_trunc
+    # episode statistics add up to the per-step rewards of finished episodes
+    lengths = np.concatenate([u["episode_lengths"] for u in unrolls])
+    returns = np.concatenate([u["episode_returns"] for u in unrolls])
+    np.testing.assert_allclose(returns, lengths)  # CartPole pays 1 per step
+
+
+def test_stack_unrolls_offsets_final_obs_index(cartpole_unrolls):
+    _, unrolls = cartpole_unrolls
+    batch = stack_unrolls(unrolls)
+    assert batch["obs"].shape == (26, 9, 4)
+    t, b = batch["final_obs_index"].T
+    assert batch["truncated"][t, b].all()
+    assert batch["policy_version"].shape == (9,)
+
+
+BAD = [
+    ("rewards", lambda u: u.__setitem__("rewards", u["rewards"].astype(np.float32) * np.nan), "rewards"),
+    ("actions", lambda u: u["actions"].__setitem__((0, 0), 7), "actions"),
+    ("obs", lambda u: u.__setitem__("obs", u["obs"].astype(np.float64)), "obs"),
+    ("obs_shape", lambda u: u.__setitem__("obs", u["obs"][..., :3]), "obs"),
+    ("seeds", lambda u: u["level_seeds"].__setitem__((0, 0), 999), "level_seeds"),
+    ("missing", lambda u: u.pop("terminated"), "terminated"),
+    ("version", lambda u: u.__setitem__("policy_version", 5), "policy_version"),
+    ("dtype", lambda u: u.__setitem__("terminated", u["terminated"].astype(np.float32)), "terminated"),
+    ("final", lambda u: u.__setitem__("final_obs_index", u["final_obs_index"][:0]), "final_obs"),
+]
+
+
+@pytest.mark.parametrize("name, corrupt, field", BAD, ids=[b[0] for b in BAD])
+def test_validator_names_the_bad_field(cartpole_unrolls, name, corrupt, field):
+    worker, unrolls = cartpole_unrolls
+    u = next(x for x in unrolls if x["truncated"].any())
+    u = {k: (v.copy() if isinstance(v, np.ndarray) else v) for k, v in u.items()}
+    corrupt(u)
+    with pytest.raises(TrajectoryError, match=field):
+        validate_unroll(u, worker.spec, unroll_length=25, level_range=(0, 50), current_version=0)
