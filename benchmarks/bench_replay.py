@@ -1,0 +1,243 @@
+"""Benchmark: prioritized replay sample(256) + update_priorities(256).
+
+Compares ``replay_service.PrioritizedReplay`` (vectorised B-ary sum/min tree in NumPy) with
+(a) the per-element Python segment tree of the PER tutorial (re-implemented below: list-backed
+    sum and min segment trees, one ``retrieve`` per stratum, one ``__setitem__`` per update;
+    its ``sum()``/``min()`` read the root, which is kinder to it than the tutorial's recursive
+    range query), and
+(b) cpprb's C++ ``PrioritizedReplayBuffer`` (skipped with a note if cpprb is not installed).
+
+Items are tiny (None / one float) so the tree is measured, not payload copying. Each timing is the
+best of ``--repeats`` runs of ``--iters`` sample+update pairs at a full buffer; µs per pair.
+
+    .venv/bin/python benchmarks/bench_replay.py [--quick] [--json benchmarks/out/bench_replay.json]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import platform
+import random
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from replay_service import PrioritizedReplay  # noqa: E402
+
+BATCH = 256
+ALPHA, EPS, BETA = 0.6, 1e-6, 0.4
+
+
+# ----------------------------------------------------------------------------- (a) Python tree
+class _PySegmentTree:
+    """Per-element binary segment tree on a Python list (as in the PER tutorial)."""
+
+    def __init__(self, capacity: int, op, neutral: float) -> None:
+        assert capacity > 0 and capacity & (capacity - 1) == 0
+        self.capacity, self.op = capacity, op
+        self.tree = [neutral] * (2 * capacity)
+
+    def bulk_init(self, values) -> None:  # O(n) fill, only to set the benchmark up quickly
+        cap, t, op = self.capacity, self.tree, self.op
+        t[cap : cap + len(values)] = list(map(float, values))
+        for i in range(cap - 1, 0, -1):
+            t[i] = op(t[2 * i], t[2 * i + 1])
+
+    def __setitem__(self, idx: int, val: float) -> None:
+        idx += self.capacity
+        t, op = self.tree, self.op
+        t[idx] = val
+        idx //= 2
+        while idx >= 1:
+            t[idx] = op(t[2 * idx], t[2 * idx + 1])
+            idx //= 2
+
+    def __getitem__(self, idx: int) -> float:
+        return self.tree[self.capacity + idx]
+
+    def root(self) -> float:
+        return self.tree[1]
+
+
+class _PySumTree(_PySegmentTree):
+    def __init__(self, capacity: int) -> None:
+        super().__init__(capacity, lambda a, b: a + b, 0.0)
+
+    def retrieve(self, upperbound: float) -> int:
+        idx, t, cap = 1, self.tree, self.capacity
+        while idx < cap:
+            left = 2 * idx
+            if t[left] > upperbound:
+                idx = left
+            else:
+                upperbound -= t[left]
+                idx = left + 1
+        return idx - cap
+
+
+class PythonTreePER:
+    """The tutorial's PrioritizedReplayBuffer sampling/update logic over the Python trees."""
+
+    def __init__(self, capacity: int, priorities: np.ndarray) -> None:
+        self.size = capacity
+        self.sum_tree = _PySumTree(capacity)
+        self.min_tree = _PySegmentTree(capacity, min, float("inf"))
+        leaves = (priorities + EPS) ** ALPHA
+        self.sum_tree.bulk_init(leaves)
+        self.min_tree.bulk_init(leaves)
+        self.max_priority = 1.0
+
+    def sample(self, batch_size: int, beta: float):
+        total = self.sum_tree.root()
+        segment = total / batch_size
+        indices = []
+        for i in range(batch_size):
+            upperbound = random.uniform(segment * i, segment * (i + 1))
+            indices.append(self.sum_tree.retrieve(upperbound))
+        p_min = self.min_tree.root() / total
+        max_weight = (p_min * self.size) ** (-beta)
+        weights = [((self.sum_tree[i] / total) * self.size) ** (-beta) / max_weight for i in indices]
+        return indices, np.array(weights)
+
+    def update_priorities(self, indices, priorities) -> None:
+        for idx, priority in zip(indices, priorities, strict=True):
+            leaf = (priority + EPS) ** ALPHA
+            self.sum_tree[idx] = leaf
+            self.min_tree[idx] = leaf
+            self.max_priority = max(self.max_priority, priority)
+
+
+# ----------------------------------------------------------------------------- timing helpers
+def _time_pairs(step, iters: int, repeats: int) -> float:
+    for _ in range(max(3, iters // 10)):
+        step()
+    best = float("inf")
+    for _ in range(repeats):
+        t0 = time.perf_counter()
+        for _ in range(iters):
+            step()
+        best = min(best, (time.perf_counter() - t0) / iters)
+    return best * 1e6
+
+
+def bench_ours(n: int, prios: np.ndarray, iters: int, repeats: int) -> float:
+    r = PrioritizedReplay(n, alpha=ALPHA, eps=EPS, rng=0)
+    r.insert([None] * n, prios)
+    rng = np.random.default_rng(1)
+    new = np.abs(rng.normal(size=(64, BATCH)))
+    k = [0]
+
+    def step():
+        s = r.sample(BATCH, BETA)
+        r.update_priorities(s.ids, new[k[0] & 63])
+        k[0] += 1
+
+    return _time_pairs(step, iters, repeats)
+
+
+def bench_python(n: int, prios: np.ndarray, iters: int, repeats: int) -> float:
+    random.seed(0)
+    per = PythonTreePER(n, prios)
+    rng = np.random.default_rng(1)
+    new = np.abs(rng.normal(size=(64, BATCH))).tolist()
+    k = [0]
+
+    def step():
+        idx, _ = per.sample(BATCH, BETA)
+        per.update_priorities(idx, new[k[0] & 63])
+        k[0] += 1
+
+    return _time_pairs(step, iters, repeats)
+
+
+def bench_cpprb(n: int, prios: np.ndarray, iters: int, repeats: int) -> float | None:
+    try:
+        from cpprb import PrioritizedReplayBuffer
+    except Exception:  # not installed / incompatible build
+        return None
+    rb = PrioritizedReplayBuffer(n, {"done": {}}, alpha=ALPHA, eps=EPS)
+    rb.add(done=np.zeros(n), priorities=prios)
+    rng = np.random.default_rng(1)
+    new = np.abs(rng.normal(size=(64, BATCH)))
+    k = [0]
+
+    def step():
+        s = rb.sample(BATCH, beta=BETA)
+        rb.update_priorities(s["indexes"], new[k[0] & 63])
+        k[0] += 1
+
+    return _time_pairs(step, iters, repeats)
+
+
+def main(argv=None) -> dict:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--quick", action="store_true", help="fewer iterations (smoke run)")
+    ap.add_argument("--json", default="benchmarks/out/bench_replay.json", help="where to write results")
+    ap.add_argument("--sizes", default="16,18,20", help="log2 buffer sizes, comma separated")
+    args = ap.parse_args(argv)
+    iters, py_iters, repeats = (50, 5, 2) if args.quick else (400, 20, 5)
+    try:
+        import cpprb
+
+        cpprb_version = getattr(cpprb, "__version__", "installed")
+    except Exception as exc:
+        cpprb_version = None
+        print(f"cpprb unavailable ({type(exc).__name__}: {exc}); its column is skipped")
+    rows = []
+    for log2 in (int(x) for x in args.sizes.split(",")):
+        n = 1 << log2
+        prios = np.random.default_rng(log2).random(n) * 2
+        ours = bench_ours(n, prios, iters, repeats)
+        py = bench_python(n, prios, py_iters, repeats)
+        cpp = bench_cpprb(n, prios, iters, repeats) if cpprb_version else None
+        rows.append(
+            {
+                "size": n,
+                "log2_size": log2,
+                "ours_us": ours,
+                "python_tree_us": py,
+                "cpprb_us": cpp,
+                "speedup_vs_python": py / ours,
+                "speedup_vs_cpprb": None if cpp is None else cpp / ours,
+            }
+        )
+    hdr = f"{'size':>9} | {'ours µs':>9} | {'python µs':>10} | {'cpprb µs':>9} | {'x python':>8} | {'x cpprb':>7}"
+    print(f"sample({BATCH}) + update_priorities({BATCH}), µs per pair (best of {repeats} x {iters} iters)")
+    print(hdr)
+    print("-" * len(hdr))
+    for r in rows:
+        cpp = "n/a" if r["cpprb_us"] is None else f"{r['cpprb_us']:.1f}"
+        xc = "n/a" if r["speedup_vs_cpprb"] is None else f"{r['speedup_vs_cpprb']:.2f}"
+        print(
+            f"{'2^' + str(r['log2_size']):>9} | {r['ours_us']:>9.1f} | {r['python_tree_us']:>10.1f} | "
+            f"{cpp:>9} | {r['speedup_vs_python']:>8.1f} | {xc:>7}"
+        )
+    result = {
+        "benchmark": "replay sample+update",
+        "batch_size": BATCH,
+        "alpha": ALPHA,
+        "beta": BETA,
+        "quick": args.quick,
+        "iters": iters,
+        "python_iters": py_iters,
+        "repeats": repeats,
+        "numpy": np.__version__,
+        "cpprb": cpprb_version,
+        "python": platform.python_version(),
+        "machine": platform.machine(),
+        "rows": rows,
+    }
+    out = Path(args.json)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps(result, indent=2))
+    print(f"wrote {out}")
+    return result
+
+
+if __name__ == "__main__":
+    main()
