@@ -1,0 +1,158 @@
+"""`EnvActor`: a Ray actor (one CPU) that steps K environments with a local copy of the policy and
+streams fixed-length unrolls to the learner.
+
+Never stalls on the learner or the level service in steady state:
+- it keeps exactly one `submit` in flight: while the learner takes unroll n, the actor already
+  collects unroll n+1, and only then waits for n's receipt. A full learner queue therefore slows
+  actors down (backpressure) instead of growing memory.
+- the receipt carries the learner's latest version and a reference to its weights in the object
+  store (one object per version, shared by all actors); weights are fetched only when the version
+  changed.
+- level seeds come from a local buffer refilled asynchronously from the level service
+  (`SeedPrefetcher`), so an episode end never waits on a remote call.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+from collections import deque
+
+
+class SeedPrefetcher:
+    """A local buffer of level seeds, refilled from the level service before it runs dry.
+
+    Holds about `per_env * num_envs` seeds; asks for more when under half full. `log` (if given)
+    records each (env index, seed) handed out, for tests that check the envs played them.
+    """
+
+    def __init__(self, level_service, num_envs: int, per_env: int, log: list | None = None):
+        import ray
+
+        self._ray = ray
+        self.service = level_service
+        self.capacity = max(2, per_env * num_envs)
+        self.buffer: deque[int] = deque()
+        self.pending = None
+        self.log = log
+        self.requests = 0
+        self.blocking_waits = 0
+
+    def _request(self) -> None:
+        if self.pending is None:
+            self.pending = self.service.sample_seeds.remote(self.capacity - len(self.buffer))
+            self.requests += 1
+
+    def _collect(self, block: bool) -> None:
+        if self.pending is None:
+            return
+        ready, _ = self._ray.wait([self.pending], timeout=None if block else 0)
+        if ready:
+            self.buffer.extend(int(s) for s in self._ray.get(self.pending))
+            self.pending = None
+
+    def __call__(self, env_index: int) -> int:
+        self._collect(block=False)
+        if not self.buffer:
+            self._request()
+            self.blocking_waits += 1
+            self._collect(block=True)
+        seed = self.buffer.popleft()
+        if len(self.buffer) < self.capacity // 2:
+            self._request()
+        if self.log is not None:
+            self.log.append((env_index, seed))
+        return seed
+
+
+class EnvActor:
+    """Ray shell: `ray.remote(num_cpus=1, max_concurrency=2)(EnvActor)`; `run()` occupies one
+    concurrency slot for the actor's life, `stop()`/`info()` use the other."""
+
+    def __init__(
+        self,
+        actor_id: int,
+        cfg_dict: dict,
+        learner,
+        level_service=None,
+        *,
+        seed: int = 0,
+        record_seeds: bool = False,
+    ):
+        import torch
+
+        from actors.envs import make_env_vector
+        from actors.rollout import RolloutWorker
+        from contracts.config import from_dict
+
+        torch.set_num_threads(1)
+        cfg = from_dict(cfg_dict)
+        K = cfg.actors.envs_per_actor
+        self.actor_id = actor_id
+        self.learner = learner
+        self.seed_log: list | None = [] if record_seeds else None
+        self.prefetcher = (
+            SeedPrefetcher(level_service, K, cfg.actors.seed_prefetch, self.seed_log) if level_service else None
+        )
+        envs = make_env_vector(cfg.env, K, self.prefetcher, seed=seed)
+        self.worker = RolloutWorker(
+            envs,
+            cfg.actors.unroll_length,
+            model_kind=cfg.learner.model,
+            hidden_sizes=tuple(cfg.learner.hidden_sizes),
+            actor_id=actor_id,
+            env_id_offset=actor_id * K,
+            seed=seed,
+        )
+        self._stop = threading.Event()
+        self.unrolls_sent = 0
+        self.weight_fetches = 0
+
+    def _apply_receipt(self, receipt) -> None:
+        import ray
+
+        version, ref_box = receipt
+        if version > self.worker.policy_version and ref_box:
+            self.worker.set_weights(version, ray.get(ref_box[0]))
+            self.weight_fetches += 1
+
+    def run(self, max_unrolls: int | None = None) -> int:
+        """Collect and send unrolls until `stop()` (or `max_unrolls`); returns unrolls sent."""
+        import ray
+
+        self._apply_receipt(ray.get(self.learner.latest_weights.remote()))
+        in_flight = None
+        while not self._stop.is_set() and (max_unrolls is None or self.unrolls_sent < max_unrolls):
+            unroll = self.worker.unroll()
+            if in_flight is not None:
+                self._apply_receipt(ray.get(in_flight))  # backpressure: wait for the previous receipt
+            in_flight = self.learner.submit.remote(unroll)
+            self.unrolls_sent += 1
+        if in_flight is not None:
+            self._apply_receipt(ray.get(in_flight))
+        return self.unrolls_sent
+
+    def stop(self) -> None:
+        self._stop.set()
+
+    def info(self) -> dict:
+        import ray
+
+        return {
+            "id": self.actor_id,
+            "pid": os.getpid(),
+            "node": ray.get_runtime_context().get_node_id(),
+            "env_steps": self.worker.env_steps,
+            "unrolls_sent": self.unrolls_sent,
+            "policy_version": self.worker.policy_version,
+            "weight_fetches": self.weight_fetches,
+            "seed_blocking_waits": self.prefetcher.blocking_waits if self.prefetcher else 0,
+        }
+
+    def seeds_given(self) -> list[tuple[int, int]]:
+        return list(self.seed_log or [])
+
+    def collect(self, n: int) -> list[dict]:
+        """Collect `n` unrolls and return them instead of sending them (for tests and evaluation)."""
+        return [self.worker.unroll() for _ in range(n)]
+

@@ -1,0 +1,156 @@
+"""Prometheus metrics for the whole job, served from the driver on one endpoint.
+
+The driver polls the learner, supervisor and services every report interval and hands the merged
+snapshot to `JobCollector`, which renders it at scrape time. Counters are the services' own
+monotonic totals (exported as `_total`), so a restarted driver never makes them go backwards
+within one process. Names follow Prometheus conventions: `levelray_` prefix, base units, `_total`
+for counters.
+"""
+
+from __future__ import annotations
+
+import threading
+
+from prometheus_client import CollectorRegistry, start_http_server
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily
+
+# name -> (type, help): the list README documents and the deploy configs may use.
+METRICS = {
+    "levelray_env_steps_total": ("counter", "Environment steps received by the learner"),
+    "levelray_episodes_total": ("counter", "Episodes finished"),
+    "levelray_episode_return": ("gauge", "Mean return of the last 100 episodes"),
+    "levelray_env_steps_per_second": ("gauge", "Environment steps per second over the last report interval"),
+    "levelray_learner_updates_total": ("counter", "Learner updates (the learner version)"),
+    "levelray_learner_samples_total": ("counter", "Samples (steps) trained on"),
+    "levelray_learner_version": ("gauge", "Current learner version"),
+    "levelray_learner_loss": ("gauge", "Learner losses of the last update, by kind (total, policy, value)"),
+    "levelray_learner_entropy": ("gauge", "Mean policy entropy of the last update"),
+    "levelray_learner_grad_norm": ("gauge", "Gradient norm before clipping, last update"),
+    "levelray_learner_explained_variance": ("gauge", "Explained variance of the value head, last update"),
+    "levelray_policy_lag": ("histogram", "Learner version minus the unroll's policy version, in versions"),
+    "levelray_learner_queue_depth": ("gauge", "Unrolls waiting in the learner's inbound queue"),
+    "levelray_trajectories_dropped_total": ("counter", "Unrolls dropped by the learner, by reason"),
+    "levelray_actors_alive": ("gauge", "Env actors alive"),
+    "levelray_actors_desired": ("gauge", "Env actors asked for"),
+    "levelray_actor_restarts_total": ("counter", "Env actors replaced after dying"),
+    "levelray_level_seen_fraction": ("gauge", "Fraction of training levels with a score"),
+    "levelray_level_score": ("gauge", "Level score quantiles over seen levels"),
+    "levelray_level_staleness": ("gauge", "Level staleness, mean and max"),
+    "levelray_replay_size": ("gauge", "Unrolls in the replay buffer"),
+    "levelray_replay_inserts_total": ("counter", "Unrolls inserted into replay"),
+    "levelray_replay_samples_total": ("counter", "Unrolls sampled from replay"),
+    "levelray_test_return": ("gauge", "Mean return on held-out levels (periodic evaluation)"),
+}
+
+
+def _strip_total(name: str) -> str:
+    return name[: -len("_total")] if name.endswith("_total") else name
+
+
+class JobCollector:
+    def __init__(self):
+        self._snapshot: dict = {}
+        self._lock = threading.Lock()
+
+    def update(self, snapshot: dict) -> None:
+        with self._lock:
+            self._snapshot = dict(snapshot)
+
+    def collect(self):
+        with self._lock:
+            s = dict(self._snapshot)
+        if not s:
+            return
+
+        def counter(name, value, labels=None):
+            if value is None:
+                return None
+            fam = CounterMetricFamily(_strip_total(name), METRICS[name][1], labels=list(labels or {}))
+            fam.add_metric(list((labels or {}).values()), float(value))
+            return fam
+
+        def gauge(name, value):
+            if value is None:
+                return None
+            return GaugeMetricFamily(name, METRICS[name][1], value=float(value))
+
+        learner = s.get("learner", {})
+        metrics = learner.get("metrics", {})
+        out = [
+            counter("levelray_env_steps_total", learner.get("env_steps")),
+            counter("levelray_episodes_total", learner.get("episodes")),
+            gauge("levelray_episode_return", learner.get("episode_return_mean")),
+            gauge("levelray_env_steps_per_second", s.get("env_steps_per_second")),
+            counter("levelray_learner_updates_total", learner.get("learner_version")),
+            counter("levelray_learner_samples_total", learner.get("samples_trained")),
+            gauge("levelray_learner_version", learner.get("learner_version")),
+            gauge("levelray_learner_entropy", metrics.get("entropy")),
+            gauge("levelray_learner_grad_norm", metrics.get("grad_norm")),
+            gauge("levelray_learner_explained_variance", metrics.get("explained_variance")),
+            gauge("levelray_learner_queue_depth", learner.get("queue_depth")),
+            gauge("levelray_test_return", s.get("test_return_mean")),
+        ]
+        loss = GaugeMetricFamily("levelray_learner_loss", METRICS["levelray_learner_loss"][1], labels=["kind"])
+        for kind in ("total", "policy", "value"):
+            if f"loss_{kind}" in metrics:
+                loss.add_metric([kind], float(metrics[f"loss_{kind}"]))
+        out.append(loss)
+        if "policy_lag_counts" in learner:
+            counts, bounds = learner["policy_lag_counts"], learner["policy_lag_buckets"]
+            cumulative, buckets = 0, []
+            for bound, c in zip([*bounds, float("inf")], counts, strict=True):
+                cumulative += c
+                buckets.append(("+Inf" if bound == float("inf") else str(float(bound)), cumulative))
+            out.append(HistogramMetricFamily("levelray_policy_lag", METRICS["levelray_policy_lag"][1],
+                                             buckets=buckets, sum_value=learner.get("policy_lag_sum", 0.0)))
+        dropped = CounterMetricFamily(
+            "levelray_trajectories_dropped", METRICS["levelray_trajectories_dropped_total"][1], labels=["reason"]
+        )
+        for reason in sorted({"policy_lag", "malformed", *learner.get("dropped", {})}):
+            dropped.add_metric([reason], float(learner.get("dropped", {}).get(reason, 0)))
+        out.append(dropped)
+        sup = s.get("supervisor")
+        if sup:
+            out += [gauge("levelray_actors_alive", sup.get("actors_alive")),
+                    gauge("levelray_actors_desired", sup.get("actors_desired")),
+                    counter("levelray_actor_restarts_total", sup.get("actor_restarts"))]
+        levels = s.get("levels")
+        if levels:
+            out.append(gauge("levelray_level_seen_fraction", levels.get("seen_fraction")))
+            score = GaugeMetricFamily("levelray_level_score", METRICS["levelray_level_score"][1], labels=["quantile"])
+            for q, key in (("0", "min"), ("0.25", "p25"), ("0.5", "median"), ("0.75", "p75"), ("1", "max")):
+                value = (levels.get("score") or {}).get(key)
+                if value is not None:
+                    score.add_metric([q], float(value))
+            out.append(score)
+            stale = GaugeMetricFamily("levelray_level_staleness", METRICS["levelray_level_staleness"][1],
+                                      labels=["stat"])
+            for key in ("mean", "max"):
+                value = (levels.get("staleness") or {}).get(key)
+                if value is not None:
+                    stale.add_metric([key], float(value))
+            out.append(stale)
+        replay = s.get("replay")
+        if replay:
+            out += [gauge("levelray_replay_size", replay.get("size")),
+                    counter("levelray_replay_inserts_total", replay.get("inserts")),
+                    counter("levelray_replay_samples_total", replay.get("samples"))]
+        yield from (m for m in out if m is not None)
+
+
+class MetricsServer:
+    """One HTTP endpoint (`/metrics`) for the job; bound to 127.0.0.1 unless asked otherwise."""
+
+    def __init__(self, host: str, port: int):
+        self.registry = CollectorRegistry()
+        self.collector = JobCollector()
+        self.registry.register(self.collector)
+        self.server, self.thread = start_http_server(port, addr=host, registry=self.registry)
+        self.port = self.server.server_port
+
+    def update(self, snapshot: dict) -> None:
+        self.collector.update(snapshot)
+
+    def close(self) -> None:
+        self.server.shutdown()
+        self.server.server_close()

@@ -1,0 +1,232 @@
+"""`levelray train` on Ray: the driver that starts the job, reports on it and stops it cleanly.
+
+Without `--address` it starts an embedded local Ray; with one (`auto` or HOST:PORT) it joins that
+cluster. It creates, in this order (data flows one way: actors -> learner -> services):
+
+    level service (PLR)  <- scores ---------  learner (GPU if the cluster has one)
+    replay service (PER) <- unrolls/prios --     ^ unrolls         | weights by version
+    supervisor (named) -- owns --> env actors ---+  <--------------+ (object store)
+
+then polls them every report interval: one `metrics.jsonl` record, the progress line, the
+Prometheus snapshot, and a checkpoint every `checkpoint_interval_updates` versions. Ctrl-C (or
+SIGTERM) stops the actors, then the learner, and writes a final checkpoint.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import threading
+import time
+from typing import Any
+
+import numpy as np
+
+from contracts.config import RunConfig, to_dict
+from deploy.components import level_seeds, replay_kwargs, sampler_kwargs
+from deploy.progress import progress_line
+from deploy.rundir import RunDir
+from deploy.supervisor import NAMESPACE, SUPERVISOR_NAME, Supervisor
+
+log = logging.getLogger(__name__)
+
+
+def init_ray(address: str | None, num_actors: int, *, dashboard: bool = False) -> bool:
+    """Connect to `address` or start a local Ray; returns True when this process started it."""
+    import ray
+
+    if ray.is_initialized():
+        return False
+    os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
+    if address:
+        ray.init(address=address, namespace=NAMESPACE, log_to_driver=False)
+        return False
+    cpus = max(os.cpu_count() or 1, num_actors + 1)
+    ray.init(num_cpus=cpus, namespace=NAMESPACE, include_dashboard=dashboard, dashboard_host="127.0.0.1",
+             log_to_driver=False)
+    return True
+
+
+class RayJob:
+    """The running job's handles; `train_ray` drives it, tests drive it directly."""
+
+    def __init__(self, cfg: RunConfig, run_dir: RunDir, *, resume_state: dict | None = None,
+                 record_seeds: bool = False):
+        import ray
+
+        from actors.envs import env_spec
+        from learner.service import learner_actor_class
+        from level_service.service import LevelService
+        from replay_service.service import ReplayService
+
+        self.cfg = cfg
+        self.run_dir = run_dir
+        cfg_dict = to_dict(cfg)
+        spec = env_spec(cfg.env)
+        services = run_dir.path / "services"
+        services.mkdir(parents=True, exist_ok=True)
+        seeds = level_seeds(cfg.env)
+        self.level_service = None
+        if seeds is not None:
+            self.level_service = LevelService.options(num_cpus=0).remote(
+                seeds,
+                {**sampler_kwargs(cfg.levels, cfg.learner.discount), "rng": cfg.seed},
+                snapshot_path=str(services / "levels.msgpack"),
+                snapshot_interval_s=max(cfg.levels.snapshot_interval_s, 1e-3),
+            )
+        self.replay_service = None
+        if cfg.replay.replay_ratio > 0:
+            self.replay_service = ReplayService.options(num_cpus=0).remote(
+                cfg.replay.capacity, **replay_kwargs(cfg), snapshot_path=str(services / "replay.msgpack"))
+        gpus = 1 if ray.cluster_resources().get("GPU", 0) >= 1 else 0
+        learner_cls = learner_actor_class(gpus)
+        self.learner = learner_cls.remote(cfg_dict, spec.to_dict(), self.level_service, self.replay_service,
+                                          resume_state)
+        supervisor_cls = ray.remote(num_cpus=0, max_concurrency=16)(Supervisor)
+        self.supervisor = supervisor_cls.options(name=SUPERVISOR_NAME, namespace=NAMESPACE).remote(
+            cfg_dict, self.learner, self.level_service, seed=cfg.seed, record_seeds=record_seeds)
+        ray.get(self.supervisor.scale.remote(cfg.actors.num_actors))
+        self._last_steps: int | None = None
+        self._last_time = time.time()
+        self.steps_per_second = 0.0
+        self.last_checkpoint_version = -1
+
+    def poll(self) -> dict[str, Any]:
+        """One report: merged stats of every part of the job."""
+        import ray
+
+        refs = {"learner": self.learner.stats.remote(), "supervisor": self.supervisor.status.remote()}
+        if self.level_service is not None:
+            refs["levels"] = self.level_service.stats.remote()
+        if self.replay_service is not None:
+            refs["replay"] = self.replay_service.stats.remote()
+        snap = {k: ray.get(v, timeout=60) for k, v in refs.items()}
+        now = time.time()
+        steps = snap["learner"]["env_steps"]
+        if self._last_steps is not None and now > self._last_time:
+            self.steps_per_second = (steps - self._last_steps) / (now - self._last_time)
+        self._last_steps, self._last_time = steps, now
+        snap["env_steps_per_second"] = self.steps_per_second
+        return snap
+
+    def record(self, snap: dict) -> dict:
+        """The `metrics.jsonl` record for a poll (JSON scalars only)."""
+        ls, sup = snap["learner"], snap["supervisor"]
+        rec = {
+            "time": time.time(),
+            "env_steps": ls["env_steps"],
+            "env_steps_per_second": snap["env_steps_per_second"],
+            "episodes": ls["episodes"],
+            "episode_return_mean": ls["episode_return_mean"],
+            "learner_version": ls["learner_version"],
+            "policy_lag_mean": ls["policy_lag_mean"],
+            "queue_depth": ls["queue_depth"],
+            "actors_alive": sup["actors_alive"],
+            "actors_desired": sup["actors_desired"],
+            "actor_restarts": sup["actor_restarts"],
+            "dropped": ls["dropped"],
+        }
+        rec.update({f"learner_{k}": v for k, v in ls["metrics"].items() if k != "version"})
+        if "levels" in snap:
+            lv = snap["levels"]
+            rec["level_seen_fraction"] = lv["seen_fraction"]
+            rec["level_score"] = lv.get("score")
+            rec["level_top"] = lv.get("top_levels")
+            rec["level_weights"] = np.round(np.asarray(lv["weights"], dtype=float), 6).tolist()
+        if "replay" in snap:
+            rp = snap["replay"]
+            rec["replay"] = {k: rp[k] for k in ("size", "inserts", "samples", "mean_uses") if k in rp}
+        return rec
+
+    def checkpoint(self) -> None:
+        import ray
+
+        state = ray.get(self.learner.state.remote(), timeout=120)
+        level_state = ray.get(self.level_service.state_dict.remote()) if self.level_service is not None else None
+        if self.level_service is not None:
+            ray.get(self.level_service.snapshot.remote())
+        if self.replay_service is not None:
+            ray.get(self.replay_service.snapshot.remote())
+        version = int(state["learner"]["version"])
+        self.run_dir.save_checkpoint(version, state["learner"], state["counters"], level_state=level_state,
+                                     config=self.cfg, keep=self.cfg.keep_checkpoints)
+        self.last_checkpoint_version = version
+
+    def stop(self) -> None:
+        import ray
+
+        try:
+            ray.get(self.supervisor.stop_all.remote(), timeout=60)
+        finally:
+            ray.get(self.learner.stop.remote(), timeout=60)
+
+    def kill(self) -> None:
+        import ray
+
+        for handle in (self.supervisor, self.learner, self.level_service, self.replay_service):
+            if handle is not None:
+                ray.kill(handle)
+
+
+def train_ray(cfg: RunConfig, run_dir: RunDir, *, resume: bool = False, stop: threading.Event | None = None,
+              quiet: bool = False) -> dict:
+    import ray
+
+    from deploy.metrics import MetricsServer
+
+    stop = stop or threading.Event()
+    resume_state = None
+    if resume:
+        ckpt = run_dir.load_latest_checkpoint()
+        if ckpt is None:
+            raise ValueError(f"--resume: no checkpoint in {run_dir.checkpoints}")
+        resume_state = {"learner": ckpt["learner"], "counters": ckpt["counters"]}
+        print(f"levelray: resuming from {ckpt['path']} (version {ckpt['version']})", flush=True)
+    started = init_ray(cfg.address, cfg.actors.num_actors)
+    metrics = MetricsServer(cfg.metrics_host, cfg.metrics_port) if cfg.metrics_port else None
+    if metrics is not None:
+        print(f"levelray: metrics on http://{cfg.metrics_host}:{metrics.port}/metrics", flush=True)
+    job = RayJob(cfg, run_dir, resume_state=resume_state)
+    record: dict = {}
+    try:
+        last_report = 0.0
+        while not stop.is_set():
+            stop.wait(min(0.25, cfg.report_interval_s))
+            if time.time() - last_report < cfg.report_interval_s and not stop.is_set():
+                continue
+            last_report = time.time()
+            snap = job.poll()
+            if snap["learner"]["error"]:
+                raise RuntimeError("learner failed:\n" + snap["learner"]["error"])
+            record = job.record(snap)
+            run_dir.append_metrics(record)
+            if metrics is not None:
+                metrics.update(snap)
+            if not quiet:
+                print(progress_line(record), flush=True)
+            version = record["learner_version"]
+            if version // cfg.checkpoint_interval_updates > max(job.last_checkpoint_version, 0) // \
+                    cfg.checkpoint_interval_updates:
+                job.checkpoint()
+            ret = record["episode_return_mean"]
+            if record["env_steps"] >= cfg.total_steps or (
+                cfg.stop_at_return is not None and ret is not None and ret >= cfg.stop_at_return
+                and snap["learner"]["episode_returns_window"] >= 50
+            ):
+                break
+    finally:
+        try:
+            job.stop()
+            snap = job.poll()
+            record = job.record(snap)
+            run_dir.append_metrics(record)
+            job.checkpoint()
+            print(f"levelray: final checkpoint at version {job.last_checkpoint_version}", flush=True)
+        finally:
+            run_dir.close()
+            job.kill()
+            if metrics is not None:
+                metrics.close()
+            if started:
+                ray.shutdown()
+    return record
