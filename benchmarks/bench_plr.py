@@ -1,0 +1,437 @@
+"""Benchmark: levelray's PLR sampler vs a faithful re-implementation of the reference (DI-engine's
+`LevelSampler`, seed document 000_909ee42d9391b815.txt), plus `sample_seeds` through Ray.
+
+    .venv/bin/python benchmarks/bench_plr.py [--quick] [--json benchmarks/out/bench_plr.json] [--no-ray]
+
+Measured per level count (200, 10,000, 100,000):
+* update: `update_with_rollouts` for 64 env columns x 256 steps, strategy value_l1 with advantages, episodes
+  ending with probability 1/100 per step, consecutive unrolls of continuous episode streams (so episodes
+  span unrolls).  Ours is also timed including the first `sample()` after the update, which pays the
+  lazy rebuild of the cached score distribution (rank transform, O(n log n)).
+* sample: one `sample()` in the default configuration (proportionate, rank T=0.1, staleness_coef 0.1,
+  power staleness T=1) with every level seen.
+* Ray: `ray.get(service.sample_seeds.remote(n))` round trips from the driver (a client) for n=1 and n=32.
+
+The reference keeps its structure: per-actor Python loop over episodes with torch score functions, then
+the loop over every (actor, level) pair committing partial scores; `sample()` rebuilds the rank and
+staleness weights over all levels and calls `np.random.choice` with them.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from level_service.sampler import LevelSampler  # noqa: E402
+
+T_STEPS, N_COLS = 256, 64
+
+
+# --------------------------------------------------------------------------- faithful reference
+class RefLevelSampler:
+    """DI-engine LevelSampler, re-implemented with the same loops, torch ops and transforms."""
+
+    def __init__(
+        self,
+        seeds,
+        num_actors,
+        *,
+        strategy="value_l1",
+        replay_schedule="proportionate",
+        score_transform="rank",
+        temperature=0.1,
+        eps=0.05,
+        rho=0.2,
+        nu=0.5,
+        alpha=1.0,
+        staleness_coef=0.1,
+        staleness_transform="power",
+        staleness_temperature=1.0,
+    ):
+        self.strategy = strategy
+        self.replay_schedule = replay_schedule
+        self.score_transform = score_transform
+        self.temperature = temperature
+        self.eps = eps
+        self.rho = rho
+        self.nu = nu
+        self.alpha = alpha
+        self.staleness_coef = staleness_coef
+        self.staleness_transform = staleness_transform
+        self.staleness_temperature = staleness_temperature
+        self.seeds = np.array(seeds, dtype=np.int64)
+        self.seed2index = {seed: i for i, seed in enumerate(seeds)}
+        self.unseen_seed_weights = np.ones(len(seeds))
+        self.seed_scores = np.zeros(len(seeds))
+        self.partial_seed_scores = np.zeros((num_actors, len(seeds)), dtype=np.float32)
+        self.partial_seed_steps = np.zeros((num_actors, len(seeds)), dtype=np.int64)
+        self.seed_staleness = np.zeros(len(seeds))
+        self.next_seed_index = 0
+
+    def update_with_rollouts(self, train_data, num_actors):
+        total_steps = train_data["reward"].shape[0]
+        self._update_with_rollouts(train_data, num_actors, total_steps, self._value_l1)
+        for actor_index in range(self.partial_seed_scores.shape[0]):
+            for seed_idx in range(self.partial_seed_scores.shape[1]):
+                if self.partial_seed_scores[actor_index][seed_idx] != 0:
+                    self.update_seed_score(actor_index, seed_idx, 0, 0)
+        self.partial_seed_scores.fill(0)
+        self.partial_seed_steps.fill(0)
+
+    def update_seed_score(self, actor_index, seed_idx, score, num_steps):
+        score = self._partial_update_seed_score(actor_index, seed_idx, score, num_steps, done=True)
+        self.unseen_seed_weights[seed_idx] = 0.0
+        old_score = self.seed_scores[seed_idx]
+        self.seed_scores[seed_idx] = (1 - self.alpha) * old_score + self.alpha * score
+
+    def _partial_update_seed_score(self, actor_index, seed_idx, score, num_steps, done=False):
+        partial_score = self.partial_seed_scores[actor_index][seed_idx]
+        partial_num_steps = self.partial_seed_steps[actor_index][seed_idx]
+        running_num_steps = partial_num_steps + num_steps
+        merged_score = partial_score + (score - partial_score) * num_steps / float(running_num_steps)
+        if done:
+            self.partial_seed_scores[actor_index][seed_idx] = 0.0
+            self.partial_seed_steps[actor_index][seed_idx] = 0
+        else:
+            self.partial_seed_scores[actor_index][seed_idx] = merged_score
+            self.partial_seed_steps[actor_index][seed_idx] = running_num_steps
+        return merged_score
+
+    def _value_l1(self, **kwargs):
+        return kwargs["adv"].abs().mean().item()
+
+    def _update_with_rollouts(self, train_data, num_actors, all_total_steps, score_function):
+        import torch
+
+        per = int(all_total_steps / num_actors)
+        level_seeds = train_data["seed"].reshape(num_actors, per).transpose(0, 1)
+        policy_logits = train_data["logit"].reshape(num_actors, per, -1).transpose(0, 1)
+        done = train_data["done"].reshape(num_actors, per).transpose(0, 1)
+        total_steps, num_actors = policy_logits.shape[:2]
+        for actor_index in range(num_actors):
+            done_steps = done[:, actor_index].nonzero()[:total_steps, 0]
+            start_t = 0
+            for t in done_steps:
+                if not start_t < total_steps:
+                    break
+                if t == 0:
+                    continue
+                seed_t = int(level_seeds[start_t, actor_index].item())
+                seed_idx_t = self.seed2index[seed_t]
+                kw = {}
+                episode_logits = policy_logits[start_t:t, actor_index]
+                kw["episode_logits"] = torch.log_softmax(episode_logits, -1)
+                rewards = train_data["reward"].reshape(num_actors, per).transpose(0, 1)
+                adv = train_data["adv"].reshape(num_actors, per).transpose(0, 1)
+                value = train_data["value"].reshape(num_actors, per).transpose(0, 1)
+                kw["adv"] = adv[start_t:t, actor_index]
+                kw["rewards"] = rewards[start_t:t, actor_index]
+                kw["value"] = value[start_t:t, actor_index]
+                score = score_function(**kw)
+                self.update_seed_score(actor_index, seed_idx_t, score, len(episode_logits))
+                start_t = t.item()
+            if start_t < total_steps:
+                seed_idx_t = self.seed2index[level_seeds[start_t, actor_index].item()]
+                kw = {}
+                episode_logits = policy_logits[start_t:, actor_index]
+                kw["episode_logits"] = torch.log_softmax(episode_logits, -1)
+                rewards = train_data["reward"].reshape(num_actors, per).transpose(0, 1)
+                adv = train_data["adv"].reshape(num_actors, per).transpose(0, 1)
+                value = train_data["value"].reshape(num_actors, per).transpose(0, 1)
+                kw["adv"] = adv[start_t:, actor_index]
+                kw["rewards"] = rewards[start_t:, actor_index]
+                kw["value"] = value[start_t:, actor_index]
+                score = score_function(**kw)
+                self._partial_update_seed_score(actor_index, seed_idx_t, score, len(episode_logits))
+
+    def _update_staleness(self, selected_idx):
+        if self.staleness_coef > 0:
+            self.seed_staleness += 1
+            self.seed_staleness[selected_idx] = 0
+
+    def _sample_replay_level(self):
+        sample_weights = self._sample_weights()
+        if np.isclose(np.sum(sample_weights), 0):
+            sample_weights = np.ones_like(sample_weights, dtype=np.float32) / len(sample_weights)
+        seed_idx = np.random.choice(range(len(self.seeds)), 1, p=sample_weights)[0]
+        self._update_staleness(seed_idx)
+        return int(self.seeds[seed_idx])
+
+    def _sample_unseen_level(self):
+        sample_weights = self.unseen_seed_weights / self.unseen_seed_weights.sum()
+        seed_idx = np.random.choice(range(len(self.seeds)), 1, p=sample_weights)[0]
+        self._update_staleness(seed_idx)
+        return int(self.seeds[seed_idx])
+
+    def sample(self):
+        num_unseen = (self.unseen_seed_weights > 0).sum()
+        proportion_seen = (len(self.seeds) - num_unseen) / len(self.seeds)
+        if self.replay_schedule == "fixed":
+            if proportion_seen >= self.rho and (np.random.rand() > self.nu or not proportion_seen < 1.0):
+                return self._sample_replay_level()
+            return self._sample_unseen_level()
+        if proportion_seen >= self.rho and np.random.rand() < proportion_seen:
+            return self._sample_replay_level()
+        return self._sample_unseen_level()
+
+    def _sample_weights(self):
+        weights = self._score_transform(self.score_transform, self.temperature, self.seed_scores)
+        weights = weights * (1 - self.unseen_seed_weights)
+        z = np.sum(weights)
+        if z > 0:
+            weights /= z
+        staleness_weights = 0
+        if self.staleness_coef > 0:
+            staleness_weights = self._score_transform(
+                self.staleness_transform, self.staleness_temperature, self.seed_staleness
+            )
+            staleness_weights = staleness_weights * (1 - self.unseen_seed_weights)
+            z = np.sum(staleness_weights)
+            if z > 0:
+                staleness_weights /= z
+            weights = (1 - self.staleness_coef) * weights + self.staleness_coef * staleness_weights
+        return weights
+
+    def _score_transform(self, transform, temperature, scores):
+        if transform == "rank":
+            temp = np.flip(scores.argsort())
+            ranks = np.empty_like(temp)
+            ranks[temp] = np.arange(len(temp)) + 1
+            return 1 / ranks ** (1.0 / temperature)
+        eps = 0 if self.staleness_coef > 0 else 1e-3
+        return (np.array(scores) + eps) ** (1.0 / temperature)
+
+
+# --------------------------------------------------------------------------- data
+def make_stream(n_levels, reps, seed=0):
+    """`reps` consecutive [T, N] unrolls of continuous episode streams (time-major, float32)."""
+    rng = np.random.default_rng(seed)
+    total = reps * T_STEPS
+    dones = rng.random((total, N_COLS)) < 0.01
+    new_level = rng.integers(0, n_levels, (total + 1, N_COLS))
+    ep = np.cumsum(np.vstack([np.zeros((1, N_COLS), bool), dones[:-1]]), axis=0)
+    seeds = np.take_along_axis(new_level, ep, axis=0)  # constant within an episode
+    adv = rng.normal(size=(total, N_COLS)).astype(np.float32)
+    return [
+        (
+            seeds[i * T_STEPS : (i + 1) * T_STEPS],
+            dones[i * T_STEPS : (i + 1) * T_STEPS],
+            adv[i * T_STEPS : (i + 1) * T_STEPS],
+        )
+        for i in range(reps)
+    ]
+
+
+def to_ref(seeds, dones, adv):
+    import torch
+
+    def am(x):  # actor-major flattening, as DI-engine's train_data
+        return torch.as_tensor(np.ascontiguousarray(x.T).reshape(-1))
+
+    return {
+        "seed": am(seeds),
+        "done": am(dones),
+        "adv": am(adv),
+        "reward": am(np.zeros_like(adv)),
+        "value": am(np.zeros_like(adv)),
+        "logit": torch.zeros(N_COLS * T_STEPS, 4),
+    }
+
+
+# --------------------------------------------------------------------------- timings
+def time_ours_update(n_levels, reps):
+    stream = make_stream(n_levels, reps + 2)
+    s = LevelSampler(range(n_levels), rng=0)
+    s.update_with_rollouts(*stream[0][:2], advantages=stream[0][2])  # warm-up
+    s.sample()
+    t_upd, t_upd_sample = [], []
+    for seeds, dones, adv in stream[1 : reps + 1]:
+        t0 = time.perf_counter()
+        s.update_with_rollouts(seeds, dones, advantages=adv)
+        t1 = time.perf_counter()
+        s.sample()
+        t2 = time.perf_counter()
+        t_upd.append(t1 - t0)
+        t_upd_sample.append(t2 - t0)
+    return float(np.median(t_upd)), float(np.median(t_upd_sample))
+
+
+def time_ref_update(n_levels, reps):
+    stream = make_stream(n_levels, reps + 1)
+    r = RefLevelSampler(list(range(n_levels)), N_COLS)
+    r.update_with_rollouts(to_ref(*stream[0]), N_COLS)  # warm-up (torch lazy init)
+    ts = []
+    for chunk in stream[1 : reps + 1]:
+        data = to_ref(*chunk)
+        t0 = time.perf_counter()
+        r.update_with_rollouts(data, N_COLS)
+        ts.append(time.perf_counter() - t0)
+    return float(np.median(ts))
+
+
+def time_ours_sample(n_levels, k):
+    rng = np.random.default_rng(1)
+    s = LevelSampler(range(n_levels), rng=0)
+    s.update_seed_scores(np.zeros(n_levels, int), np.arange(n_levels), rng.random(n_levels), np.ones(n_levels, int))
+    for _ in range(1000):
+        s.sample()  # warm-up: builds caches, spreads staleness
+    t0 = time.perf_counter()
+    for _ in range(k):
+        s.sample()
+    return (time.perf_counter() - t0) / k
+
+
+def time_ref_sample(n_levels, k):
+    np.random.seed(0)
+    r = RefLevelSampler(list(range(n_levels)), 1)
+    r.seed_scores[:] = np.random.default_rng(1).random(n_levels)
+    r.unseen_seed_weights[:] = 0
+    # The reference fails on a fresh sampler here: with all staleness 0 its staleness weights are all 0,
+    # are not normalised, the mixture sums to 1 - staleness_coef and np.random.choice raises.  Start it
+    # with non-zero staleness, as after some sampling.
+    r.seed_staleness[:] = np.random.default_rng(3).integers(1, 1000, n_levels)
+    for _ in range(3):
+        r.sample()
+    t0 = time.perf_counter()
+    for _ in range(k):
+        r.sample()
+    return (time.perf_counter() - t0) / k
+
+
+def time_ray(n_levels, reps):
+    import ray
+
+    from level_service.service import LevelService
+
+    started = False
+    if not ray.is_initialized():
+        ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False, configure_logging=False)
+        started = True
+    try:
+        svc = LevelService.remote(list(range(n_levels)), {"rng": 0})
+        rng = np.random.default_rng(2)
+        ray.get(
+            svc.update_seed_scores.remote(
+                np.zeros(n_levels, int), np.arange(n_levels), rng.random(n_levels), np.ones(n_levels, int)
+            )
+        )
+        out = {}
+        for n in (1, 32):
+            for _ in range(20):
+                ray.get(svc.sample_seeds.remote(n))
+            ts = []
+            for _ in range(reps):
+                t0 = time.perf_counter()
+                ray.get(svc.sample_seeds.remote(n))
+                ts.append(time.perf_counter() - t0)
+            out[n] = float(np.median(ts))
+        ray.kill(svc)
+        return out
+    finally:
+        if started:
+            ray.shutdown()
+
+
+def main(argv=None):
+    import torch
+
+    # The reference's torch ops are tiny; one intra-op thread is its fastest and, on a shared 2-core
+    # machine, keeps it from collapsing under thread oversubscription.
+    torch.set_num_threads(1)
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--quick", action="store_true", help="fewer repetitions (a fast smoke run)")
+    ap.add_argument("--json", default="benchmarks/out/bench_plr.json", help="where to write the results")
+    ap.add_argument("--no-ray", action="store_true", help="skip the Ray round-trip measurement")
+    args = ap.parse_args(argv)
+    q = args.quick
+    levels = (200, 10_000, 100_000)
+    ref_update_reps = {200: 3, 10_000: 2, 100_000: 1} if q else {200: 10, 10_000: 5, 100_000: 2}
+    ref_sample_k = {200: 300, 10_000: 100, 100_000: 20} if q else {200: 3000, 10_000: 500, 100_000: 100}
+    ours_update_reps = 10 if q else 50
+    ours_sample_k = 5000 if q else 50_000
+
+    rows = []
+    for n in levels:
+        ou, ous = time_ours_update(n, ours_update_reps)
+        ru = time_ref_update(n, ref_update_reps[n])
+        osm = time_ours_sample(n, ours_sample_k)
+        rsm = time_ref_sample(n, ref_sample_k[n])
+        rows.append(
+            {
+                "levels": n,
+                "update_ours_s": ou,
+                "update_plus_first_sample_ours_s": ous,
+                "update_reference_s": ru,
+                "update_speedup": ru / ou,
+                "update_speedup_incl_rebuild": ru / ous,
+                "sample_ours_s": osm,
+                "sample_reference_s": rsm,
+                "sample_speedup": rsm / osm,
+            }
+        )
+        print(f"done {n} levels", file=sys.stderr, flush=True)
+
+    ray_res = None
+    if not args.no_ray:
+        ray_res = time_ray(10_000, 50 if q else 300)
+
+    hdr = (
+        f"{'levels':>8} | {'update ours':>12} | {'+1st sample':>12} | {'update ref':>11} | {'speedup':>8} | "
+        f"{'sample ours':>11} | {'sample ref':>11} | {'speedup':>8}"
+    )
+    print(f"update_with_rollouts: {N_COLS} columns x {T_STEPS} steps, value_l1; sample(): default config")
+    print(hdr)
+    print("-" * len(hdr))
+    for r in rows:
+        print(
+            f"{r['levels']:>8} | {r['update_ours_s'] * 1e3:>9.3f} ms | "
+            f"{r['update_plus_first_sample_ours_s'] * 1e3:>9.3f} ms | {r['update_reference_s'] * 1e3:>8.1f} ms | "
+            f"{r['update_speedup']:>7.0f}x | {r['sample_ours_s'] * 1e6:>8.2f} us | "
+            f"{r['sample_reference_s'] * 1e6:>8.1f} us | {r['sample_speedup']:>7.0f}x"
+        )
+    if ray_res:
+        print(
+            f"Ray sample_seeds (10,000 levels, driver as client): n=1 {ray_res[1] * 1e6:.0f} us/call; "
+            f"n=32 {ray_res[32] * 1e6:.0f} us/call = {ray_res[32] / 32 * 1e6:.1f} us/seed"
+        )
+    result = {
+        "config": {
+            "columns": N_COLS,
+            "steps": T_STEPS,
+            "done_prob": 0.01,
+            "strategy": "value_l1",
+            "quick": q,
+            "ref_update_reps": ref_update_reps,
+            "ours_update_reps": ours_update_reps,
+            "ours_sample_k": ours_sample_k,
+            "ref_sample_k": ref_sample_k,
+            "python": platform.python_version(),
+            "cpus": os.cpu_count(),
+        },
+        "rows": rows,
+        "ray_sample_seeds_s": None
+        if ray_res is None
+        else {
+            "levels": 10_000,
+            "n1_per_call": ray_res[1],
+            "n32_per_call": ray_res[32],
+            "n32_per_seed": ray_res[32] / 32,
+        },
+    }
+    path = Path(args.json)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(result, indent=2, default=str))
+    print(f"wrote {path}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,672 @@
+"""Tests of the pure PLR sampler (level_service.sampler).  Expected numbers are computed by hand or by tiny
+independent float64 loop implementations inside this file."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from scipy import stats
+
+from contracts.snapshot import packb, unpackb
+from level_service.sampler import TRANSFORMS, LevelSampler
+
+# ----------------------------------------------------------------------------- helpers
+
+
+def state_bytes(s: LevelSampler) -> bytes:
+    return packb(s.state_dict())
+
+
+def seeded(n_levels: int, scores, **kw) -> LevelSampler:
+    """A sampler over seeds 100..100+n whose first len(scores) levels are seen with these scores."""
+    kw.setdefault("rng", 0)
+    s = LevelSampler(range(100, 100 + n_levels), **kw)
+    k = len(scores)
+    if k:
+        s.update_seed_scores(np.zeros(k, int), np.arange(100, 100 + k), scores, np.ones(k, int))
+    return s
+
+
+def set_staleness(s: LevelSampler, staleness) -> None:
+    d = s.state_dict()
+    staleness = np.asarray(staleness, dtype=np.int64)
+    counter = int(staleness.max()) + 1
+    d["counter"] = counter
+    d["last_sampled"] = counter - staleness
+    s.load_state_dict(d)
+
+
+def ref_transform(name: str, temperature: float, eps: float, xs) -> list[float]:
+    """Independent loop implementation of the transforms over the seen values `xs` (normalised)."""
+    xs = [float(x) for x in xs]
+    m = len(xs)
+    if name == "constant":
+        w = [1.0] * m
+    elif name in ("max", "eps_greedy"):
+        top = max(xs)
+        ties = [1.0 if x == top else 0.0 for x in xs]
+        nt = sum(ties)
+        w = [t / nt for t in ties]
+        if name == "eps_greedy":
+            w = [(1 - eps) * v + eps / m for v in w]
+    elif name == "rank":
+        w = []
+        for x in xs:
+            rank = 1 + sum(1 for y in xs if y > x)
+            w.append(rank ** (-1.0 / temperature))
+    elif name == "power":
+        w = [max(x, 0.0) ** (1.0 / temperature) for x in xs]
+        if sum(w) == 0:
+            w = [1.0] * m
+    elif name == "softmax":
+        top = max(xs)
+        w = [math.exp((x - top) / temperature) for x in xs]
+    total = sum(w)
+    return [v / total for v in w]
+
+
+def chisq_ok(counts, probs, n) -> float:
+    probs = np.asarray(probs, dtype=np.float64)
+    counts = np.asarray(counts)
+    nz = probs > 0
+    assert counts[~nz].sum() == 0, "a level with zero weight was sampled"
+    exp = probs[nz] * n
+    return stats.chisquare(counts[nz], exp * counts[nz].sum() / exp.sum()).pvalue
+
+
+# ----------------------------------------------------------------------------- strategies, by hand
+
+
+def test_value_l1_gae_positive_value_loss_by_hand():
+    adv = np.array([[1.0], [-3.0], [2.0], [-2.0]])
+    seeds = np.array([[5], [5], [6], [6]])
+    dones = np.array([[False], [True], [False], [False]])
+    expected = {"value_l1": (1 + 3) / 2, "gae": (1 - 3) / 2, "positive_value_loss": (1 + 0) / 2}
+    for strategy, want in expected.items():
+        s = LevelSampler(range(10), strategy=strategy, rng=0)
+        s.update_with_rollouts(seeds, dones, advantages=adv)
+        assert s.scores()[5] == pytest.approx(want)
+        assert s.seen().tolist() == [i == 5 for i in range(10)]  # seed 6 is only a pending fragment
+        assert s.scores()[6] == 0.0
+
+
+def test_one_step_td_error_by_hand_sign_discount_terminal_and_bootstrap():
+    s = LevelSampler(range(10), strategy="one_step_td_error", discount=0.9, rng=0)
+    rewards = np.array([[1.0], [0.0], [0.5], [1.0]])
+    values = np.array([[0.5], [1.0], [2.0], [0.0], [4.0]])
+    dones = np.array([[False], [True], [False], [True]])
+    seeds = np.array([[1], [1], [2], [2]])
+    s.update_with_rollouts(seeds, dones, rewards=rewards, values=values)
+    # d0 = 1 + .9*1 - .5 = 1.4 ; d1 = 0 + 0 (terminal, no bootstrap) - 1 -> 1 ; mean 1.2
+    # d2 = .5 + .9*0 - 2 -> 1.5 ; d3 = 1 + 0 (terminal; V[4]=4 ignored) - 0 = 1 ; mean 1.25
+    assert s.scores()[1] == pytest.approx(1.2)
+    assert s.scores()[2] == pytest.approx(1.25)
+    # Bootstrap row used for a non-terminal last step: d = 0 + .9*4 - 1 = 2.6 (the reference bug,
+    # r + V_t - V_{t+1}, would give |0 + 1 - 4| = 3).
+    s2 = LevelSampler(range(10), strategy="one_step_td_error", discount=0.9, rng=0)
+    s2.update_with_rollouts([[3]], [[False]], rewards=[[0.0]], values=[[1.0], [4.0]])
+    s2.update_seed_score(0, 3, 0.0, 0)  # end the episode: 0 extra steps
+    assert s2.scores()[3] == pytest.approx(2.6)
+
+
+def test_logit_strategies_by_hand():
+    # two steps of one episode (seed 4), three actions
+    p1 = [0.5, 0.3, 0.2]
+    p2 = [1 / 3, 1 / 3, 1 / 3]
+    logits = np.log(np.array([[p1], [p2]]))  # [T=2, N=1, A=3]
+    seeds = [[4], [4]]
+    dones = [[False], [True]]
+
+    def ent(p):
+        return -sum(q * math.log(q) for q in p) / math.log(3)
+
+    expected = {
+        "policy_entropy": (ent(p1) + ent(p2)) / 2,
+        "least_confidence": ((1 - 0.5) + (1 - 1 / 3)) / 2,
+        "min_margin": ((1 - (0.5 - 0.3)) + (1 - 0.0)) / 2,
+    }
+    for strategy, want in expected.items():
+        s = LevelSampler(range(10), strategy=strategy, rng=0)
+        s.update_with_rollouts(seeds, dones, logits=logits + 7.0)  # logits are shift-invariant
+        assert s.scores()[4] == pytest.approx(want, rel=1e-12)
+
+
+def test_policy_entropy_extreme_logits_no_nan():
+    s = LevelSampler(range(3), strategy="policy_entropy", rng=0)
+    logits = np.array([[[1e300, -1e300]], [[0.0, 0.0]]])
+    s.update_with_rollouts([[0], [0]], [[False], [True]], logits=logits)
+    assert s.scores()[0] == pytest.approx(0.5)  # entropy 0 then 1 (normalised)
+
+
+def test_missing_argument_named():
+    for strategy, arg in [
+        ("value_l1", "advantages"),
+        ("gae", "advantages"),
+        ("positive_value_loss", "advantages"),
+        ("policy_entropy", "logits"),
+        ("one_step_td_error", "rewards"),
+    ]:
+        s = LevelSampler(range(3), strategy=strategy, rng=0)
+        with pytest.raises(ValueError, match=arg):
+            s.update_with_rollouts([[0]], [[True]])
+    s = LevelSampler(range(3), strategy="one_step_td_error", rng=0)
+    with pytest.raises(ValueError, match="values"):
+        s.update_with_rollouts([[0]], [[True]], rewards=[[1.0]])
+
+
+def test_sequential_and_random():
+    s = LevelSampler([7, 3, 9], strategy="sequential", rng=0)
+    assert [s.sample() for _ in range(7)] == [7, 3, 9, 7, 3, 9, 7]
+    assert s.sample_weights().tolist() == [0.0, 1.0, 0.0]
+    r = LevelSampler(range(10), strategy="random", rng=1)
+    assert np.allclose(r.sample_weights(), 0.1)
+    draws = [r.sample() for _ in range(5000)]
+    assert chisq_ok(np.bincount(draws, minlength=10), r.sample_weights(), 5000) > 0.001
+    # update_with_rollouts is accepted (validated) and scores nothing for random/sequential
+    r.update_with_rollouts([[1]], [[True]])
+    assert r.scores().sum() == 0
+
+
+# ----------------------------------------------------------------------------- transforms
+
+
+SCORES = [0.1, 0.4, -0.2, 0.4, 0.3, 0.0]
+
+
+@pytest.mark.parametrize("name", TRANSFORMS)
+@pytest.mark.parametrize("temperature", [1.0, 0.3])
+def test_score_transforms_match_reference(name, temperature):
+    s = seeded(8, SCORES, score_transform=name, temperature=temperature, eps=0.2, staleness_coef=0.0)
+    w = s.sample_weights()
+    want = ref_transform(name, temperature, 0.2, SCORES)
+    assert np.allclose(w[:6], want, rtol=1e-12, atol=1e-15)
+    assert w[6:].tolist() == [0.0, 0.0]  # unseen levels get no replay weight
+    assert w.sum() == pytest.approx(1.0)
+
+
+def test_score_transforms_by_hand():
+    def weights(name, scores, **kw):
+        return seeded(len(scores), scores, score_transform=name, staleness_coef=0.0, **kw).sample_weights()
+
+    assert np.allclose(weights("constant", [1, 5, 2, 0]), [0.25] * 4)
+    assert np.allclose(weights("max", [1, 3, 3, 2]), [0, 0.5, 0.5, 0])
+    assert np.allclose(weights("eps_greedy", [1, 3, 2, 0], eps=0.2), [0.05, 0.85, 0.05, 0.05])
+    r = np.array([1 / 4, 1, 1 / 3, 1 / 2])
+    assert np.allclose(weights("rank", [0.1, 0.4, 0.2, 0.3], temperature=1.0), r / r.sum())
+    t = np.array([1 / 3, 1, 1, 1 / 4])  # ties share the best rank: ranks 3, 1, 1, 4
+    assert np.allclose(weights("rank", [1, 2, 2, 0], temperature=1.0), t / t.sum())
+    assert np.allclose(weights("power", [1, 2, 0, -1], temperature=0.5), [0.2, 0.8, 0, 0])
+    assert np.allclose(
+        weights("softmax", [0, math.log(2), math.log(3), 0], temperature=1.0), [1 / 7, 2 / 7, 3 / 7, 1 / 7]
+    )
+
+
+STALENESS = [3, 0, 1, 2]
+
+
+@pytest.mark.parametrize("name", TRANSFORMS)
+def test_staleness_transforms_and_mixing(name):
+    scores = [0.1, 0.4, 0.2, 0.3]
+    s = seeded(
+        4,
+        scores,
+        score_transform="rank",
+        temperature=1.0,
+        staleness_coef=0.3,
+        staleness_transform=name,
+        staleness_temperature=0.5,
+        eps=0.1,
+    )
+    set_staleness(s, STALENESS)
+    assert s.staleness().tolist() == STALENESS
+    p_score = np.array(ref_transform("rank", 1.0, 0.1, scores))
+    p_stale = np.array(ref_transform(name, 0.5, 0.1, STALENESS))
+    assert np.allclose(s.sample_weights(), 0.7 * p_score + 0.3 * p_stale, rtol=1e-12)
+
+
+def test_staleness_power_by_hand_and_all_zero_staleness():
+    s = seeded(4, [1, 1, 1, 1], score_transform="constant", staleness_coef=1.0)
+    set_staleness(s, STALENESS)
+    assert np.allclose(s.sample_weights(), np.array(STALENESS) / 6)
+    one = seeded(3, [1.0], staleness_coef=0.5)
+    one.sample()
+    one.sample()  # only level 0 is seen: it is replayed and its staleness is 0
+    assert one.staleness()[0] == 0
+    w = one.sample_weights()
+    assert np.isfinite(w).all() and w.tolist() == [1.0, 0.0, 0.0]
+
+
+def test_staleness_counts_samples_since_last_sampled():
+    s = LevelSampler([10, 11, 12], strategy="sequential", rng=0)
+    for _ in range(4):  # 10 11 12 10
+        s.sample()
+    assert s.staleness().tolist() == [0, 2, 1]
+
+
+# ----------------------------------------------------------------------------- reference-bug regressions
+
+
+def test_max_transform_does_not_mutate_scores():
+    s = seeded(6, [0.5, 2.0, 1.0], score_transform="max", staleness_coef=0.2)
+    before = s.scores()
+    for _ in range(50):
+        s.sample()
+    w = s.sample_weights()
+    assert np.array_equal(s.scores(), before)
+    assert np.isfinite(w).all() and w.sum() == pytest.approx(1.0)
+    assert w[1] >= 0.8 and w[3:].sum() == 0
+
+
+def test_power_on_negative_gae_no_nan():
+    s = LevelSampler(range(4), strategy="gae", score_transform="power", staleness_coef=0.0, rng=0)
+    s.update_with_rollouts([[0, 1]], [[True, True]], advantages=[[-1.5, -0.5]])
+    w = s.sample_weights()
+    assert np.isfinite(w).all()
+    assert w.tolist() == [0.5, 0.5, 0.0, 0.0]  # all clipped to 0 -> uniform over seen
+    s.update_with_rollouts([[2]], [[True]], advantages=[[2.0]])
+    assert s.sample_weights().tolist() == [0.0, 0.0, 1.0, 0.0]
+    for _ in range(20):
+        s.sample()
+
+
+@pytest.mark.parametrize("name", ["rank", "power", "softmax", "max", "eps_greedy"])
+def test_temperature_near_zero_no_nan(name):
+    s = seeded(
+        5,
+        [0.3, 0.9, 0.1, 0.5],
+        score_transform=name,
+        temperature=1e-8,
+        staleness_transform=name,
+        staleness_temperature=1e-8,
+        staleness_coef=0.1,
+    )
+    for _ in range(30):
+        s.sample()
+    w = s.sample_weights()
+    assert np.isfinite(w).all() and w.sum() == pytest.approx(1.0)
+    assert w[1] >= 0.9 - 1e-12 if name != "eps_greedy" else w[1] >= 0.85
+
+
+def test_huge_scores_softmax_no_nan():
+    s = seeded(3, [1e308, -1e308, 0.0], score_transform="softmax", temperature=1e-8, staleness_coef=0.0)
+    assert s.sample_weights().tolist() == [1.0, 0.0, 0.0]
+
+
+# ----------------------------------------------------------------------------- sampling frequencies
+
+
+@pytest.mark.parametrize("name", ["rank", "power", "softmax", "eps_greedy"])
+def test_sampling_frequencies_match_weights(name):
+    rng = np.random.default_rng(5)
+    scores = rng.random(20)
+    s = seeded(20, scores, score_transform=name, temperature=0.5, staleness_coef=0.0, rng=11)
+    w = s.sample_weights()
+    n = 20000
+    draws = np.array([s.sample() for _ in range(n)]) - 100
+    assert chisq_ok(np.bincount(draws, minlength=20), w, n) > 0.001
+
+
+def clone_draws(s: LevelSampler, k: int) -> np.ndarray:
+    """One sample from each of k clones of `s`, differing only in their RNG stream."""
+    base = s.state_dict()
+    c = LevelSampler.from_state_dict(base)
+    out = np.empty(k, dtype=np.int64)
+    for j in range(k):
+        d = dict(base)
+        d["rng"] = np.random.default_rng(10_000 + j).bit_generator.state
+        c.load_state_dict(d)
+        out[j] = c.sample()
+    return out
+
+
+@pytest.mark.parametrize("transform,temp", [("power", 1.0), ("power", 0.5), ("rank", 1.0), ("constant", 1.0)])
+def test_staleness_mixture_sampling_matches_weights(transform, temp):
+    rng = np.random.default_rng(3)
+    s = seeded(
+        12,
+        rng.random(10),
+        score_transform="rank",
+        temperature=0.3,
+        staleness_coef=0.6,
+        staleness_transform=transform,
+        staleness_temperature=temp,
+        rng=4,
+    )
+    for _ in range(300):  # build up uneven staleness; 2 levels stay unseen
+        s.sample()
+    w = s.sample_weights()
+    assert w[10:].sum() == 0 and w.sum() == pytest.approx(1.0)
+    k = 4000
+    draws = clone_draws(s, k) - 100
+    counts = np.bincount(draws, minlength=12)
+    # the unseen draws (proportionate: prob 1 - 10/12) go to levels 10, 11; compare the replays
+    replay = counts[:10]
+    assert chisq_ok(replay, w[:10], replay.sum()) > 0.001
+
+
+def test_incremental_staleness_tree_matches_rebuilt():
+    """The Fenwick trees updated sample by sample (and by point inserts of newly seen levels) must give
+    the same draws as trees rebuilt from scratch from the same state."""
+    rng = np.random.default_rng(8)
+    s = LevelSampler(range(500), staleness_coef=0.7, rng=1)
+    s.update_seed_scores(np.zeros(300, int), np.arange(300), rng.random(300), np.ones(300, int))
+    for step in range(40):
+        for _ in range(50):
+            s.sample()
+        k = 5 if step % 2 else 1
+        new = np.arange(300 + step * 5, 300 + step * 5 + k)
+        s.update_seed_scores(np.zeros(k, int), new, rng.random(k), np.ones(k, int))
+        if step % 10 == 9:
+            fresh = LevelSampler.from_state_dict(s.state_dict())
+            assert [s.sample() for _ in range(200)] == [fresh.sample() for _ in range(200)]
+
+
+# ----------------------------------------------------------------------------- schedules
+
+
+def test_fixed_schedule_with_nu():
+    s = seeded(100, np.linspace(0, 1, 30), replay_schedule="fixed", nu=0.3, rho=0.2, rng=2)
+    n = 5000
+    draws = np.array([s.sample() for _ in range(n)]) - 100
+    replays = int((draws < 30).sum())
+    assert stats.binomtest(replays, n, 0.7).pvalue > 0.001
+    unseen = np.bincount(draws[draws >= 30] - 30, minlength=70)
+    assert chisq_ok(unseen, np.full(70, 1 / 70), unseen.sum()) > 0.001
+
+
+def test_fixed_schedule_below_rho_and_all_seen():
+    s = seeded(100, np.ones(10), replay_schedule="fixed", nu=0.0, rho=0.2, rng=2)
+    assert all(s.sample() >= 110 for _ in range(500))  # 10% seen < rho: only new levels
+    t = seeded(10, np.arange(10.0), replay_schedule="fixed", nu=1.0, rho=0.2, rng=2)
+    assert len({t.sample() for _ in range(500)}) > 1  # all seen: always replay even with nu = 1
+    u = seeded(10, np.arange(5.0), replay_schedule="fixed", nu=1.0, rho=0.2, rng=2)
+    assert all(u.sample() >= 105 for _ in range(300))  # nu = 1: never replay while levels are unseen
+
+
+def test_proportionate_schedule():
+    s = seeded(100, np.linspace(0, 1, 40), replay_schedule="proportionate", rho=0.2, rng=3)
+    n = 5000
+    draws = np.array([s.sample() for _ in range(n)]) - 100
+    assert stats.binomtest(int((draws < 40).sum()), n, 0.4).pvalue > 0.001
+    below = seeded(100, np.ones(19), replay_schedule="proportionate", rho=0.2, rng=3)
+    assert all(below.sample() >= 119 for _ in range(300))
+    none = LevelSampler(range(5), rho=0.0, rng=0)  # nothing seen: sample unseen, weights all zero
+    assert none.sample_weights().sum() == 0
+    assert chisq_ok(np.bincount([none.sample() for _ in range(2000)], minlength=5), [0.2] * 5, 2000) > 0.001
+
+
+# ----------------------------------------------------------------------------- partial episodes & EWA
+
+
+def test_partial_episode_over_three_unrolls():
+    s = LevelSampler(range(10), rng=0)
+    s.update_with_rollouts([[4], [4], [4]], [[False]] * 3, advantages=[[1.0], [2.0], [3.0]])
+    s.update_with_rollouts([[4], [4], [4]], [[False]] * 3, advantages=[[-4.0], [5.0], [6.0]])
+    assert not s.seen()[4]
+    s.update_with_rollouts([[4], [4], [7]], [[False], [True], [False]], advantages=[[7.0], [-8.0], [100.0]])
+    assert s.scores()[4] == pytest.approx((1 + 2 + 3 + 4 + 5 + 6 + 7 + 8) / 8)  # not the last fragment's 7.5
+    assert s.seen().nonzero()[0].tolist() == [4]
+    # the update_seed_score path merges a pending fragment of the same (actor, seed)
+    s.update_seed_score(0, 7, 10.0, 3)
+    assert s.scores()[7] == pytest.approx((100 + 3 * 10) / 4)
+    assert s.counters()["num_pending"] == 0  # the fragment was consumed, not left to merge again
+    s.update_with_rollouts([[7]], [[True]], advantages=[[2.0]])
+    assert s.scores()[7] == pytest.approx(2.0)
+
+
+def test_actor_ids_follow_columns_across_calls():
+    s = LevelSampler(range(10), rng=0)
+    s.update_with_rollouts([[1, 2]], [[False, False]], actor_ids=[10, 20], advantages=[[1.0, 5.0]])
+    # columns swapped in the next call; actor ids say which is which
+    s.update_with_rollouts([[2, 1]], [[True, True]], actor_ids=[20, 10], advantages=[[3.0, 2.0]])
+    assert s.scores()[1] == pytest.approx(1.5) and s.scores()[2] == pytest.approx(4.0)
+
+
+def test_seed_change_across_calls_drops_stale_fragment():
+    s = LevelSampler(range(10), rng=0)
+    s.update_with_rollouts([[1]], [[False]], advantages=[[9.0]])
+    s.update_with_rollouts([[2]], [[True]], advantages=[[1.0]])
+    assert s.scores()[2] == 1.0 and not s.seen()[1]
+    assert s.counters()["num_dropped_fragments"] == 1
+
+
+def loop_reference(chunks, alpha, n_levels):
+    """Independent reference: walk each column step by step over the concatenated stream."""
+    scores = [0.0] * n_levels
+    commits = []  # (global end time, column, level, episode score)
+    acc = {}
+    t0 = 0
+    for seeds, dones, adv in chunks:
+        T, N = seeds.shape
+        for n in range(N):
+            for t in range(T):
+                lvl, ssum, steps = acc.get(n, (int(seeds[t, n]), 0.0, 0))
+                ssum += abs(float(adv[t, n]))
+                steps += 1
+                acc[n] = (lvl, ssum, steps)
+                if dones[t, n]:
+                    commits.append((t0 + t, n, lvl, ssum / steps))
+                    del acc[n]
+        t0 += T
+    for _, _, lvl, e in sorted(commits):
+        scores[lvl] = (1 - alpha) * scores[lvl] + alpha * e
+    return np.array(scores)
+
+
+@pytest.mark.parametrize("alpha", [1.0, 0.5])
+def test_rollout_stream_matches_loop_reference(alpha):
+    rng = np.random.default_rng(12)
+    n_levels, N = 15, 6
+    total_T = 120
+    dones = rng.random((total_T, N)) < 0.15
+    seeds = np.empty((total_T, N), dtype=np.int64)
+    cur = rng.integers(0, n_levels, N)
+    for t in range(total_T):
+        seeds[t] = cur
+        cur = np.where(dones[t], rng.integers(0, n_levels, N), cur)
+    adv = rng.normal(size=(total_T, N))
+    cuts = [0, 7, 8, 30, 31, 60, 97, 120]
+    chunks = [(seeds[a:b], dones[a:b], adv[a:b]) for a, b in zip(cuts[:-1], cuts[1:], strict=True)]
+    s = LevelSampler(range(n_levels), alpha=alpha, rng=0)
+    for sd, dn, ad in chunks:
+        s.update_with_rollouts(sd, dn, advantages=ad)
+    assert np.allclose(s.scores(), loop_reference(chunks, alpha, n_levels), rtol=1e-12, atol=1e-14)
+
+
+def test_ewa_alpha_successive_episodes():
+    s = LevelSampler(range(3), alpha=0.25, rng=0)
+    s.update_seed_scores([0, 1], [2, 2], [4.0, 8.0], [1, 1])
+    assert s.scores()[2] == pytest.approx(0.75 * (0.25 * 4.0) + 0.25 * 8.0)
+
+
+# ----------------------------------------------------------------------------- state
+
+
+def busy_sampler(rng_seed=0) -> LevelSampler:
+    rng = np.random.default_rng(rng_seed)
+    s = LevelSampler(range(50), rng=rng_seed)
+    for _ in range(5):
+        T, N = 20, 4
+        dones = rng.random((T, N)) < 0.2
+        seeds = np.repeat(rng.integers(0, 50, (1, N)), T, axis=0)
+        seeds = np.where(np.cumsum(dones, axis=0) - dones > 0, (seeds + 1) % 50, seeds)
+        dones[1:] &= ~(np.cumsum(dones, axis=0)[:-1] > 0)  # at most one done per column
+        s.update_with_rollouts(seeds, dones, advantages=rng.normal(size=(T, N)))
+        for _ in range(30):
+            s.sample()
+    return s
+
+
+def test_state_round_trip_same_next_samples():
+    s = busy_sampler()
+    assert s.counters()["num_pending"] > 0
+    raw = packb(s.state_dict())
+    t = LevelSampler(range(3), strategy="random", rng=99)
+    t.load_state_dict(unpackb(raw))
+    assert [s.sample() for _ in range(100)] == [t.sample() for _ in range(100)]
+    assert state_bytes(s) == state_bytes(t)
+    adv = np.arange(8.0).reshape(2, 4)
+    for x in (s, t):
+        x.update_with_rollouts([[1, 2, 3, 4]] * 2, [[True] * 4] * 2, advantages=adv)
+    assert state_bytes(s) == state_bytes(t)
+
+
+def test_load_state_dict_rejects_bad_state_unchanged():
+    s = busy_sampler()
+    before = state_bytes(s)
+    good = s.state_dict()
+    for mutate in (
+        lambda d: d.pop("rng"),
+        lambda d: d.__setitem__("scores", np.zeros(3)),
+        lambda d: d.__setitem__("counter", -1),
+        lambda d: d["config"].__setitem__("strategy", "nope"),
+        lambda d: d["pending"].__setitem__("levels", np.array([10_000] * len(d["pending"]["actor_ids"]))),
+        lambda d: d.__setitem__("version", 99),
+    ):
+        d = unpackb(packb(good))
+        mutate(d)
+        with pytest.raises(ValueError):
+            s.load_state_dict(d)
+        assert state_bytes(s) == before
+
+
+# ----------------------------------------------------------------------------- bad input
+
+
+@pytest.mark.parametrize(
+    "kwargs,field",
+    [
+        ({"strategy": "foo"}, "strategy"),
+        ({"replay_schedule": "always"}, "replay_schedule"),
+        ({"score_transform": "exp"}, "score_transform"),
+        ({"staleness_transform": "x"}, "staleness_transform"),
+        ({"temperature": 0.0}, "temperature"),
+        ({"temperature": float("nan")}, "temperature"),
+        ({"staleness_temperature": -1}, "staleness_temperature"),
+        ({"eps": 1.5}, "eps"),
+        ({"rho": -0.1}, "rho"),
+        ({"nu": 2}, "nu"),
+        ({"alpha": 0.0}, "alpha"),
+        ({"staleness_coef": 1.1}, "staleness_coef"),
+        ({"discount": "0.9"}, "discount"),
+        ({"rng": "seed"}, "rng"),
+    ],
+)
+def test_bad_constructor_args(kwargs, field):
+    with pytest.raises(ValueError, match=field):
+        LevelSampler(range(5), **kwargs)
+
+
+def test_bad_seeds():
+    for seeds, msg in [
+        ([], "non-empty"),
+        ([1, 1], "distinct"),
+        ([1.5, 2.0], "integer"),
+        ([[1, 2]], "dimensions"),
+    ]:
+        with pytest.raises(ValueError, match=msg):
+            LevelSampler(seeds)
+
+
+def test_bad_updates_leave_state_unchanged():
+    s = busy_sampler()
+    before = state_bytes(s)
+    ok = dict(advantages=np.ones((2, 2)))
+    bad_calls = [
+        ("seed", lambda: s.update_seed_score(0, 1234, 1.0, 3)),
+        ("score", lambda: s.update_seed_score(0, 1, float("nan"), 3)),
+        ("score", lambda: s.update_seed_score(0, 1, float("inf"), 3)),
+        ("num_steps", lambda: s.update_seed_score(0, 1, 1.0, -1)),
+        ("seeds", lambda: s.update_seed_scores([0, 1], [1, 2, 3], [1.0, 1.0], [1, 1])),
+        ("seeds", lambda: s.update_with_rollouts([[1, 99]] * 2, [[True, True]] * 2, **ok)),
+        ("dones", lambda: s.update_with_rollouts([[1, 2]] * 2, [[True, True]], **ok)),
+        ("dones", lambda: s.update_with_rollouts([[1, 2]] * 2, [[2, 0]] * 2, **ok)),
+        (
+            "advantages",
+            lambda: s.update_with_rollouts([[1, 2]] * 2, [[True, True]] * 2, advantages=np.ones(4)),
+        ),
+        (
+            "advantages",
+            lambda: s.update_with_rollouts([[1, 2]] * 2, [[1, 1]] * 2, advantages=[[1, np.nan]] * 2),
+        ),
+        ("actor_ids", lambda: s.update_with_rollouts([[1, 2]] * 2, [[1, 1]] * 2, actor_ids=[3, 3], **ok)),
+        ("constant within an episode", lambda: s.update_with_rollouts([[1, 2], [3, 2]], [[0, 0]] * 2, **ok)),
+    ]
+    for field, call in bad_calls:
+        with pytest.raises(ValueError, match=field):
+            call()
+        assert state_bytes(s) == before, field
+
+
+finite_or_not = st.one_of(
+    st.floats(allow_nan=True, allow_infinity=True),
+    st.floats(min_value=-10, max_value=10),
+)
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(
+    actor=st.one_of(st.integers(-5, 5), st.just("a"), st.just(1.5)),
+    seed=st.one_of(st.integers(95, 160), st.just(2**70), st.just(None)),
+    score=finite_or_not,
+    steps=st.one_of(st.integers(-3, 10), st.just(2.5), st.just(True)),
+)
+def test_fuzz_update_seed_score(actor, seed, score, steps):
+    s = seeded(50, [1.0, 2.0], rng=0)
+    s.update_with_rollouts([[103]], [[False]], actor_ids=[0], advantages=[[1.0]])
+    before = state_bytes(s)
+    try:
+        s.update_seed_score(actor, seed, score, steps)
+    except ValueError:
+        assert state_bytes(s) == before
+        return
+    assert state_bytes(s) != before
+    assert np.isfinite(s.scores()).all() and abs(s.sample_weights().sum() - 1) < 1e-9
+
+
+@settings(max_examples=40, deadline=None)
+@given(
+    T=st.integers(1, 4),
+    N=st.integers(1, 3),
+    seed_hi=st.sampled_from([10, 60]),
+    adv_shape_delta=st.sampled_from([0, 0, 0, 1]),
+    poison=st.sampled_from([None, np.nan, np.inf, 1e308]),
+    data=st.data(),
+)
+def test_fuzz_update_with_rollouts(T, N, seed_hi, adv_shape_delta, poison, data):
+    s = busy_sampler(1)
+    before = state_bytes(s)
+    rng = np.random.default_rng(data.draw(st.integers(0, 1000)))
+    dones = rng.random((T, N)) < 0.4
+    seeds = rng.integers(0, seed_hi, (T, N))
+    if data.draw(st.booleans()):
+        seeds = np.repeat(seeds[:1], T, axis=0)  # one level per column: well-formed episodes
+    adv = rng.normal(size=(T + adv_shape_delta, N)) * data.draw(st.sampled_from([1.0, 1e307]))
+    if poison is not None:
+        adv[rng.integers(0, T), rng.integers(0, N)] = poison
+    try:
+        s.update_with_rollouts(seeds, dones, advantages=adv)
+    except ValueError:
+        assert state_bytes(s) == before
+        return
+    assert np.isfinite(s.scores()).all()
+
+
+def test_sample_cost_does_not_grow_with_levels():
+    """Default configuration: sample() must not rebuild anything O(levels) per call (generous bound; an
+    O(n log n) rebuild per sample at 200,000 levels takes tens of milliseconds)."""
+    import time
+
+    n = 200_000
+    s = LevelSampler(range(n), rng=0)
+    s.update_seed_scores(np.zeros(n, int), np.arange(n), np.random.default_rng(0).random(n), np.ones(n, int))
+    for _ in range(200):
+        s.sample()
+    t0 = time.perf_counter()
+    for _ in range(2000):
+        s.sample()
+    assert (time.perf_counter() - t0) / 2000 < 1e-3

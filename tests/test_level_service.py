@@ -1,0 +1,149 @@
+"""Tests of the level service: the plain core (snapshots, stats, validation) and the Ray actor under 16
+concurrent clients."""
+
+from __future__ import annotations
+
+import time
+
+import numpy as np
+import pytest
+
+from contracts.snapshot import SnapshotError, packb
+from level_service.service import LevelServiceCore
+
+KW = {"rng": 0, "staleness_coef": 0.2}
+
+
+def busy_core(path=None, interval=60.0) -> LevelServiceCore:
+    core = LevelServiceCore(range(40), dict(KW), snapshot_path=path, snapshot_interval_s=interval)
+    rng = np.random.default_rng(0)
+    core.update_seed_scores(np.arange(20) % 3, np.arange(20), rng.random(20), np.full(20, 5))
+    core.update_with_rollouts([[30, 31]] * 3, [[False, False]] * 3, advantages=rng.normal(size=(3, 2)))
+    core.sample_seeds(25)
+    return core
+
+
+def test_sample_seeds_and_stats():
+    core = busy_core()
+    seeds = core.sample_seeds(32)
+    assert len(seeds) == 32 and all(isinstance(s, int) and 0 <= s < 40 for s in seeds)
+    assert core.sample_seeds(0) == []
+    st = core.stats()
+    assert st["num_samples"] == 25 + 32
+    assert st["num_seen"] == 20 and st["seen_fraction"] == 0.5
+    assert st["num_episodes"] == 20 and st["num_pending"] == 2
+    sc = core.state_dict()["scores"][:20]
+    assert st["score"]["max"] == pytest.approx(sc.max()) and st["score"]["median"] == pytest.approx(np.median(sc))
+    assert st["score"]["mean"] == pytest.approx(sc.mean())
+    assert st["staleness"]["max"] >= st["staleness"]["mean"] >= 0
+    assert np.allclose(st["weights"], core.sample_weights()) and st["weights"].sum() == pytest.approx(1.0)
+    assert st["seeds"].tolist() == list(range(40))
+    assert len(st["top_levels"]) == 10
+    w = [t["weight"] for t in st["top_levels"]]
+    assert w == sorted(w, reverse=True) and w[0] == pytest.approx(st["weights"].max())
+    packb({k: v for k, v in st.items()})  # msgpack-friendly
+
+
+def test_bad_calls_raise_value_error_and_keep_state():
+    core = busy_core()
+    before = packb(core.state_dict())
+    with pytest.raises(ValueError, match="n must be"):
+        core.sample_seeds(-1)
+    with pytest.raises(ValueError, match="n must be"):
+        core.sample_seeds(2.0)
+    with pytest.raises(ValueError, match="unknown seed"):
+        core.update_seed_scores([0, 1], [3, 400], [1.0, 1.0], [1, 1])
+    with pytest.raises(ValueError, match="scores"):
+        core.update_seed_scores([0], [3], [float("nan")], [1])
+    with pytest.raises(ValueError, match="dones"):
+        core.update_with_rollouts([[1]], [[True], [True]], advantages=[[1.0]])
+    with pytest.raises(ValueError, match="snapshot_path"):
+        core.snapshot()
+    assert packb(core.state_dict()) == before
+
+
+def test_snapshot_restore_same_state(tmp_path):
+    path = tmp_path / "lvl" / "snap.msgpack"
+    core = busy_core(str(path))
+    assert core.snapshot() == str(path)
+    restored = LevelServiceCore(range(40), {"strategy": "random"}, snapshot_path=str(path))
+    assert packb(restored.state_dict()) == packb(core.state_dict())
+    assert restored.stats()["restored_from_snapshot"] is True
+    assert restored.sample_seeds(50) == core.sample_seeds(50)
+
+
+def test_automatic_snapshot_after_interval(tmp_path):
+    path = tmp_path / "auto.msgpack"
+    core = LevelServiceCore(range(10), dict(KW), snapshot_path=str(path), snapshot_interval_s=0.05)
+    core.sample_seeds(3)
+    assert not path.exists()
+    time.sleep(0.06)
+    core.update_seed_scores([0], [4], [2.0], [3])
+    assert path.exists()
+    assert LevelServiceCore(range(10), {}, snapshot_path=str(path)).state_dict()["scores"][4] == 2.0
+
+
+def test_corrupt_or_mismatched_snapshot_clear_error(tmp_path):
+    path = tmp_path / "snap.msgpack"
+    core = busy_core(str(path))
+    core.snapshot()
+    raw = path.read_bytes()
+    path.write_bytes(raw[: len(raw) // 2])
+    with pytest.raises(SnapshotError, match="corrupt or truncated"):
+        LevelServiceCore(range(40), {}, snapshot_path=str(path))
+    path.write_bytes(packb({"hello": 1}))
+    with pytest.raises(SnapshotError, match="not a level-service snapshot"):
+        LevelServiceCore(range(40), {}, snapshot_path=str(path))
+    path.write_bytes(raw)
+    with pytest.raises(ValueError, match="different seed set"):
+        LevelServiceCore(range(41), {}, snapshot_path=str(path))
+    assert packb(LevelServiceCore(range(40), {}, snapshot_path=str(path)).state_dict())
+
+
+def test_bad_constructor_args():
+    with pytest.raises(ValueError, match="snapshot_interval_s"):
+        LevelServiceCore(range(3), {}, snapshot_interval_s=0)
+    with pytest.raises(ValueError, match="strategy"):
+        LevelServiceCore(range(3), {"strategy": "nope"})
+
+
+@pytest.mark.timeout(120)
+def test_ray_service_16_concurrent_clients(ray_session, tmp_path):
+    ray = ray_session
+    from level_service.service import LevelService
+
+    n_levels = 64
+    svc = LevelService.remote(
+        list(range(n_levels)), {"rng": 1}, snapshot_path=str(tmp_path / "svc.msgpack"), snapshot_interval_s=3600
+    )
+
+    @ray.remote(num_cpus=0.25)
+    def client(handle, k, rounds):
+        got = []
+        for r in range(rounds):
+            seeds = ray.get(handle.sample_seeds.remote(8))
+            got.extend(seeds)
+            scores = [float((s * 7 + k + r) % 11) for s in seeds]
+            ray.get(handle.update_seed_scores.remote([k] * len(seeds), seeds, scores, [10] * len(seeds)))
+        return got
+
+    rounds = 5
+    refs = [client.remote(svc, k, rounds) for k in range(16)]
+    bad = svc.update_seed_scores.remote([0], [n_levels + 5], [1.0], [3])  # one client's bad call
+    results = ray.get(refs)
+    with pytest.raises(ValueError, match="unknown seed"):
+        ray.get(bad)
+    with pytest.raises(ValueError, match="n must be"):
+        ray.get(svc.sample_seeds.remote(-3))
+    st = ray.get(svc.stats.remote())
+    total = 16 * rounds * 8
+    assert sum(len(r) for r in results) == total
+    assert all(0 <= s < n_levels for r in results for s in r)
+    assert st["num_samples"] == total and st["num_sample_calls"] == 16 * rounds
+    assert st["num_episodes"] == total and st["num_update_calls"] == 16 * rounds
+    assert st["num_seen"] == len({s for r in results for s in r})
+    # the actor survived the bad calls and still serves; snapshot works through Ray too
+    assert len(ray.get(svc.sample_seeds.remote(4))) == 4
+    path = ray.get(svc.snapshot.remote())
+    assert LevelServiceCore(list(range(n_levels)), {}, snapshot_path=path).stats()["num_samples"] == total + 4
+    ray.kill(svc)
