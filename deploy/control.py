@@ -14,7 +14,8 @@ def connect(address: str):
     import ray
 
     try:
-        ray.init(address=address, namespace=NAMESPACE, log_to_driver=False, logging_level="ERROR")
+        if not ray.is_initialized():
+            ray.init(address=address, namespace=NAMESPACE, log_to_driver=False, logging_level="ERROR")
     except ConnectionError as exc:
         raise SystemExit(f"levelray: no Ray cluster at {address!r} ({exc}); is a job running?") from None
     try:

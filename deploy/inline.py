@@ -142,8 +142,7 @@ class InlineTrainer:
     def _report(self, metrics: dict, on_report) -> dict:
         extra = {f"learner_{k}": v for k, v in metrics.items() if k not in ("version",)}
         if self.sampler is not None:
-            weights = self.sampler.sample_weights()
-            extra["level_seen_fraction"] = float(np.count_nonzero(weights) / len(weights))
+            extra["level_seen_fraction"] = self.sampler.num_seen / self.sampler.num_levels
         record = self.progress.report(self.learner.version, extra)
         self.run_dir.append_metrics(record)
         if on_report is not None:

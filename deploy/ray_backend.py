@@ -82,6 +82,14 @@ class RayJob:
         learner_cls = learner_actor_class(gpus)
         self.learner = learner_cls.remote(cfg_dict, spec.to_dict(), self.level_service, self.replay_service,
                                           resume_state)
+        try:
+            ray.get_actor(SUPERVISOR_NAME, namespace=NAMESPACE)
+            raise RuntimeError(
+                f"another levelray job is running on this Ray cluster (actor {NAMESPACE}/{SUPERVISOR_NAME} "
+                "exists); stop it first (Ctrl-C in its terminal) or use another cluster"
+            )
+        except ValueError:
+            pass
         supervisor_cls = ray.remote(num_cpus=0, max_concurrency=16)(Supervisor)
         self.supervisor = supervisor_cls.options(name=SUPERVISOR_NAME, namespace=NAMESPACE).remote(
             cfg_dict, self.learner, self.level_service, seed=cfg.seed, record_seeds=record_seeds)
@@ -166,6 +174,14 @@ class RayJob:
         for handle in (self.supervisor, self.learner, self.level_service, self.replay_service):
             if handle is not None:
                 ray.kill(handle)
+        # The supervisor's name is released asynchronously; wait so a next job can take it.
+        deadline = time.time() + 15
+        while time.time() < deadline:
+            try:
+                ray.get_actor(SUPERVISOR_NAME, namespace=NAMESPACE)
+            except ValueError:
+                break
+            time.sleep(0.1)
 
 
 def train_ray(cfg: RunConfig, run_dir: RunDir, *, resume: bool = False, stop: threading.Event | None = None,

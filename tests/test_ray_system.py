@@ -1,0 +1,239 @@
+"""The distributed system end to end on a real local Ray (started once per test session)."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+import urllib.request
+from pathlib import Path
+
+import numpy as np
+import pytest
+from prometheus_client.parser import text_string_to_metric_families
+
+from contracts.config import RunConfig, to_dict
+from deploy.ray_backend import RayJob, train_ray
+from deploy.rundir import RunDir
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def cartpole_config(tmp_path, **overrides) -> RunConfig:
+    cfg = RunConfig()
+    cfg.env.id = "CartPole-v1"
+    cfg.env.num_levels = 0
+    cfg.actors.num_actors = 2
+    cfg.actors.envs_per_actor = 8
+    cfg.learner.batch_size = 2
+    cfg.learner.learning_rate = 2e-3
+    cfg.metrics_port = 0
+    cfg.report_interval_s = 0.5
+    cfg.run_dir = str(tmp_path / "run")
+    for path, value in overrides.items():
+        section, _, name = path.rpartition("__")
+        setattr(getattr(cfg, section) if section else cfg, name, value)
+    return cfg
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def wait_for(predicate, timeout: float, interval: float = 0.2):
+    deadline = time.time() + timeout
+    while time.time() < deadline:
+        value = predicate()
+        if value:
+            return value
+        time.sleep(interval)
+    raise AssertionError(f"condition not met within {timeout}s")
+
+
+@pytest.mark.timeout(300)
+def test_cartpole_learns_on_ray_and_metrics_increase(ray_session, tmp_path):
+    port = free_port()
+    cfg = cartpole_config(tmp_path, total_steps=600_000, stop_at_return=475.0, metrics_port=port)
+    result: dict = {}
+    thread = threading.Thread(target=lambda: result.update(train_ray(cfg, RunDir(cfg.run_dir), quiet=True)))
+    thread.start()
+
+    def scrape() -> dict[str, float]:
+        try:
+            text = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5).read().decode()
+        except OSError:
+            return {}
+        return {s.name + json.dumps(s.labels, sort_keys=True): s.value
+                for fam in text_string_to_metric_families(text) for s in fam.samples}
+
+    first = wait_for(lambda: (m := scrape()) and m.get('levelray_env_steps_total{}', 0) > 0 and m, 60)
+    time.sleep(2.0)
+    second = scrape()
+    thread.join(timeout=240)
+    assert not thread.is_alive()
+    assert second['levelray_env_steps_total{}'] > first['levelray_env_steps_total{}']
+    assert second['levelray_learner_updates_total{}'] > first['levelray_learner_updates_total{}']
+    for name in ('levelray_actors_alive{}', 'levelray_actors_desired{}', 'levelray_learner_queue_depth{}',
+                 'levelray_policy_lag_count{}', 'levelray_trajectories_dropped_total{"reason": "policy_lag"}',
+                 'levelray_learner_loss{"kind": "value"}'):
+        assert name in second, name
+    assert second['levelray_actors_alive{}'] == 2
+    assert result["episode_return_mean"] >= 450, result
+    assert result["env_steps"] <= 650_000
+    records = [json.loads(x) for x in (Path(cfg.run_dir) / "metrics.jsonl").read_text().splitlines()]
+    assert {"time", "env_steps", "env_steps_per_second", "episode_return_mean", "learner_version",
+            "policy_lag_mean"} <= set(records[-1])
+    assert RunDir(cfg.run_dir).list_checkpoints()
+
+
+@pytest.mark.timeout(180)
+def test_procgen_envs_play_the_seeds_the_level_service_gave(ray_session):
+    import ray
+
+    from actors.env_actor import EnvActor
+    from deploy.components import sampler_kwargs
+    from level_service.service import LevelService
+
+    cfg = RunConfig()
+    cfg.env.id = "procgen:coinrun"
+    cfg.env.num_levels = 50
+    cfg.env.start_level = 100
+    cfg.actors.envs_per_actor = 4
+    cfg.actors.unroll_length = 64
+    service = LevelService.options(num_cpus=0).remote(np.arange(100, 150),
+                                                      {**sampler_kwargs(cfg.levels, 0.99), "rng": 3})
+    actor = ray.remote(num_cpus=1, max_concurrency=4)(EnvActor).remote(
+        0, to_dict(cfg), None, service, seed=1, record_seeds=True)
+    unrolls = ray.get(actor.collect.remote(6), timeout=120)
+    given = ray.get(actor.seeds_given.remote())
+    stats = ray.get(service.stats.remote())
+    ray.kill(actor)
+    ray.kill(service)
+    seeds = np.concatenate([u["level_seeds"] for u in unrolls])  # [T_total, K]
+    dones = np.concatenate([u["terminated"] | u["truncated"] for u in unrolls])
+    assert dones.any(), "no episode ended: the test would not check a level change"
+    for k in range(4):
+        per_env = [s for env, s in given if env == k]
+        starts = [int(seeds[0, k])] + [int(seeds[t + 1, k]) for t in np.flatnonzero(dones[:-1, k])]
+        assert starts == per_env[: len(starts)], (k, starts, per_env)
+        # within an episode the reported level never changes
+        bounds = np.flatnonzero(dones[:, k])
+        for segment in np.split(seeds[:, k], bounds + 1):
+            assert len(set(segment.tolist())) <= 1
+    assert set(seeds.ravel().tolist()) <= set(range(100, 150))
+    assert stats["num_samples"] >= len(given)  # every seed an env played came from the service
+
+
+@pytest.mark.timeout(240)
+def test_scale_up_and_down_mid_run_and_status(ray_session, tmp_path, capsys):
+    import ray
+
+    from deploy import control
+
+    cfg = cartpole_config(tmp_path, total_steps=10**9)
+    cfg.actors.num_actors = 1
+    job = RayJob(cfg, RunDir(cfg.run_dir))
+    try:
+        wait_for(lambda: job.poll()["learner"]["env_steps"] > 0, 60)
+        supervisor = ray.get_actor("levelray-supervisor", namespace="levelray")
+        ray.get(supervisor.scale.remote(3))
+        status = wait_for(lambda: (s := ray.get(supervisor.status.remote()))["actors_alive"] == 3 and s, 60)
+        assert status["actors_desired"] == 3 and len({a["pid"] for a in status["actors"]}) == 3
+        steps_before = job.poll()["learner"]["env_steps"]
+        ray.get(supervisor.scale.remote(1))
+        status = wait_for(lambda: (s := ray.get(supervisor.status.remote()))["actors_alive"] == 1 and s, 60)
+        assert status["actors_desired"] == 1 and status["actors"][0]["id"] == 0
+        wait_for(lambda: job.poll()["learner"]["env_steps"] > steps_before + 2000, 60)  # training goes on
+
+        # the CLI commands against the same job (in-process: the session's Ray is already connected)
+        assert control.cmd_status(type("A", (), {"address": "auto", "json": True})()) == 0
+        out = json.loads(capsys.readouterr().out)
+        for key in ("actors_alive", "actors_desired", "learner_version", "env_steps", "env_steps_per_second",
+                    "actors"):
+            assert key in out, key
+        assert out["actors_alive"] == 1 and out["env_steps"] > 0 and out["learner_version"] > 0
+        assert set(out["actors"][0]) >= {"id", "pid", "node", "alive"}
+        assert control.cmd_scale(type("A", (), {"address": "auto", "num_actors": 2})()) == 0
+        wait_for(lambda: ray.get(supervisor.status.remote())["actors_alive"] == 2, 60)
+    finally:
+        job.stop()
+        job.kill()
+
+
+def test_bad_scale_request_is_refused(ray_session, tmp_path):
+    import ray
+
+    cfg = cartpole_config(tmp_path)
+    cfg.actors.num_actors = 0
+    job = RayJob(cfg, RunDir(cfg.run_dir))
+    try:
+        supervisor = ray.get_actor("levelray-supervisor", namespace="levelray")
+        with pytest.raises(ray.exceptions.RayTaskError, match="num_actors must be a non-negative int"):
+            ray.get(supervisor.scale.remote(-1))
+        assert ray.get(supervisor.status.remote())["actors_desired"] == 0
+    finally:
+        job.stop()
+        job.kill()
+
+
+@pytest.mark.timeout(240)
+def test_ctrl_c_leaves_a_checkpoint(tmp_path):
+    """A real `levelray train` process with its own embedded Ray, interrupted like a user would."""
+    run = tmp_path / "run"
+    cmd = [sys.executable, "-m", "deploy.cli", "train", "--env", "CartPole-v1", "--num-levels", "0",
+           "--num-actors", "1", "--envs-per-actor", "4", "--batch-size", "1", "--total-steps", "100000000",
+           "--metrics-port", "0", "--report-interval", "0.5", "--run-dir", str(run)]
+    proc = subprocess.Popen(cmd, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                            env={**os.environ, "PYTHONUNBUFFERED": "1"})
+    lines = []
+    try:
+        for line in proc.stdout:
+            lines.append(line)
+            if line.startswith("steps") and "version" in line and not line.split("version")[1].strip().startswith("0"):
+                break
+        proc.send_signal(signal.SIGINT)
+        rest, _ = proc.communicate(timeout=120)
+        lines.append(rest)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    output = "".join(lines)
+    assert proc.returncode == 0, output
+    assert "final checkpoint" in output
+    ckpts = RunDir(run).list_checkpoints()
+    assert ckpts, output
+    ckpt = RunDir(run).load_latest_checkpoint()
+    assert ckpt["version"] > 0 and ckpt["counters"]["env_steps"] > 0
+
+
+@pytest.mark.timeout(240)
+def test_inline_backend_runs_the_same_config(ray_session, tmp_path):
+    from deploy.cli import main
+
+    config = tmp_path / "run.yaml"
+    config.write_text(
+        "env: {id: procgen:bigfish, num_levels: 10}\n"
+        "actors: {num_actors: 1, envs_per_actor: 2, unroll_length: 8}\n"
+        "learner: {batch_size: 1}\n"
+        "total_steps: 48\nmetrics_port: 0\nreport_interval_s: 0.2\n"
+    )
+    records = {}
+    for backend in ("inline", "ray"):
+        run = tmp_path / backend
+        assert main(["train", "--config", str(config), "--backend", backend, "--run-dir", str(run), "--quiet"]) == 0
+        lines = (run / "metrics.jsonl").read_text().splitlines()
+        records[backend] = json.loads(lines[-1])
+        ckpt = RunDir(run).load_latest_checkpoint()
+        assert ckpt["counters"]["env_steps"] >= 48 and ckpt["levels"] is not None
+    for backend, rec in records.items():
+        assert rec["env_steps"] >= 48 and rec["learner_version"] >= 1, backend
+        assert 0 <= rec["level_seen_fraction"] <= 1, backend
+    assert set(records["inline"]) & {"env_steps", "learner_version", "episode_return_mean", "policy_lag_mean"} == \
+        set(records["ray"]) & {"env_steps", "learner_version", "episode_return_mean", "policy_lag_mean"}
