@@ -61,7 +61,7 @@ class ActorConfig:
 
 @dataclass
 class LearnerConfig:
-    batch_size: int = field(default=8, metadata=_flag("--batch-size", "unrolls per learner batch", min=1))
+    batch_size: int = field(default=2, metadata=_flag("--batch-size", "unrolls per learner batch", min=1))
     optimizer: str = field(default="adam", metadata=_flag("--optimizer", "optimiser", choices=("adam", "rmsprop")))
     learning_rate: float = field(
         default=5e-4, metadata=_flag("--learning-rate", "learning rate (losses are means over T*B)", min=0.0)
