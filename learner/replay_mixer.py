@@ -14,7 +14,7 @@ import numpy as np
 
 from contracts.config import ReplayConfig
 from contracts.trajectory import stack_unrolls
-from replay_service.priority import trajectory_priority
+from replay_service import trajectory_priority
 
 
 class ReplayMixer:

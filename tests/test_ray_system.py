@@ -237,3 +237,17 @@ def test_inline_backend_runs_the_same_config(ray_session, tmp_path):
         assert 0 <= rec["level_seen_fraction"] <= 1, backend
     assert set(records["inline"]) & {"env_steps", "learner_version", "episode_return_mean", "policy_lag_mean"} == \
         set(records["ray"]) & {"env_steps", "learner_version", "episode_return_mean", "policy_lag_mean"}
+
+
+@pytest.mark.timeout(180)
+def test_replay_on_ray_inserts_samples_and_updates(ray_session, tmp_path):
+    cfg = cartpole_config(tmp_path, total_steps=25_000)
+    cfg.learner.batch_size = 4
+    cfg.replay.replay_ratio = 0.5
+    cfg.replay.min_size = 4
+    record = train_ray(cfg, RunDir(cfg.run_dir), quiet=True)
+    assert record["learner_version"] > 10
+    replay = record["replay"]
+    assert replay["inserts"] >= record["learner_version"]  # two fresh unrolls per update go in
+    assert replay["samples"] > 0 and replay["size"] > 0
+    assert (Path(cfg.run_dir) / "services" / "replay.msgpack").exists()
