@@ -82,35 +82,49 @@ class ReplayServiceCore:
 
     def _restore(self, path: str) -> None:
         state = snap.load(path)  # SnapshotError (a ValueError) names the path for bad files
-        if not isinstance(state, dict) or "replay" not in state:
-            raise snap.SnapshotError(f"snapshot {path} is not a replay service snapshot")
-        r = self._replay
-        try:
-            restored = PrioritizedReplay.from_state_dict(state["replay"])
-        except ValueError as exc:
-            raise snap.SnapshotError(f"snapshot {path} holds a malformed replay state: {exc}") from exc
-        for key in ("capacity", "alpha", "eps", "max_use"):
-            if getattr(restored, key) != getattr(r, key):
-                raise ValueError(
-                    f"snapshot {path} was taken with {key}={getattr(restored, key)!r}, "
-                    f"the service is configured with {key}={getattr(r, key)!r}"
-                )
-        # Keep this service's policy (min_size, rate-limiter config) but the snapshot's counters.
-        restored._min_size = r.min_size
-        if r.rate_limiter is not None:
-            lim = r.rate_limiter
-            if restored.rate_limiter is not None:
-                old = restored.rate_limiter
-                lim.inserts, lim.samples, lim.deletes = old.inserts, old.samples, old.deletes
-            else:
-                lim.inserts, lim.deletes = restored.inserts, restored.inserts - len(restored)
-                lim.samples = restored.samples
-        restored._limiter = r.rate_limiter
-        self._replay = restored
-        svc = state.get("service", {})
-        self._sample_calls = int(svc.get("sample_calls", 0))
-        self._not_ready = int(svc.get("not_ready", 0))
+        self.load_state_dict(state, source=f"snapshot {path}")
         self._restored_from = path
+
+    def state_dict(self) -> dict[str, Any]:
+        """What a snapshot holds (items up to `snapshot_max_item_bytes`); also used by checkpoints."""
+        with self._lock:
+            return {
+                "replay": self._replay.state_dict(include_items=True, max_item_bytes=self._snapshot_max_item_bytes),
+                "service": {"sample_calls": self._sample_calls, "not_ready": self._not_ready},
+            }
+
+    def load_state_dict(self, state: dict[str, Any], *, source: str = "state") -> None:
+        """Replace the buffer with `state` (from `state_dict` or a snapshot); on any error the
+        service keeps its current state."""
+        if not isinstance(state, dict) or "replay" not in state:
+            raise snap.SnapshotError(f"{source} is not a replay service snapshot")
+        with self._lock:
+            r = self._replay
+            try:
+                restored = PrioritizedReplay.from_state_dict(state["replay"])
+            except ValueError as exc:
+                raise snap.SnapshotError(f"{source} holds a malformed replay state: {exc}") from exc
+            for key in ("capacity", "alpha", "eps", "max_use"):
+                if getattr(restored, key) != getattr(r, key):
+                    raise ValueError(
+                        f"{source} was taken with {key}={getattr(restored, key)!r}, "
+                        f"the service is configured with {key}={getattr(r, key)!r}"
+                    )
+            # Keep this service's policy (min_size, rate-limiter config) but the snapshot's counters.
+            restored._min_size = r.min_size
+            if r.rate_limiter is not None:
+                lim = r.rate_limiter
+                if restored.rate_limiter is not None:
+                    old = restored.rate_limiter
+                    lim.inserts, lim.samples, lim.deletes = old.inserts, old.samples, old.deletes
+                else:
+                    lim.inserts, lim.deletes = restored.inserts, restored.inserts - len(restored)
+                    lim.samples = restored.samples
+            restored._limiter = r.rate_limiter
+            self._replay = restored
+            svc = state.get("service", {})
+            self._sample_calls = int(svc.get("sample_calls", 0))
+            self._not_ready = int(svc.get("not_ready", 0))
 
     # ------------------------------------------------------------------ API
     def insert(self, items, priorities=None) -> np.ndarray:
@@ -184,13 +198,7 @@ class ReplayServiceCore:
             path = path if path is not None else self._snapshot_path
             if path is None:
                 raise ValueError("no snapshot path: pass one or configure snapshot_path")
-            state = {
-                "replay": self._replay.state_dict(
-                    include_items=True, max_item_bytes=self._snapshot_max_item_bytes
-                ),
-                "service": {"sample_calls": self._sample_calls, "not_ready": self._not_ready},
-            }
-            snap.save(path, state)
+            snap.save(path, self.state_dict())
             self._snapshots += 1
             self._last_snapshot = time.monotonic()
             return str(path)
