@@ -84,6 +84,12 @@ def cmd_train(args: argparse.Namespace, dests: dict[str, str]) -> int:
             raise ConfigError(f"--resume: {args.resume} is not a run directory (no config.yaml)")
         base = yaml.safe_load(cfg_path.read_text())
     cfg = build_config(args, dests, base)
+    from actors.envs import env_spec
+
+    try:
+        env_spec(cfg.env)  # an unknown env id fails here, before anything starts
+    except ValueError as exc:
+        raise ConfigError(f"--env: {exc}") from None
     if args.resume:
         cfg.run_dir = str(args.resume)
     run_dir = RunDir(cfg.run_dir or default_run_dir())

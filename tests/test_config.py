@@ -62,3 +62,14 @@ def test_bad_values_name_the_field(tmp_path, argv, yaml_text, match):
 def test_optional_fields_accept_none():
     cfg = parse(["--clip-rho", "none", "--replay-max-use", "null"])
     assert cfg.learner.clip_rho is None and cfg.replay.max_use is None
+
+
+def test_unknown_env_is_a_clean_cli_error(capsys, tmp_path):
+    from deploy.cli import main
+
+    with pytest.raises(SystemExit) as exc:
+        main(["train", "--env", "procgen:bigfsh", "--run-dir", str(tmp_path / "r")])
+    assert exc.value.code == 2
+    err = capsys.readouterr().err
+    assert "--env: unknown procgen game 'bigfsh'" in err and "procgen:bigfish" in err
+    assert not (tmp_path / "r").exists()  # nothing was started or written

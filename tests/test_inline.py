@@ -49,3 +49,16 @@ def test_inline_resume_continues_counters_and_levels(tmp_path):
     # carries on past the first run's, and every level seen before is still seen
     assert second["levels"]["counter"] > levels_before["counter"] > 0
     assert np.all(second["levels"]["seen"][levels_before["seen"].astype(bool)])
+
+
+@pytest.mark.timeout(120)
+def test_inline_continuous_actions(tmp_path):
+    run = tmp_path / "run"
+    assert main(["train", "--backend", "inline", "--env", "Pendulum-v1", "--num-levels", "0", "--num-actors", "1",
+                 "--envs-per-actor", "4", "--total-steps", "2000", "--metrics-port", "0", "--quiet",
+                 "--run-dir", str(run)]) == 0
+    ckpt = RunDir(run).load_latest_checkpoint()
+    assert 2000 <= ckpt["counters"]["env_steps"] < 2000 + 2 * 80  # whole batches of 2 unrolls x 4 envs x 20
+    assert "log_std" in ckpt["learner"]["model"]  # the Gaussian head was trained
+    records = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
+    assert records[-1]["episode_return_mean"] < 0  # Pendulum returns are negative costs
