@@ -140,12 +140,23 @@ class ReplayConfig:
 
 
 @dataclass
+class EvalConfig:
+    interval_updates: int = field(
+        default=0, metadata=_flag("--eval-interval", "learner updates between held-out evaluations (0: off)", min=0)
+    )
+    episodes: int = field(default=32, metadata=_flag("--eval-episodes", "episodes per evaluation", min=1))
+    num_envs: int = field(default=8, metadata=_flag("--eval-envs", "environments per evaluation worker", min=1))
+    greedy: bool = field(default=False, metadata=_flag("--eval-greedy", "argmax actions instead of sampling"))
+
+
+@dataclass
 class RunConfig:
     env: EnvConfig = field(default_factory=EnvConfig)
     actors: ActorConfig = field(default_factory=ActorConfig)
     learner: LearnerConfig = field(default_factory=LearnerConfig)
     levels: LevelConfig = field(default_factory=LevelConfig)
     replay: ReplayConfig = field(default_factory=ReplayConfig)
+    eval: EvalConfig = field(default_factory=EvalConfig)
     backend: str = field(default="ray", metadata=_flag("--backend", "ray or single-process", choices=("ray", "inline")))
     address: str | None = field(default=None, metadata=_flag("--address", "Ray cluster: auto or HOST:PORT"))
     run_dir: str | None = field(default=None, metadata=_flag("--run-dir", "run directory (default runs/<time>)"))
