@@ -37,6 +37,8 @@ class SeedPrefetcher:
         self.log = log
         self.requests = 0
         self.blocking_waits = 0
+        self.service_errors = 0
+        self._last_error: str | None = None
 
     def _request(self) -> None:
         if self.pending is None:
@@ -46,17 +48,24 @@ class SeedPrefetcher:
     def _collect(self, block: bool) -> None:
         if self.pending is None:
             return
-        ready, _ = self._ray.wait([self.pending], timeout=None if block else 0)
+        ready, _ = self._ray.wait([self.pending], timeout=30 if block else 0)
         if ready:
-            self.buffer.extend(int(s) for s in self._ray.get(self.pending))
+            try:
+                self.buffer.extend(int(s) for s in self._ray.get(self.pending))
+            except self._ray.exceptions.RayError as exc:  # the service is restarting
+                self.service_errors += 1
+                self._last_error = f"{type(exc).__name__}"
             self.pending = None
 
-    def __call__(self, env_index: int) -> int:
+    def __call__(self, env_index: int) -> int | None:
+        """The next seed; None (a uniform draw from the level set) while the service is unreachable."""
         self._collect(block=False)
         if not self.buffer:
             self._request()
             self.blocking_waits += 1
             self._collect(block=True)
+            if not self.buffer:
+                return None
         seed = self.buffer.popleft()
         if len(self.buffer) < self.capacity // 2:
             self._request()
@@ -107,6 +116,7 @@ class EnvActor:
         self._stop = threading.Event()
         self.unrolls_sent = 0
         self.weight_fetches = 0
+        self.learner_lost = False
 
     def _apply_receipt(self, receipt) -> None:
         import ray
@@ -117,19 +127,27 @@ class EnvActor:
             self.weight_fetches += 1
 
     def run(self, max_unrolls: int | None = None) -> int:
-        """Collect and send unrolls until `stop()` (or `max_unrolls`); returns unrolls sent."""
+        """Collect and send unrolls until `stop()` (or `max_unrolls`); returns unrolls sent.
+
+        If the learner dies, the actor idles until stopped: the driver restarts the learner from
+        its latest checkpoint and the supervisor replaces the actors bound to the old one."""
         import ray
 
-        self._apply_receipt(ray.get(self.learner.latest_weights.remote()))
-        in_flight = None
-        while not self._stop.is_set() and (max_unrolls is None or self.unrolls_sent < max_unrolls):
-            unroll = self.worker.unroll()
+        try:
+            self._apply_receipt(ray.get(self.learner.latest_weights.remote()))
+            in_flight = None
+            while not self._stop.is_set() and (max_unrolls is None or self.unrolls_sent < max_unrolls):
+                unroll = self.worker.unroll()
+                if in_flight is not None:
+                    self._apply_receipt(ray.get(in_flight))  # backpressure: wait for the previous receipt
+                in_flight = self.learner.submit.remote(unroll)
+                self.unrolls_sent += 1
             if in_flight is not None:
-                self._apply_receipt(ray.get(in_flight))  # backpressure: wait for the previous receipt
-            in_flight = self.learner.submit.remote(unroll)
-            self.unrolls_sent += 1
-        if in_flight is not None:
-            self._apply_receipt(ray.get(in_flight))
+                self._apply_receipt(ray.get(in_flight))
+        except (ray.exceptions.RayActorError, ray.exceptions.ObjectLostError):
+            self.learner_lost = True
+            while not self._stop.wait(0.5):
+                pass
         return self.unrolls_sent
 
     def stop(self) -> None:
@@ -146,7 +164,9 @@ class EnvActor:
             "unrolls_sent": self.unrolls_sent,
             "policy_version": self.worker.policy_version,
             "weight_fetches": self.weight_fetches,
+            "learner_lost": self.learner_lost,
             "seed_blocking_waits": self.prefetcher.blocking_waits if self.prefetcher else 0,
+            "level_service_errors": self.prefetcher.service_errors if self.prefetcher else 0,
         }
 
     def seeds_given(self) -> list[tuple[int, int]]:

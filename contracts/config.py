@@ -137,6 +137,13 @@ class ReplayConfig:
     max_use: int | None = field(default=16, metadata=_flag("--replay-max-use", "times an unroll may be replayed"))
     eta: float = field(default=0.9, metadata=_flag("--replay-eta", "priority = eta*max + (1-eta)*mean |td|"))
     min_size: int = field(default=8, metadata=_flag("--replay-min-size", "unrolls before replay starts", min=1))
+    snapshot_max_item_bytes: int = field(
+        default=64 << 20,
+        metadata=_flag("--replay-snapshot-bytes", "trajectory data kept in replay snapshots/checkpoints", min=0),
+    )
+    snapshot_interval_s: float = field(
+        default=300.0, metadata=_flag("--replay-snapshot-interval", "replay service snapshot period (s)", min=0.0)
+    )
 
 
 @dataclass
@@ -173,6 +180,9 @@ class RunConfig:
         default=500, metadata=_flag("--checkpoint-interval", "learner updates between checkpoints", min=1)
     )
     keep_checkpoints: int = field(default=3, metadata=_flag("--keep-checkpoints", "checkpoints kept", min=1))
+    max_learner_restarts: int = field(
+        default=3, metadata=_flag("--max-learner-restarts", "restarts of a dead learner from its checkpoint", min=0)
+    )
     stop_at_return: float | None = field(
         default=None, metadata=_flag("--stop-at-return", "stop once the mean episode return reaches this")
     )

@@ -71,6 +71,12 @@ def _parser() -> tuple[argparse.ArgumentParser, dict[str, str]]:
     status = sub.add_parser("status", help="show the running job")
     status.add_argument("--address", default="auto")
     status.add_argument("--json", action="store_true", help="machine-readable output")
+
+    from deploy.evaluate import add_evaluate_arguments
+    from deploy.report import add_report_arguments
+
+    add_evaluate_arguments(sub.add_parser("evaluate", help="returns on training and held-out levels"))
+    add_report_arguments(sub.add_parser("report", help="PNG figures and a Markdown summary of runs"))
     return parser, dests
 
 
@@ -130,6 +136,14 @@ def main(argv: list[str] | None = None) -> int:
     try:
         if args.command == "train":
             return cmd_train(args, dests)
+        if args.command == "evaluate":
+            from deploy.evaluate import cmd_evaluate
+
+            return cmd_evaluate(args)
+        if args.command == "report":
+            from deploy.report import cmd_report
+
+            return cmd_report(args)
         from deploy import control
 
         if args.command == "scale":

@@ -39,7 +39,8 @@ def make_level_sampler(cfg: RunConfig, seeds: np.ndarray):
 
 def replay_kwargs(cfg: RunConfig) -> dict:
     r = cfg.replay
-    return dict(alpha=r.alpha, max_use=r.max_use, min_size=r.min_size, seed=cfg.seed)
+    return dict(alpha=r.alpha, max_use=r.max_use, min_size=r.min_size, seed=cfg.seed,
+                snapshot_max_item_bytes=r.snapshot_max_item_bytes)
 
 
 def make_replay(cfg: RunConfig):

@@ -33,6 +33,7 @@ METRICS = {
     "levelray_actors_alive": ("gauge", "Env actors alive"),
     "levelray_actors_desired": ("gauge", "Env actors asked for"),
     "levelray_actor_restarts_total": ("counter", "Env actors replaced after dying"),
+    "levelray_learner_restarts_total": ("counter", "Learner restarts from the latest checkpoint"),
     "levelray_level_seen_fraction": ("gauge", "Fraction of training levels with a score"),
     "levelray_level_score": ("gauge", "Level score quantiles over seen levels"),
     "levelray_level_staleness": ("gauge", "Level staleness, mean and max"),
@@ -89,6 +90,7 @@ class JobCollector:
             gauge("levelray_learner_explained_variance", metrics.get("explained_variance")),
             gauge("levelray_learner_queue_depth", learner.get("queue_depth")),
             gauge("levelray_test_return", s.get("test_return_mean")),
+            counter("levelray_learner_restarts_total", s.get("learner_restarts")),
         ]
         loss = GaugeMetricFamily("levelray_learner_loss", METRICS["levelray_learner_loss"][1], labels=["kind"])
         for kind in ("total", "policy", "value"):

@@ -14,6 +14,7 @@ SIGTERM) stops the actors, then the learner, and writes a final checkpoint.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import threading
@@ -48,40 +49,53 @@ def init_ray(address: str | None, num_actors: int, *, dashboard: bool = False) -
 
 
 class RayJob:
-    """The running job's handles; `train_ray` drives it, tests drive it directly."""
+    """The running job's handles; `train_ray` drives it, tests drive it directly.
+
+    Failure handling (see README, "Operations"): env actors are replaced by the supervisor; the level
+    and replay services are Ray-restarted and come back from their last snapshot; a dead learner is
+    restarted by `poll()` from the latest checkpoint (at most `max_learner_restarts` times).
+    """
 
     def __init__(self, cfg: RunConfig, run_dir: RunDir, *, resume_state: dict | None = None,
                  record_seeds: bool = False):
         import ray
 
         from actors.envs import env_spec
-        from learner.service import learner_actor_class
         from level_service.service import LevelService
         from replay_service.service import ReplayService
 
         self.cfg = cfg
         self.run_dir = run_dir
-        cfg_dict = to_dict(cfg)
-        spec = env_spec(cfg.env)
+        self.cfg_dict = to_dict(cfg)
+        self.spec = env_spec(cfg.env)
         services = run_dir.path / "services"
         services.mkdir(parents=True, exist_ok=True)
+        resume_state = resume_state or {}
         seeds = level_seeds(cfg.env)
+        # Services and the supervisor live on the driver's node: their snapshots go to the run
+        # directory, which is on this machine's disk. Env actors and the learner go anywhere.
+        from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+
+        self.driver_node = ray.get_runtime_context().get_node_id()
+        here = NodeAffinitySchedulingStrategy(node_id=self.driver_node, soft=False)
+        restart = dict(max_restarts=-1, max_task_retries=2, scheduling_strategy=here)
         self.level_service = None
         if seeds is not None:
-            self.level_service = LevelService.options(num_cpus=0).remote(
+            self.level_service = LevelService.options(num_cpus=0, **restart).remote(
                 seeds,
                 {**sampler_kwargs(cfg.levels, cfg.learner.discount), "rng": cfg.seed},
                 snapshot_path=str(services / "levels.msgpack"),
                 snapshot_interval_s=max(cfg.levels.snapshot_interval_s, 1e-3),
+                initial_state=resume_state.get("levels"),
             )
         self.replay_service = None
         if cfg.replay.replay_ratio > 0:
-            self.replay_service = ReplayService.options(num_cpus=0).remote(
-                cfg.replay.capacity, **replay_kwargs(cfg), snapshot_path=str(services / "replay.msgpack"))
-        gpus = 1 if ray.cluster_resources().get("GPU", 0) >= 1 else 0
-        learner_cls = learner_actor_class(gpus)
-        self.learner = learner_cls.remote(cfg_dict, spec.to_dict(), self.level_service, self.replay_service,
-                                          resume_state)
+            self.replay_service = ReplayService.options(num_cpus=0, **restart).remote(
+                cfg.replay.capacity, **replay_kwargs(cfg), snapshot_path=str(services / "replay.msgpack"),
+                snapshot_interval_s=max(cfg.replay.snapshot_interval_s, 1e-3),
+                initial_state=resume_state.get("replay"))
+        self.learner_restarts = 0
+        self.learner = self._start_learner(resume_state.get("learner_state"))
         try:
             ray.get_actor(SUPERVISOR_NAME, namespace=NAMESPACE)
             raise RuntimeError(
@@ -91,26 +105,67 @@ class RayJob:
         except ValueError:
             pass
         supervisor_cls = ray.remote(num_cpus=0, max_concurrency=16)(Supervisor)
-        self.supervisor = supervisor_cls.options(name=SUPERVISOR_NAME, namespace=NAMESPACE).remote(
-            cfg_dict, self.learner, self.level_service, seed=cfg.seed, record_seeds=record_seeds)
+        self.supervisor = supervisor_cls.options(name=SUPERVISOR_NAME, namespace=NAMESPACE,
+                                                 scheduling_strategy=here).remote(
+            self.cfg_dict, self.learner, self.level_service, seed=cfg.seed, record_seeds=record_seeds)
         ray.get(self.supervisor.scale.remote(cfg.actors.num_actors))
         self._last_steps: int | None = None
         self._last_time = time.time()
         self.steps_per_second = 0.0
         self.last_checkpoint_version = -1
 
-    def poll(self) -> dict[str, Any]:
-        """One report: merged stats of every part of the job."""
+    def _start_learner(self, learner_state: dict | None):
         import ray
 
-        refs = {"learner": self.learner.stats.remote(), "supervisor": self.supervisor.status.remote()}
+        from learner.service import learner_actor_class
+
+        gpus = 1 if ray.cluster_resources().get("GPU", 0) >= 1 else 0
+        return learner_actor_class(gpus).remote(self.cfg_dict, self.spec.to_dict(), self.level_service,
+                                                self.replay_service, learner_state)
+
+    def restart_learner(self, cause: str) -> None:
+        """Replace a dead learner by one restored from the latest checkpoint, and rebind the actors."""
+        import ray
+
+        if self.learner_restarts >= self.cfg.max_learner_restarts:
+            raise RuntimeError(
+                f"the learner died ({cause}) and was already restarted {self.learner_restarts} times; "
+                f"the job stops here. Resume with: levelray train --resume {self.run_dir.path}"
+            )
+        ckpt = self.run_dir.load_latest_checkpoint()
+        state = {"learner": ckpt["learner"], "counters": ckpt["counters"]} if ckpt is not None else None
+        log.warning("learner died (%s); restarting it from %s", cause,
+                    ckpt["path"] if ckpt is not None else "scratch (no checkpoint yet)")
+        with contextlib.suppress(Exception):
+            ray.kill(self.learner)
+        self.learner = self._start_learner(state)
+        self.learner_restarts += 1
+        ray.get(self.supervisor.set_learner.remote(self.learner), timeout=120)
+        self._last_steps = None
+
+    def poll(self) -> dict[str, Any]:
+        """One report: merged stats of every part of the job (restarting a dead learner first)."""
+        import ray
+
+        try:
+            learner = ray.get(self.learner.stats.remote(), timeout=60)
+        except ray.exceptions.RayActorError as exc:
+            self.restart_learner(f"{type(exc).__name__}")
+            learner = ray.get(self.learner.stats.remote(), timeout=120)
+        refs = {"supervisor": self.supervisor.status.remote()}
         if self.level_service is not None:
             refs["levels"] = self.level_service.stats.remote()
         if self.replay_service is not None:
             refs["replay"] = self.replay_service.stats.remote()
-        snap = {k: ray.get(v, timeout=60) for k, v in refs.items()}
+        snap = {"learner": learner}
+        for key, ref in refs.items():
+            try:
+                snap[key] = ray.get(ref, timeout=60)
+            except ray.exceptions.RayError as exc:  # a service restarting: report without it this time
+                log.warning("%s unavailable for this report: %s", key, type(exc).__name__)
+        snap["learner_restarts"] = self.learner_restarts
         now = time.time()
-        steps = snap["learner"]["env_steps"]
+        steps = learner["env_steps"]
         if self._last_steps is not None and now > self._last_time:
             self.steps_per_second = (steps - self._last_steps) / (now - self._last_time)
         self._last_steps, self._last_time = steps, now
@@ -119,7 +174,7 @@ class RayJob:
 
     def record(self, snap: dict) -> dict:
         """The `metrics.jsonl` record for a poll (JSON scalars only)."""
-        ls, sup = snap["learner"], snap["supervisor"]
+        ls, sup = snap["learner"], snap.get("supervisor", {})
         rec = {
             "time": time.time(),
             "env_steps": ls["env_steps"],
@@ -129,9 +184,10 @@ class RayJob:
             "learner_version": ls["learner_version"],
             "policy_lag_mean": ls["policy_lag_mean"],
             "queue_depth": ls["queue_depth"],
-            "actors_alive": sup["actors_alive"],
-            "actors_desired": sup["actors_desired"],
-            "actor_restarts": sup["actor_restarts"],
+            "actors_alive": sup.get("actors_alive"),
+            "actors_desired": sup.get("actors_desired"),
+            "actor_restarts": sup.get("actor_restarts"),
+            "learner_restarts": snap.get("learner_restarts", 0),
             "dropped": ls["dropped"],
         }
         rec.update({f"learner_{k}": v for k, v in ls["metrics"].items() if k != "version"})
@@ -147,17 +203,20 @@ class RayJob:
         return rec
 
     def checkpoint(self) -> None:
+        """Learner, counters, level and replay state in one atomic checkpoint; services snapshot too."""
         import ray
 
         state = ray.get(self.learner.state.remote(), timeout=120)
-        level_state = ray.get(self.level_service.state_dict.remote()) if self.level_service is not None else None
+        level_state = replay_state = None
         if self.level_service is not None:
-            ray.get(self.level_service.snapshot.remote())
+            level_state = ray.get(self.level_service.state_dict.remote(), timeout=120)
+            ray.get(self.level_service.snapshot.remote(), timeout=120)
         if self.replay_service is not None:
-            ray.get(self.replay_service.snapshot.remote())
+            replay_state = ray.get(self.replay_service.state_dict.remote(), timeout=300)
+            ray.get(self.replay_service.snapshot.remote(), timeout=300)
         version = int(state["learner"]["version"])
         self.run_dir.save_checkpoint(version, state["learner"], state["counters"], level_state=level_state,
-                                     config=self.cfg, keep=self.cfg.keep_checkpoints)
+                                     replay_state=replay_state, config=self.cfg, keep=self.cfg.keep_checkpoints)
         self.last_checkpoint_version = version
 
     def stop(self) -> None:
@@ -166,14 +225,15 @@ class RayJob:
         try:
             ray.get(self.supervisor.stop_all.remote(), timeout=60)
         finally:
-            ray.get(self.learner.stop.remote(), timeout=60)
+            with contextlib.suppress(ray.exceptions.RayActorError):
+                ray.get(self.learner.stop.remote(), timeout=60)
 
     def kill(self) -> None:
         import ray
 
         for handle in (self.supervisor, self.learner, self.level_service, self.replay_service):
             if handle is not None:
-                ray.kill(handle)
+                ray.kill(handle, no_restart=True)
         # The supervisor's name is released asynchronously; wait so a next job can take it.
         deadline = time.time() + 15
         while time.time() < deadline:
@@ -196,7 +256,8 @@ def train_ray(cfg: RunConfig, run_dir: RunDir, *, resume: bool = False, stop: th
         ckpt = run_dir.load_latest_checkpoint()
         if ckpt is None:
             raise ValueError(f"--resume: no checkpoint in {run_dir.checkpoints}")
-        resume_state = {"learner": ckpt["learner"], "counters": ckpt["counters"]}
+        resume_state = {"learner_state": {"learner": ckpt["learner"], "counters": ckpt["counters"]},
+                        "levels": ckpt["levels"], "replay": ckpt["replay"]}
         print(f"levelray: resuming from {ckpt['path']} (version {ckpt['version']})", flush=True)
     started = init_ray(cfg.address, cfg.actors.num_actors)
     metrics = MetricsServer(cfg.metrics_host, cfg.metrics_port) if cfg.metrics_port else None
@@ -238,6 +299,12 @@ def train_ray(cfg: RunConfig, run_dir: RunDir, *, resume: bool = False, stop: th
             run_dir.append_metrics(record)
             job.checkpoint()
             print(f"levelray: final checkpoint at version {job.last_checkpoint_version}", flush=True)
+        except Exception as exc:
+            latest = run_dir.list_checkpoints()
+            print(f"levelray: could not write a final checkpoint ({type(exc).__name__}: {exc}); the latest is "
+                  f"{latest[-1] if latest else 'none'}; resume with: levelray train --resume {run_dir.path}",
+                  flush=True)
+            raise
         finally:
             run_dir.close()
             job.kill()

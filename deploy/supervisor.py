@@ -74,6 +74,17 @@ class Supervisor:
                 self._retire(actor_id)
             return {"actors_desired": self.desired, "actors": len(self.actors), "previous": previous}
 
+    def set_learner(self, learner) -> dict:
+        """Bind the job to a new learner (after the old one died): every env actor is replaced by
+        one that sends to `learner`. These replacements are not counted as actor restarts."""
+        with self.lock:
+            self.learner = learner
+            for actor_id in sorted(self.actors):
+                self._retire(actor_id)
+            while len(self.actors) < self.desired:
+                self._spawn()
+            return {"actors_desired": self.desired, "actors": len(self.actors)}
+
     def _monitor(self) -> None:
         while not self._stopping:
             time.sleep(self._monitor_interval)

@@ -181,6 +181,7 @@ class Learner:
             "optimizer": copy.deepcopy(self.optimizer.state_dict()),
             "version": self.version,
             "samples_trained": self.samples_trained,
+            "torch_rng": torch.get_rng_state(),
         }
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
@@ -188,3 +189,5 @@ class Learner:
         self.optimizer.load_state_dict(state["optimizer"])
         self.version = int(state["version"])
         self.samples_trained = int(state.get("samples_trained", 0))
+        if "torch_rng" in state:
+            torch.set_rng_state(state["torch_rng"].cpu())

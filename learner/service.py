@@ -38,15 +38,25 @@ LAG_BUCKETS = (0, 1, 2, 4, 8, 16, 32, 64, 128, 256)
 
 
 class _RemoteReplay:
-    """ReplayServiceCore's interface over the Ray actor (sample waits; writes do not)."""
+    """ReplayServiceCore's interface over the Ray actor (sample waits; writes do not).
+
+    While the replay service restarts (it comes back from its snapshot), `sample` returns None and
+    the learner trains on fresh unrolls only; the failures are counted."""
 
     def __init__(self, handle):
         import ray
 
         self._ray, self.handle = ray, handle
+        self.failures = 0
 
     def sample(self, batch_size, beta):
-        return self._ray.get(self.handle.sample.remote(batch_size, beta))
+        try:
+            return self._ray.get(self.handle.sample.remote(batch_size, beta), timeout=60)
+        except (self._ray.exceptions.RayActorError, self._ray.exceptions.GetTimeoutError,
+                self._ray.exceptions.ActorUnavailableError) as exc:
+            self.failures += 1
+            log.warning("replay service unavailable (%s); training on fresh unrolls only", type(exc).__name__)
+            return None
 
     def insert(self, items, priorities=None):
         self.handle.insert.remote(items, priorities)
@@ -209,7 +219,9 @@ class LearnerService:
                 "dropped": dict(self.dropped),
                 "metrics": dict(self.last_metrics),
                 "device": str(self.learner.device),
+                "node": self._ray.get_runtime_context().get_node_id(),
                 "replay_beta": self.mixer.beta(),
+                "replay_failures": self.mixer.replay.failures if self.mixer.replay is not None else 0,
                 "error": self.error,
                 "time": time.time(),
             }
@@ -227,8 +239,13 @@ class LearnerService:
         self._thread.join(timeout=30)
 
 
+LEARNER_NAME = "levelray-learner"
+
+
 def learner_actor_class(num_gpus: float):
-    """The Ray shell, asking for a GPU when the cluster has one."""
+    """The Ray shell, asking for a GPU when the cluster has one. Not restarted by Ray: Ray would
+    re-run the constructor with the job's original arguments, not the latest checkpoint; the driver
+    restarts it from the checkpoint instead (`RayJob.restart_learner`)."""
     import ray
 
-    return ray.remote(num_cpus=1, num_gpus=num_gpus, max_concurrency=256)(LearnerService)
+    return ray.remote(num_cpus=1, num_gpus=num_gpus, max_concurrency=256, max_restarts=0)(LearnerService)

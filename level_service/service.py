@@ -18,7 +18,9 @@ Snapshots: `snapshot()` writes the sampler state and the service counters atomic
 `contracts.snapshot`) and returns the path; any call also writes one when `snapshot_interval_s` has
 passed since the last write.  On start, an existing snapshot at `snapshot_path` is restored (the
 snapshot's sampler configuration wins over `sampler_kwargs`; its seeds must equal `seeds`); a missing
-file starts fresh; a corrupt one raises `SnapshotError` naming the file.
+file starts from `initial_state` (a checkpoint's sampler state) or fresh; a corrupt one raises
+`SnapshotError` naming the file. Run as a Ray actor with `max_restarts`, a crashed service therefore
+comes back with the state of its last snapshot.
 """
 
 from __future__ import annotations
@@ -47,6 +49,7 @@ class LevelServiceCore:
         *,
         snapshot_path: str | None = None,
         snapshot_interval_s: float = 60.0,
+        initial_state: dict | None = None,
     ):
         if isinstance(snapshot_interval_s, bool) or not isinstance(snapshot_interval_s, int | float):
             raise ValueError(f"snapshot_interval_s must be a positive number, got {snapshot_interval_s!r}")
@@ -63,6 +66,11 @@ class LevelServiceCore:
         fresh = LevelSampler(seeds, **(sampler_kwargs or {}))
         if self._snapshot_path is not None and Path(self._snapshot_path).exists():
             self._sampler = self._restore(self._snapshot_path, fresh.seeds)
+            self._restored = True
+        elif initial_state is not None:  # e.g. the sampler state of a checkpoint being resumed
+            self._sampler = LevelSampler.from_state_dict(initial_state)
+            if not np.array_equal(self._sampler.seeds, fresh.seeds):
+                raise ValueError("initial_state was written for a different seed set than the seeds given")
             self._restored = True
         else:
             self._sampler = fresh

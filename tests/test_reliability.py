@@ -1,0 +1,181 @@
+"""Surviving what clusters do: killed actors, services and learners, and damaged checkpoints."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+from contracts.config import RunConfig
+from deploy.ray_backend import RayJob
+from deploy.rundir import RunDir
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def job_config(tmp_path, **kw) -> RunConfig:
+    cfg = RunConfig()
+    cfg.env.id = "CartPole-v1"
+    cfg.env.num_levels = 50
+    cfg.actors.num_actors = 2
+    cfg.actors.envs_per_actor = 4
+    cfg.learner.batch_size = 2
+    cfg.levels.snapshot_interval_s = 0.5
+    cfg.replay.snapshot_interval_s = 0.5
+    cfg.metrics_port = 0
+    cfg.run_dir = str(tmp_path / "run")
+    for k, v in kw.items():
+        section, _, name = k.rpartition("__")
+        setattr(getattr(cfg, section) if section else cfg, name, v)
+    return cfg
+
+
+def wait_for(predicate, timeout: float, interval: float = 0.25):
+    deadline = time.time() + timeout
+    last = None
+    while time.time() < deadline:
+        last = predicate()
+        if last:
+            return last
+        time.sleep(interval)
+    raise AssertionError(f"condition not met within {timeout}s (last: {last!r})")
+
+
+@pytest.mark.timeout(300)
+def test_killed_actor_and_services_come_back_and_training_goes_on(ray_session, tmp_path):
+    ray = ray_session
+    cfg = job_config(tmp_path, replay__replay_ratio=0.5, replay__min_size=2, learner__batch_size=2)
+    job = RayJob(cfg, RunDir(cfg.run_dir))
+    try:
+        wait_for(lambda: job.poll()["learner"]["learner_version"] >= 5, 90)
+
+        # 1. an env actor's process is killed: the supervisor replaces it within seconds
+        status = ray.get(job.supervisor.status.remote())
+        victim = status["actors"][0]
+        os.kill(victim["pid"], signal.SIGKILL)
+        t0 = time.time()
+        status = wait_for(lambda: (s := ray.get(job.supervisor.status.remote()))["actor_restarts"] >= 1
+                          and s["actors_alive"] == 2 and s, 30)
+        assert time.time() - t0 < 30
+        assert victim["pid"] not in {a["pid"] for a in status["actors"]}
+        assert job.record(job.poll())["actor_restarts"] >= 1
+
+        # 2. the level service dies: Ray restarts it and it comes back from its last snapshot
+        before = ray.get(job.level_service.stats.remote())
+        ray.get(job.level_service.snapshot.remote())
+        ray.kill(job.level_service, no_restart=False)
+        # (ray.kill is asynchronous: wait for an answer from the restarted process)
+        after = wait_for(lambda: (s := _try(lambda: ray.get(job.level_service.stats.remote(), timeout=5)))
+                         and s["restored_from_snapshot"] and s, 60)
+        assert after["num_samples"] >= before["num_samples"] and after["num_seen"] >= before["num_seen"] > 0
+
+        # 3. the replay service dies: it comes back from its snapshot with its buffer
+        ray.get(job.replay_service.snapshot.remote())
+        size_before = ray.get(job.replay_service.stats.remote())["size"]
+        assert size_before > 0
+        ray.kill(job.replay_service, no_restart=False)
+        replay = wait_for(lambda: (s := _try(lambda: ray.get(job.replay_service.stats.remote(), timeout=5)))
+                          and s["restored_from"] is not None and s, 60)
+        assert replay["restored_from"].endswith("replay.msgpack") and replay["size"] > 0
+
+        # training goes on through all of it
+        v = job.poll()["learner"]["learner_version"]
+        wait_for(lambda: job.poll()["learner"]["learner_version"] > v + 5, 90)
+        assert job.poll()["learner"]["error"] is None
+    finally:
+        job.stop()
+        job.kill()
+
+
+def _try(fn):
+    try:
+        return fn()
+    except Exception:
+        return None
+
+
+@pytest.mark.timeout(300)
+def test_dead_learner_restarts_from_the_latest_checkpoint(ray_session, tmp_path):
+    ray = ray_session
+    cfg = job_config(tmp_path, max_learner_restarts=1)
+    job = RayJob(cfg, RunDir(cfg.run_dir))
+    try:
+        wait_for(lambda: job.poll()["learner"]["learner_version"] >= 5, 90)
+        job.checkpoint()
+        saved = job.last_checkpoint_version
+        ray.kill(job.learner)
+        snap = job.poll()  # notices the dead learner and restarts it from the checkpoint
+        assert snap["learner_restarts"] == 1
+        assert snap["learner"]["learner_version"] >= saved
+        wait_for(lambda: job.poll()["learner"]["learner_version"] > saved + 5, 90)  # actors rebound, training on
+        status = ray.get(job.supervisor.status.remote())
+        assert status["actors_alive"] == 2 and status["actor_restarts"] == 0
+        # past max_learner_restarts the job stops with a message that says how to resume
+        ray.kill(job.learner)
+        with pytest.raises(RuntimeError, match=f"levelray train --resume {cfg.run_dir}"):
+            job.poll()
+    finally:
+        job.stop()
+        job.kill()
+
+
+def _checkpoints(tmp_path, n=3):
+    run = RunDir(tmp_path / "run")
+    for version in range(1, n + 1):
+        run.save_checkpoint(version, {"version": version, "w": torch.full((3,), float(version))},
+                            {"env_steps": 100 * version}, level_state={"x": np.arange(version)}, keep=5)
+    return run
+
+
+@pytest.mark.parametrize("damage", ["truncate_learner", "corrupt_levels", "drop_meta", "garbage_meta"])
+def test_damaged_latest_checkpoint_falls_back_to_the_previous(tmp_path, damage):
+    run = _checkpoints(tmp_path)
+    latest = run.list_checkpoints()[-1]
+    if damage == "truncate_learner":
+        data = (latest / "learner.pt").read_bytes()
+        (latest / "learner.pt").write_bytes(data[: len(data) // 2])
+    elif damage == "corrupt_levels":
+        data = bytearray((latest / "levels.msgpack").read_bytes())
+        data[len(data) // 2] ^= 0xFF
+        (latest / "levels.msgpack").write_bytes(bytes(data))
+    elif damage == "drop_meta":
+        (latest / "meta.json").unlink()
+    else:
+        (latest / "meta.json").write_text("{not json")
+    ckpt = run.load_latest_checkpoint()
+    assert ckpt["version"] == 2 and ckpt["counters"]["env_steps"] == 200
+    assert torch.equal(ckpt["learner"]["w"], torch.full((3,), 2.0))
+
+
+def test_all_checkpoints_damaged_is_a_clear_error(tmp_path):
+    run = _checkpoints(tmp_path, n=2)
+    for ckpt in run.list_checkpoints():
+        (ckpt / "meta.json").unlink()
+    with pytest.raises(ValueError, match="no usable checkpoint"):
+        run.load_latest_checkpoint()
+
+
+def test_checkpoints_keep_the_last_k_and_leave_no_temporaries(tmp_path):
+    run = RunDir(tmp_path / "run")
+    for version in range(1, 6):
+        run.save_checkpoint(version, {"version": version}, {"env_steps": version}, keep=2)
+    assert [p.name for p in run.list_checkpoints()] == ["ckpt-0000000004", "ckpt-0000000005"]
+    assert [p.name for p in run.checkpoints.iterdir() if p.name.startswith(".")] == []
+
+
+@pytest.mark.timeout(300)
+def test_multi_node_losing_a_worker_node_brings_the_actors_back(tmp_path):
+    """Three Ray nodes on this machine (ray.cluster_utils.Cluster, in a child process so the test
+    session's own Ray is untouched): the actors' node is removed mid-run and they return elsewhere."""
+    script = REPO / "tests" / "multinode_script.py"
+    proc = subprocess.run([sys.executable, str(script), str(tmp_path / "run")], cwd=REPO, capture_output=True,
+                          text=True, timeout=280)
+    assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-4000:]
+    assert "MULTINODE OK" in proc.stdout
