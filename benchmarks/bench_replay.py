@@ -1,6 +1,8 @@
 """Benchmark: prioritized replay sample(256) + update_priorities(256).
 
-Compares ``replay_service.PrioritizedReplay`` (vectorised B-ary sum/min tree in NumPy) with
+Compares ``replay_service.PrioritizedReplay`` (B-ary sum/min tree: C kernels when the optional
+extension ``replay_service._sumtree_c`` is built, else NumPy; the ``backend`` column says which ran,
+``LEVELRAY_NO_C_EXT=1`` forces NumPy) with
 (a) the per-element Python segment tree of the PER tutorial (re-implemented below: list-backed
     sum and min segment trees, one ``retrieve`` per stratum, one ``__setitem__`` per update;
     its ``sum()``/``min()`` read the root, which is kinder to it than the tutorial's recursive
@@ -28,6 +30,7 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from replay_service import PrioritizedReplay  # noqa: E402
+from replay_service import sumtree as _sumtree  # noqa: E402
 
 BATCH = 256
 ALPHA, EPS, BETA = 0.6, 1e-6, 0.4
@@ -125,7 +128,7 @@ def _time_pairs(step, iters: int, repeats: int) -> float:
     return best * 1e6
 
 
-def bench_ours(n: int, prios: np.ndarray, iters: int, repeats: int) -> float:
+def bench_ours(n: int, prios: np.ndarray, iters: int, repeats: int) -> tuple[float, str]:
     r = PrioritizedReplay(n, alpha=ALPHA, eps=EPS, rng=0)
     r.insert([None] * n, prios)
     rng = np.random.default_rng(1)
@@ -137,7 +140,7 @@ def bench_ours(n: int, prios: np.ndarray, iters: int, repeats: int) -> float:
         r.update_priorities(s.ids, new[k[0] & 63])
         k[0] += 1
 
-    return _time_pairs(step, iters, repeats)
+    return _time_pairs(step, iters, repeats), r.tree.backend
 
 
 def bench_python(n: int, prios: np.ndarray, iters: int, repeats: int) -> float:
@@ -192,13 +195,14 @@ def main(argv=None) -> dict:
     for log2 in (int(x) for x in args.sizes.split(",")):
         n = 1 << log2
         prios = np.random.default_rng(log2).random(n) * 2
-        ours = bench_ours(n, prios, iters, repeats)
+        ours, backend = bench_ours(n, prios, iters, repeats)
         py = bench_python(n, prios, py_iters, repeats)
         cpp = bench_cpprb(n, prios, iters, repeats) if cpprb_version else None
         rows.append(
             {
                 "size": n,
                 "log2_size": log2,
+                "backend": backend,
                 "ours_us": ours,
                 "python_tree_us": py,
                 "cpprb_us": cpp,
@@ -206,7 +210,10 @@ def main(argv=None) -> dict:
                 "speedup_vs_cpprb": None if cpp is None else cpp / ours,
             }
         )
-    hdr = f"{'size':>9} | {'ours µs':>9} | {'python µs':>10} | {'cpprb µs':>9} | {'x python':>8} | {'x cpprb':>7}"
+    hdr = (
+        f"{'size':>9} | {'backend':>7} | {'ours µs':>9} | {'python µs':>10} | {'cpprb µs':>9} | "
+        f"{'x python':>8} | {'x cpprb':>7}"
+    )
     print(f"sample({BATCH}) + update_priorities({BATCH}), µs per pair (best of {repeats} x {iters} iters)")
     print(hdr)
     print("-" * len(hdr))
@@ -214,8 +221,8 @@ def main(argv=None) -> dict:
         cpp = "n/a" if r["cpprb_us"] is None else f"{r['cpprb_us']:.1f}"
         xc = "n/a" if r["speedup_vs_cpprb"] is None else f"{r['speedup_vs_cpprb']:.2f}"
         print(
-            f"{'2^' + str(r['log2_size']):>9} | {r['ours_us']:>9.1f} | {r['python_tree_us']:>10.1f} | "
-            f"{cpp:>9} | {r['speedup_vs_python']:>8.1f} | {xc:>7}"
+            f"{'2^' + str(r['log2_size']):>9} | {r['backend']:>7} | {r['ours_us']:>9.1f} | "
+            f"{r['python_tree_us']:>10.1f} | {cpp:>9} | {r['speedup_vs_python']:>8.1f} | {xc:>7}"
         )
     result = {
         "benchmark": "replay sample+update",
@@ -227,6 +234,8 @@ def main(argv=None) -> dict:
         "python_iters": py_iters,
         "repeats": repeats,
         "numpy": np.__version__,
+        "backend": _sumtree.BACKEND,
+        "c_ext_error": _sumtree.C_EXT_ERROR,
         "cpprb": cpprb_version,
         "python": platform.python_version(),
         "machine": platform.machine(),

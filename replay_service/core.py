@@ -1,4 +1,4 @@
-"""Prioritized trajectory replay (pure NumPy, no Ray).
+"""Prioritized trajectory replay (NumPy, with optional C kernels for the sum tree; no Ray).
 
 Semantics
 ---------
@@ -50,7 +50,7 @@ import numpy as np
 
 from contracts.snapshot import packb, unpackb
 from replay_service.rate_limiter import NotReadyError, RateLimitedError, RateLimiter
-from replay_service.sumtree import SumMinTree
+from replay_service.sumtree import _C, SumMinTree
 
 __all__ = ["PrioritizedReplay", "Sample", "NotReadyError", "RateLimitedError"]
 
@@ -82,12 +82,11 @@ def _positive_int(value, name: str) -> int:
 
 
 def _tree_shape(capacity: int) -> tuple[int, int]:
-    """Default (fanout, top_max), measured on the benchmark: one F-ary level under a top of at most
-    4096-8192 nodes where that is possible, else fan-out 16 with a top of at most 4096."""
-    if capacity <= 16 * 4096:
-        return 16, 4096
-    if capacity <= 32 * 8192:
-        return 32, 8192
+    """Default (fanout, top_max): fan-out 16 under a top of at most 4096 nodes. Measured on the
+    benchmark, this is the best shape for the C kernels at every size (their cost is the O(top)
+    prefix sum of the top level plus ~16 additions per level and query) and within ~15% of the best
+    NumPy-only shape. Both backends use the same default so that a seed gives the same samples with
+    and without the compiled extension."""
     return 16, 4096
 
 
@@ -341,8 +340,12 @@ class PrioritizedReplay:
             slots, leaf, total = self._tree.sample_stratified(b, self._rng)
             probs = leaf / total
             weights = np.power(leaf / self._tree.min(), -beta)
-            ids = np.take(self._slot_ids, slots)
-            items = list(operator.itemgetter(*slots.tolist())(self._items)) if b > 1 else [self._items[slots[0]]]
+            if _C is not None:
+                ids = np.empty(b, dtype=np.int64)
+                items = _C.gather(self._items, self._slot_ids, slots, ids)
+            else:
+                ids = np.take(self._slot_ids, slots)
+                items = list(operator.itemgetter(*slots.tolist())(self._items)) if b > 1 else [self._items[slots[0]]]
             self._pending_uses.append(slots)
             self._pending_count += b
             if self._pending_count >= 1 << 16:
@@ -410,6 +413,8 @@ class PrioritizedReplay:
     # ---------------------------------------------------------------- update
     def update_priorities(self, ids, priorities) -> None:
         """Set raw priorities for ``ids``; ids no longer in the buffer are ignored."""
+        if self._tree.backend == "c" and self._update_fast(ids, priorities):
+            return
         ids = self._check_ids(ids)
         p = self._check_priorities(priorities, ids.shape[0])
         if ids.size == 0:
@@ -435,6 +440,30 @@ class PrioritizedReplay:
         self._raw[s] = p
         self._tree.set(s, self._leaf(p))
         self.updates += int(s.size)
+
+    def _update_fast(self, ids, priorities) -> bool:
+        """``update_priorities`` through the fused C kernel (same effect, bit for bit). Returns False,
+        having touched nothing, when the input is not the common well-formed case (1-D int64 ids >= 0,
+        matching finite priorities >= 0); the NumPy path then validates and raises or applies it."""
+        if type(ids) is not np.ndarray or ids.dtype != np.int64 or ids.ndim != 1 or not ids.size:
+            return False
+        try:
+            p = np.ascontiguousarray(priorities, dtype=np.float64)
+        except (TypeError, ValueError):
+            return False
+        ids = np.ascontiguousarray(ids)
+        if p.shape != ids.shape or _C.check_update(ids, p):
+            return False
+        leaf = self._leaf(p)
+        n_live, n_unique, max_p = self._tree.update_live_slots(self._slot_ids, self._raw, ids, p, leaf)
+        self.updates_ignored += ids.size - n_live
+        if n_live:
+            if not self._priority_seen:
+                self._max_priority, self._priority_seen = max_p, True
+            elif max_p > self._max_priority:
+                self._max_priority = max_p
+            self.updates += n_unique
+        return True
 
     # ------------------------------------------------------------------ state
     def state_dict(self, include_items: bool = True, max_item_bytes: int | None = None) -> dict[str, Any]:

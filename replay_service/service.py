@@ -55,6 +55,7 @@ class ReplayServiceCore:
         snapshot_path: str | None = None,
         snapshot_interval_s: float = 300.0,
         snapshot_max_item_bytes: int = 256 << 20,
+        initial_state: dict | None = None,
     ) -> None:
         limiter = None
         if samples_per_insert is not None:
@@ -78,6 +79,8 @@ class ReplayServiceCore:
         self._restored_from: str | None = None
         if self._snapshot_path is not None and Path(self._snapshot_path).exists():
             self._restore(self._snapshot_path)
+        elif initial_state is not None:  # e.g. the replay state of a checkpoint being resumed
+            self.load_state_dict(initial_state, source="initial_state")
         self._last_snapshot = time.monotonic()
 
     def _restore(self, path: str) -> None:
