@@ -107,16 +107,17 @@ def test_ray_service_concurrent_clients_counts_consistent(ray_session):
     def _sampler(handle, rounds: int, batch: int):
         import ray
 
-        pairs, n = [], 0
+        pairs, n, n_unique = [], 0, 0
         for _ in range(rounds):
             out = ray.get(handle.sample.remote(batch, 0.5))
             if out is None:
                 continue
             n += len(out["ids"])
+            n_unique += len(np.unique(out["ids"]))  # a repeated id in one update is applied once
             pairs.extend(zip(out["ids"].tolist(), [it["tag"] for it in out["items"]], strict=True))
             assert np.all(out["weights"] > 0) and np.all(out["weights"] <= 1.0 + 1e-12)
             ray.get(handle.update_priorities.remote(out["ids"], np.abs(np.random.default_rng(n).normal(size=batch))))
-        return n, pairs
+        return n, n_unique, pairs
 
     handle = ReplayService.options(num_cpus=0).remote(1000, seed=0)
     ins = ray.remote(num_cpus=0)(_inserter)
@@ -130,11 +131,11 @@ def test_ray_service_concurrent_clients_counts_consistent(ray_session):
     assert st["inserts"] == 4 * rounds * per == len(inserted)
     assert sorted(i for i, _ in inserted) == list(range(4 * rounds * per))  # unique ids
     assert st["size"] == min(1000, st["inserts"])
-    n_sampled = sum(n for n, _ in sampled)
+    n_sampled = sum(n for n, _, _ in sampled)
     assert st["samples"] == n_sampled > 0
-    assert st["updates"] + st["updates_ignored"] == n_sampled
+    assert st["updates"] + st["updates_ignored"] == sum(u for _, u, _ in sampled)
     tag_of = dict(inserted)
-    for _, pairs in sampled:
+    for _, _, pairs in sampled:
         for i, tag in pairs:
             assert tag_of[i] == tag  # every returned item is the one inserted under that id
 
