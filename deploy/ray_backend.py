@@ -78,7 +78,7 @@ class RayJob:
 
         self.driver_node = ray.get_runtime_context().get_node_id()
         here = NodeAffinitySchedulingStrategy(node_id=self.driver_node, soft=False)
-        restart = dict(max_restarts=-1, max_task_retries=2, scheduling_strategy=here)
+        restart = dict(max_restarts=-1, max_task_retries=2, scheduling_strategy=here, enable_task_events=False)
         self.level_service = None
         if seeds is not None:
             self.level_service = LevelService.options(num_cpus=0, **restart).remote(

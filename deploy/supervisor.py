@@ -35,7 +35,7 @@ class Supervisor:
         self.level_service = level_service
         self.seed = seed
         self.record_seeds = record_seeds
-        self._actor_cls = ray.remote(num_cpus=1, max_concurrency=4)(EnvActor)
+        self._actor_cls = ray.remote(num_cpus=1, max_concurrency=4, enable_task_events=False)(EnvActor)
         self.actors: dict[int, dict] = {}  # id -> {"handle", "run_ref", "info"}
         self.desired = 0
         self.next_id = 0
