@@ -1,0 +1,41 @@
+"""The learner asks for a GPU when the cluster has one and uses CUDA when torch sees it.
+
+No GPU can exist on this machine or in CI, so these tests MOCK one: they replace Ray's view of the
+cluster's resources and torch's CUDA probe, and check the decisions made from them. A real GPU run
+goes through `benchmarks/bench_learner.py --device cuda` on a lent GPU machine."""
+
+import pytest
+import torch
+
+from deploy import ray_backend
+from learner import learner as learner_mod
+
+
+def test_pick_device_prefers_cuda_when_torch_sees_it(monkeypatch):
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)  # mock: no GPU here
+    assert learner_mod.pick_device("auto").type == "cuda"
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    assert learner_mod.pick_device("auto").type == "cpu"
+    with pytest.raises(ValueError, match="CUDA is not available"):
+        learner_mod.pick_device("cuda")
+
+
+@pytest.mark.parametrize("gpus_in_cluster, expected", [(0, 0), (1, 1), (4, 1)])
+def test_learner_actor_requests_a_gpu_only_when_the_cluster_has_one(monkeypatch, gpus_in_cluster, expected):
+    import ray
+
+    import learner.service as service
+
+    asked = []
+
+    class Recorder:  # stands in for the Ray actor class so nothing is scheduled on a GPU that is not there
+        def remote(self, *args):
+            return "learner-handle"
+
+    monkeypatch.setattr(ray, "cluster_resources", lambda: {"CPU": 2.0, "GPU": float(gpus_in_cluster)})
+    monkeypatch.setattr(service, "learner_actor_class", lambda num_gpus: asked.append(num_gpus) or Recorder())
+    job = ray_backend.RayJob.__new__(ray_backend.RayJob)
+    job.cfg_dict, job.level_service, job.replay_service = {}, None, None
+    job.spec = type("Spec", (), {"to_dict": lambda self: {}})()
+    assert job._start_learner(None) == "learner-handle"
+    assert asked == [expected]
