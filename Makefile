@@ -24,6 +24,7 @@ train: $(STAMP)
 
 test: $(STAMP)
 	$(VENV)/bin/ruff check .
+	sh deploy/setup/install-prometheus.sh
 	$(PY) -m pytest -q tests
 
 lint: $(STAMP)

@@ -37,9 +37,11 @@ METRICS = {
     "levelray_level_seen_fraction": ("gauge", "Fraction of training levels with a score"),
     "levelray_level_score": ("gauge", "Level score quantiles over seen levels"),
     "levelray_level_staleness": ("gauge", "Level staleness, mean and max"),
+    "levelray_level_top_weight": ("gauge", "Replay probability of the 10 most likely levels, by rank and seed"),
     "levelray_replay_size": ("gauge", "Unrolls in the replay buffer"),
     "levelray_replay_inserts_total": ("counter", "Unrolls inserted into replay"),
     "levelray_replay_samples_total": ("counter", "Unrolls sampled from replay"),
+    "levelray_replay_priority": ("gauge", "Replay priorities: the maximum, and item counts per priority bin"),
     "levelray_test_return": ("gauge", "Mean return on held-out levels (periodic evaluation)"),
 }
 
@@ -132,11 +134,24 @@ class JobCollector:
                 if value is not None:
                     stale.add_metric([key], float(value))
             out.append(stale)
+            top = GaugeMetricFamily("levelray_level_top_weight", METRICS["levelray_level_top_weight"][1],
+                                    labels=["rank", "seed"])
+            for rank, level in enumerate(levels.get("top_levels") or [], 1):
+                top.add_metric([str(rank), str(level["seed"])], float(level["weight"]))
+            out.append(top)
         replay = s.get("replay")
         if replay:
             out += [gauge("levelray_replay_size", replay.get("size")),
                     counter("levelray_replay_inserts_total", replay.get("inserts")),
                     counter("levelray_replay_samples_total", replay.get("samples"))]
+            prio = GaugeMetricFamily("levelray_replay_priority", METRICS["levelray_replay_priority"][1],
+                                     labels=["stat", "upper"])
+            if replay.get("max_priority") is not None:
+                prio.add_metric(["max", ""], float(replay["max_priority"]))
+            hist = replay.get("priority_hist") or {}
+            for upper, count in zip(hist.get("edges", [])[1:], hist.get("counts", []), strict=False):
+                prio.add_metric(["items", f"{float(upper):.6g}"], float(count))
+            out.append(prio)
         yield from (m for m in out if m is not None)
 
 

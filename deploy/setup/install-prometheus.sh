@@ -6,7 +6,7 @@
 set -u
 LOG="${PROMETHEUS_INSTALL_LOG:-${TMPDIR:-/tmp}/levelray-install-prometheus.log}"
 
-say() { echo "install-prometheus: $*"; echo "$*" > "$LOG"; }
+say() { echo "install-prometheus: $*"; { echo "$*" > "$LOG"; } 2>/dev/null || true; }
 
 if command -v prometheus >/dev/null 2>&1 || [ -x /usr/bin/prometheus ]; then
     rm -f "$LOG"

@@ -1,0 +1,190 @@
+"""A real Prometheus server (Debian's `prometheus`, installed by deploy/setup/install-prometheus.sh, which
+`make test` runs first) scrapes a running training job with deploy/prometheus/prometheus.yml, and every
+metric the Grafana dashboard and the alert rules use is in what the job exports."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import socket
+import subprocess
+import tempfile
+import threading
+import time
+import urllib.parse
+import urllib.request
+from pathlib import Path
+
+import pytest
+import yaml
+from prometheus_client.parser import text_string_to_metric_families
+
+from contracts.config import RunConfig
+from deploy.ray_backend import train_ray
+from deploy.rundir import RunDir
+
+ROOT = Path(__file__).resolve().parents[1]
+PROM_DIR = ROOT / "deploy" / "prometheus"
+DASHBOARD = ROOT / "deploy" / "grafana" / "levelray.json"
+INSTALL_LOG = Path(os.environ.get("TMPDIR", "/tmp")) / "levelray-install-prometheus.log"
+NAME = re.compile(r"\blevelray_[a-z_]+")
+
+
+def prometheus_binary() -> str:
+    path = shutil.which("prometheus") or ("/usr/bin/prometheus" if Path("/usr/bin/prometheus").exists() else None)
+    if path is None:
+        why = INSTALL_LOG.read_text().strip() if INSTALL_LOG.exists() else "run deploy/setup/install-prometheus.sh"
+        pytest.skip(f"no prometheus binary: {why}")
+    return path
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def dashboard_metric_names() -> set[str]:
+    dash = json.loads(DASHBOARD.read_text())
+    exprs = [t["expr"] for p in dash["panels"] for t in p.get("targets", [])]
+    exprs += [v["definition"] for v in dash["templating"]["list"] if "definition" in v]
+    return {n for e in exprs for n in NAME.findall(e)}
+
+
+def rule_metric_names() -> set[str]:
+    rules = yaml.safe_load((PROM_DIR / "levelray-rules.yml").read_text())
+    return {n for g in rules["groups"] for r in g["rules"] for n in NAME.findall(r["expr"])}
+
+
+def test_config_scrapes_the_drivers_default_endpoint():
+    """prometheus.yml's levelray target is the driver's default endpoint (checked offline, no server)."""
+    cfg = yaml.safe_load((PROM_DIR / "prometheus.yml").read_text())
+    jobs = {j["job_name"]: j for j in cfg["scrape_configs"]}
+    defaults = RunConfig()
+    assert jobs["levelray"]["static_configs"][0]["targets"] == [f"{defaults.metrics_host}:{defaults.metrics_port}"]
+
+
+def job_config(tmp_path, port: int) -> RunConfig:
+    """A small CartPole job with every part that exports metrics on: levels (PLR), replay, evaluation."""
+    cfg = RunConfig()
+    cfg.env.id = "CartPole-v1"
+    cfg.env.num_levels = 20
+    cfg.actors.num_actors = 1
+    cfg.actors.envs_per_actor = 4
+    cfg.learner.batch_size = 2
+    cfg.learner.learning_rate = 2e-3
+    cfg.replay.replay_ratio = 0.5
+    cfg.replay.min_size = 2
+    cfg.eval.interval_updates = 20
+    cfg.eval.episodes = 2
+    cfg.eval.num_envs = 2
+    cfg.total_steps = 10**9
+    cfg.metrics_port = port
+    cfg.report_interval_s = 0.5
+    cfg.run_dir = str(tmp_path / "run")
+    return cfg
+
+
+@pytest.mark.timeout(240)
+def test_real_prometheus_scrapes_a_training_job(ray_session, tmp_path):
+    binary = prometheus_binary()
+    metrics_port, prom_port = free_port(), free_port()
+
+    # deploy/prometheus/prometheus.yml with this test's port, a 1 s scrape interval, absolute rule paths,
+    # and Ray's service-discovery file replaced by an empty one (the test session's Ray is no target).
+    config = yaml.safe_load((PROM_DIR / "prometheus.yml").read_text())
+    config["global"].update(scrape_interval="1s", evaluation_interval="1s")
+    config["rule_files"] = [str(PROM_DIR / f) for f in config["rule_files"]]
+    jobs = {j["job_name"]: j for j in config["scrape_configs"]}
+    jobs["levelray"]["static_configs"][0]["targets"] = [f"127.0.0.1:{metrics_port}"]
+    sd_file = tmp_path / "ray_sd.json"
+    sd_file.write_text("[]")
+    jobs["ray"]["file_sd_configs"][0]["files"] = [str(sd_file)]
+    (tmp_path / "prometheus.yml").write_text(yaml.safe_dump(config))
+
+    cfg = job_config(tmp_path, metrics_port)
+    stop = threading.Event()
+    errors: list[BaseException] = []
+
+    def train():
+        try:
+            train_ray(cfg, RunDir(cfg.run_dir), stop=stop, quiet=True)
+        except BaseException as exc:  # reported by the main thread
+            errors.append(exc)
+
+    log = (tmp_path / "prometheus.log").open("w")
+    prom = subprocess.Popen(
+        [binary, f"--config.file={tmp_path / 'prometheus.yml'}", f"--storage.tsdb.path={tmp_path / 'tsdb'}",
+         f"--web.listen-address=127.0.0.1:{prom_port}", "--storage.tsdb.retention.time=1h"],
+        stdout=log, stderr=subprocess.STDOUT, cwd=tempfile.gettempdir())
+    thread = threading.Thread(target=train, daemon=True)
+    thread.start()
+    api = f"http://127.0.0.1:{prom_port}/api/v1"
+
+    def get(path: str, **params) -> dict:
+        url = f"{api}/{path}" + ("?" + urllib.parse.urlencode(params) if params else "")
+        with urllib.request.urlopen(url, timeout=5) as r:
+            body = json.loads(r.read().decode())
+        assert body["status"] == "success", body
+        return body["data"]
+
+    def steps() -> float | None:
+        assert prom.poll() is None, (tmp_path / "prometheus.log").read_text()
+        assert not errors, errors
+        try:
+            result = get("query", query="levelray_env_steps_total")["result"]
+        except OSError:
+            return None
+        return float(result[0]["value"][1]) if result else None
+
+    def wait_for(predicate, timeout: float, what: str):
+        deadline = time.time() + timeout
+        while time.time() < deadline:
+            value = predicate()
+            if value:
+                return value
+            time.sleep(0.5)
+        raise AssertionError(f"{what}: not within {timeout}s\n{(tmp_path / 'prometheus.log').read_text()[-3000:]}")
+
+    try:
+        first = wait_for(lambda: (v := steps()) is not None and v > 0 and v, 120,
+                         "Prometheus' query API returns levelray_env_steps_total > 0")
+        second = wait_for(lambda: (v := steps()) is not None and v > first and v, 30,
+                          "levelray_env_steps_total increases")
+        assert second > first
+
+        targets = get("targets")["activeTargets"]
+        levelray = [t for t in targets if t["labels"]["job"] == "levelray"]
+        assert levelray and levelray[0]["health"] == "up", levelray
+        groups = get("rules")["groups"]
+        rules = [r for g in groups for r in g["rules"]]
+        assert rules and all(r["health"] in ("ok", "unknown") for r in rules), rules
+
+        # Every metric a dashboard panel or an alert rule uses is in a live scrape of the job's endpoint.
+        wanted = dashboard_metric_names() | rule_metric_names()
+
+        def exported() -> set[str]:
+            text = urllib.request.urlopen(f"http://127.0.0.1:{metrics_port}/metrics", timeout=5).read().decode()
+            return {s.name for fam in text_string_to_metric_families(text) for s in fam.samples}
+
+        deadline = time.time() + 60  # level, replay and evaluation metrics appear after their first report
+        while not wanted <= (live := exported()) and time.time() < deadline:
+            time.sleep(0.5)
+        assert wanted <= live, f"used by the dashboard or rules but not exported by the job: {sorted(wanted - live)}"
+        # ... and Prometheus stored them (a query by name returns series).
+        for name in ("levelray_actors_alive", "levelray_policy_lag_bucket", "levelray_level_seen_fraction",
+                     "levelray_replay_size"):
+            assert get("query", query=name)["result"], name
+    finally:
+        stop.set()
+        thread.join(timeout=120)
+        prom.terminate()
+        try:
+            prom.wait(timeout=20)
+        except subprocess.TimeoutExpired:
+            prom.kill()
+        log.close()
+    assert not thread.is_alive()
+    assert not errors, errors
