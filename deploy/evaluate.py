@@ -29,6 +29,7 @@ import json
 import math
 import os
 import re
+from collections import deque
 from pathlib import Path
 from typing import Any
 
@@ -319,8 +320,16 @@ def _remote_play_fn():
     return _remote_play
 
 
+def eval_workers(cfg: RunConfig) -> int:
+    """Ray tasks (one CPU each) a periodic evaluation of `cfg` runs at once; 0 when it is off. A local Ray
+    sized for the actors and the learner only has no CPU left for them: add these when sizing it."""
+    if cfg.eval.interval_updates <= 0:
+        return 0
+    return max(1, math.ceil(cfg.eval.episodes / max(1, cfg.eval.num_envs)))
+
+
 def _start_on_ray(cfg: RunConfig, weights_or_ref, seeds: np.ndarray, episodes: int, *, greedy: bool,
-                  num_envs: int, seed: int, num_workers: int | None) -> list:
+                  num_envs: int, seed: int, num_workers: int | None, num_cpus: float = 1.0) -> list:
     import ray
 
     seeds = np.asarray(seeds, dtype=np.int64)
@@ -328,7 +337,7 @@ def _start_on_ray(cfg: RunConfig, weights_or_ref, seeds: np.ndarray, episodes: i
         raise ValueError("no seeds to evaluate on")
     ref = weights_or_ref if isinstance(weights_or_ref, ray.ObjectRef) else ray.put(weights_or_ref)
     workers = num_workers or math.ceil(episodes / max(1, num_envs))
-    fn = _remote_play_fn()
+    fn = _remote_play_fn().options(num_cpus=num_cpus)
     cfg_dict = to_dict(cfg)
     refs = []
     for i, (first, n) in enumerate(_split(episodes, workers)):
@@ -343,14 +352,14 @@ def _merge(parts: list[dict[str, list]]) -> dict[str, list]:
 
 def evaluate_on_ray(
     cfg: RunConfig, weights_or_ref, seeds: np.ndarray, episodes: int, *, greedy: bool, num_envs: int, seed: int,
-    num_workers: int | None = None,
+    num_workers: int | None = None, num_cpus: float = 1.0,
 ) -> dict[str, Any]:
-    """`evaluate_policy` split over Ray tasks (num_cpus=1 each; default ceil(episodes / num_envs) of them).
+    """`evaluate_policy` split over Ray tasks (`num_cpus` each; default ceil(episodes / num_envs) of them).
     `weights_or_ref`: NumPy weights or an ObjectRef to them (put once, shared by every task)."""
     import ray
 
     refs = _start_on_ray(cfg, weights_or_ref, seeds, episodes, greedy=greedy, num_envs=num_envs, seed=seed,
-                         num_workers=num_workers)
+                         num_workers=num_workers, num_cpus=num_cpus)
     return summarize(_merge(ray.get(refs)))
 
 
@@ -358,22 +367,23 @@ def evaluate_on_ray(
 class PeriodicEvaluator:
     """Held-out evaluation every `cfg.eval.interval_updates` learner versions (off when 0).
 
-    `maybe_start(version, weights_or_ref)` starts one when `version` crossed a multiple of the interval
-    and none is running (on Ray: remote tasks, non-blocking; inline: runs synchronously). `poll()`
-    returns `{test_return_mean, test_return_median, test_success_rate, test_episodes, test_version}`
-    once, when a started evaluation has finished, else None. Every evaluation plays the same held-out
-    seeds, so successive points compare the policy, not the levels.
+    `maybe_start(version, weights_or_ref, env_steps=None)` starts one when `version` crossed a multiple of
+    the interval and none is running (on Ray: remote tasks, non-blocking; inline: runs synchronously).
+    `poll()` returns `{test_return_mean, test_return_median, test_success_rate, test_episodes, test_version}`
+    (+ `test_env_steps` when given) once, when a started evaluation has finished, else None. Every
+    evaluation plays the same held-out seeds, so successive points compare the policy, not the levels.
     """
 
-    def __init__(self, cfg: RunConfig, use_ray: bool):
+    def __init__(self, cfg: RunConfig, use_ray: bool, *, num_cpus: float = 1.0):
         self.cfg = cfg
         self.use_ray = use_ray
+        self.num_cpus = num_cpus  # per Ray task; eval_workers(cfg) tasks run at once
         self.interval = int(cfg.eval.interval_updates)
         self.episodes = int(cfg.eval.episodes)
         self.seeds = level_set_seeds(cfg, "test", self.episodes, cfg.seed) if self.interval > 0 else None
         self._last_started = 0
-        self._pending: tuple[int, list] | None = None
-        self._done: dict | None = None
+        self._pending: tuple[int, int | None, list] | None = None
+        self._finished: deque[dict] = deque()
         self.last_result: dict | None = None
 
     @property
@@ -388,21 +398,24 @@ class PeriodicEvaluator:
         return (self.enabled and self._pending is None
                 and version // self.interval > self._last_started // self.interval)
 
-    def maybe_start(self, version: int, weights_or_ref) -> None:
+    def maybe_start(self, version: int, weights_or_ref, *, env_steps: int | None = None) -> None:
+        """`weights_or_ref`: NumPy weights of `version` (inline), or on Ray an ObjectRef to them. `env_steps`
+        (optional): the env step count of that version, returned as `test_env_steps` (the x of the point)."""
         if not self.due(version):
             return
         self._last_started = int(version)
         e = self.cfg.eval
         if self.use_ray:
             refs = _start_on_ray(self.cfg, weights_or_ref, self.seeds, self.episodes, greedy=e.greedy,
-                                 num_envs=e.num_envs, seed=self.cfg.seed + int(version), num_workers=None)
-            self._pending = (int(version), refs)
+                                 num_envs=e.num_envs, seed=self.cfg.seed + int(version), num_workers=None,
+                                 num_cpus=self.num_cpus)
+            self._pending = (int(version), env_steps, refs)
         else:
             raw = play_episodes(self.cfg, weights_or_ref, self.seeds, self.episodes, greedy=e.greedy,
                                 num_envs=e.num_envs, seed=self.cfg.seed + int(version))
-            self._done = self._result(int(version), raw)
+            self._finished.append(self._result(int(version), env_steps, raw))
 
-    def _result(self, version: int, raw: dict) -> dict:
+    def _result(self, version: int, env_steps: int | None, raw: dict) -> dict:
         s = summarize(raw)
         out = {
             "test_return_mean": s["return_mean"],
@@ -411,30 +424,29 @@ class PeriodicEvaluator:
             "test_episodes": s["episodes"],
             "test_version": version,
         }
+        if env_steps is not None:
+            out["test_env_steps"] = int(env_steps)
         self.last_result = out
         return out
 
     def poll(self) -> dict | None:
-        if self._done is not None:
-            out, self._done = self._done, None
-            return out
-        if self._pending is None:
-            return None
-        import ray
+        """The oldest finished, not yet returned evaluation, or None (non-blocking)."""
+        if self._pending is not None:
+            import ray
 
-        version, refs = self._pending
-        ready, _ = ray.wait(refs, num_returns=len(refs), timeout=0)
-        if len(ready) < len(refs):
-            return None
-        self._pending = None
-        return self._result(version, _merge(ray.get(refs)))
+            version, env_steps, refs = self._pending
+            ready, _ = ray.wait(refs, num_returns=len(refs), timeout=0)
+            if len(ready) == len(refs):
+                self._pending = None
+                self._finished.append(self._result(version, env_steps, _merge(ray.get(refs))))
+        return self._finished.popleft() if self._finished else None
 
     def cancel(self) -> None:
         """Drop a running evaluation (at shutdown)."""
         if self._pending is not None:
             import ray
 
-            for ref in self._pending[1]:
+            for ref in self._pending[2]:
                 ray.cancel(ref, force=True)
             self._pending = None
 
@@ -536,7 +548,7 @@ def evaluate_checkpoint(
         "results": results,
         "generalization_gap": None,
     }
-    if "train" in results and "test" in results:
+    if "train" in results and "test" in results and train is not None:
         out["generalization_gap"] = results["train"]["return_mean"] - results["test"]["return_mean"]
     return out
 
@@ -544,7 +556,8 @@ def evaluate_checkpoint(
 def format_result(out: dict[str, Any]) -> str:
     lines = [
         f"checkpoint {out['checkpoint']} (version {out['version']}, {out['env_steps']:,} env steps)",
-        f"env {out['env']} ({out['distribution_mode']}), levels strategy {out['level_strategy']}, training levels "
+        f"env {out['env']}" + (f" ({out['distribution_mode']})" if out["env"].startswith("procgen:") else "")
+        + f", level strategy {out['level_strategy']}, training levels "
         + (f"[{out['training_levels'][0]}, {out['training_levels'][1]})" if out["training_levels"] else "unbounded")
         + f", {'greedy' if out['greedy'] else 'sampled'} actions",
     ]

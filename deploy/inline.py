@@ -19,10 +19,11 @@ from actors.envs import env_spec, make_env_vector
 from actors.rollout import RolloutWorker
 from contracts.config import RunConfig
 from deploy.components import level_seeds, make_level_sampler, make_replay
+from deploy.evaluate import PeriodicEvaluator
 from deploy.progress import Progress, progress_line
 from deploy.rundir import RunDir
 from learner.learner import Learner
-from learner.level_feedback import level_update_inputs
+from learner.level_feedback import level_update_calls
 from learner.replay_mixer import ReplayMixer
 
 log = logging.getLogger(__name__)
@@ -60,6 +61,8 @@ class InlineTrainer:
         ]
         self._broadcast()
         self._next_worker = 0
+        self.evaluator = PeriodicEvaluator(cfg, use_ray=False)
+        self._test: dict = {}
 
     def _restore(self) -> None:
         ckpt = self.run_dir.load_latest_checkpoint(str(self.learner.device))
@@ -105,7 +108,9 @@ class InlineTrainer:
         outputs = self.learner.last_outputs
         self.mixer.after_update(book, outputs["abs_td"])
         if self.sampler is not None:
-            self.sampler.update_with_rollouts(**level_update_inputs(self.cfg.levels.strategy, batch, outputs))
+            for call in level_update_calls(self.cfg.levels.strategy, batch, outputs, book["widths"],
+                                           len(book["fresh"])):
+                self.sampler.update_with_rollouts(**call)
         self._broadcast()
         return metrics
 
@@ -123,12 +128,18 @@ class InlineTrainer:
                 metrics = self.train_step()
                 if self.learner.version % cfg.checkpoint_interval_updates == 0:
                     self.checkpoint()
+                evaluated = False
+                if self.evaluator.due(self.learner.version):  # held-out levels, synchronously
+                    self.evaluator.maybe_start(self.learner.version, self.learner.get_weights()[1],
+                                               env_steps=self.progress.env_steps)
+                    self._test = self.evaluator.poll() or {}
+                    evaluated = True
                 reached = (
                     cfg.stop_at_return is not None
                     and len(self.progress.returns) >= self.progress.returns.maxlen // 2
                     and self.progress.mean_return >= cfg.stop_at_return
                 )
-                if time.time() - last_report >= cfg.report_interval_s or reached:
+                if time.time() - last_report >= cfg.report_interval_s or reached or evaluated:
                     record = self._report(metrics, on_report)
                     last_report = time.time()
                 if reached:
@@ -143,6 +154,14 @@ class InlineTrainer:
         extra = {f"learner_{k}": v for k, v in metrics.items() if k not in ("version",)}
         if self.sampler is not None:
             extra["level_seen_fraction"] = self.sampler.num_seen / self.sampler.num_levels
+            extra["level_weights"] = np.round(self.sampler.sample_weights(), 6).tolist()
+            extra["level_staleness"] = self.sampler.staleness().tolist()
+        if self.replay is not None:
+            stats = self.replay.stats()
+            extra["replay"] = {k: stats[k] for k in ("size", "inserts", "samples", "mean_uses")}
+            extra["replay_priority_hist"] = stats["priority_hist"]
+        extra.update(self._test)  # a held-out evaluation is logged once, in the report right after it
+        self._test = {}
         record = self.progress.report(self.learner.version, extra)
         self.run_dir.append_metrics(record)
         if on_report is not None:

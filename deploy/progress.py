@@ -63,6 +63,8 @@ def progress_line(record: dict) -> str:
     ret_s = f"{ret:8.2f}" if ret is not None else "     n/a"
     actors = record.get("actors_alive")
     actors_s = f"  actors {actors}/{record.get('actors_desired')}" if actors is not None else ""
+    if record.get("test_return_mean") is not None:
+        actors_s += f"  held-out return {record['test_return_mean']:.2f}"
     return (
         f"steps {record['env_steps']:>10,d}  {record['env_steps_per_second']:>8,.0f}/s  return {ret_s}  "
         f"lag {record['policy_lag_mean']:5.2f}  version {record['learner_version']:>6d}{actors_s}"

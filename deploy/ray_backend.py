@@ -197,9 +197,12 @@ class RayJob:
             rec["level_score"] = lv.get("score")
             rec["level_top"] = lv.get("top_levels")
             rec["level_weights"] = np.round(np.asarray(lv["weights"], dtype=float), 6).tolist()
+            if "staleness_vector" in lv:
+                rec["level_staleness"] = np.asarray(lv["staleness_vector"]).tolist()
         if "replay" in snap:
             rp = snap["replay"]
             rec["replay"] = {k: rp[k] for k in ("size", "inserts", "samples", "mean_uses") if k in rp}
+            rec["replay_priority_hist"] = rp.get("priority_hist")
         return rec
 
     def checkpoint(self) -> None:
@@ -248,6 +251,7 @@ def train_ray(cfg: RunConfig, run_dir: RunDir, *, resume: bool = False, stop: th
               quiet: bool = False) -> dict:
     import ray
 
+    from deploy.evaluate import PeriodicEvaluator, eval_workers
     from deploy.metrics import MetricsServer
 
     stop = stop or threading.Event()
@@ -259,11 +263,13 @@ def train_ray(cfg: RunConfig, run_dir: RunDir, *, resume: bool = False, stop: th
         resume_state = {"learner_state": {"learner": ckpt["learner"], "counters": ckpt["counters"]},
                         "levels": ckpt["levels"], "replay": ckpt["replay"]}
         print(f"levelray: resuming from {ckpt['path']} (version {ckpt['version']})", flush=True)
-    started = init_ray(cfg.address, cfg.actors.num_actors)
+    started = init_ray(cfg.address, cfg.actors.num_actors + eval_workers(cfg))
     metrics = MetricsServer(cfg.metrics_host, cfg.metrics_port) if cfg.metrics_port else None
     if metrics is not None:
         print(f"levelray: metrics on http://{cfg.metrics_host}:{metrics.port}/metrics", flush=True)
     job = RayJob(cfg, run_dir, resume_state=resume_state)
+    evaluator = PeriodicEvaluator(cfg, use_ray=True)
+    last_test: dict = {}
     record: dict = {}
     try:
         last_report = 0.0
@@ -276,6 +282,13 @@ def train_ray(cfg: RunConfig, run_dir: RunDir, *, resume: bool = False, stop: th
             if snap["learner"]["error"]:
                 raise RuntimeError("learner failed:\n" + snap["learner"]["error"])
             record = job.record(snap)
+            if evaluator.due(record["learner_version"]):  # held-out levels, in Ray tasks, not waited for
+                version, (weights_ref,) = ray.get(job.learner.latest_weights.remote(), timeout=60)
+                evaluator.maybe_start(version, weights_ref, env_steps=record["env_steps"])
+            while (result := evaluator.poll()) is not None:
+                record.update(result)
+                last_test = result
+            snap.update(last_test)
             run_dir.append_metrics(record)
             if metrics is not None:
                 metrics.update(snap)
@@ -306,6 +319,7 @@ def train_ray(cfg: RunConfig, run_dir: RunDir, *, resume: bool = False, stop: th
                   flush=True)
             raise
         finally:
+            evaluator.cancel()
             run_dir.close()
             job.kill()
             if metrics is not None:

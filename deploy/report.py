@@ -73,14 +73,16 @@ def _label_runs(runs: list[dict]) -> None:
         r["label"] = f"{name} ({r['strategy']})"
 
 
-def _series(records: list[dict], key: str, sub: str | None = None) -> tuple[np.ndarray, np.ndarray]:
+def _series(records: list[dict], key: str, sub: str | None = None,
+            x_key: str = "env_steps") -> tuple[np.ndarray, np.ndarray]:
+    """(env steps, values) of every record with a finite `key` (`x_key` where present, else env_steps)."""
     xs, ys = [], []
     for rec in records:
         v = rec.get(key)
         if sub is not None:
             v = v.get(sub) if isinstance(v, dict) else None
         if isinstance(v, int | float) and not isinstance(v, bool) and math.isfinite(v) and "env_steps" in rec:
-            xs.append(rec["env_steps"])
+            xs.append(rec.get(x_key, rec["env_steps"]))
             ys.append(float(v))
     return np.asarray(xs, dtype=np.float64), np.asarray(ys, dtype=np.float64)
 
@@ -144,10 +146,9 @@ def priority_histogram(run: dict) -> tuple[np.ndarray, np.ndarray, str] | None:
         hist = rec.get("replay_priority_hist")
         if hist is None and isinstance(rec.get("replay"), dict):
             hist = rec["replay"].get("priority_hist")
-        if isinstance(hist, dict) and hist.get("edges") and hist.get("counts") is not None:
-            if sum(hist["counts"]) > 0:
-                return (np.asarray(hist["edges"], dtype=np.float64), np.asarray(hist["counts"], dtype=np.float64),
-                        "metrics.jsonl")
+        if isinstance(hist, dict) and hist.get("edges") and sum(hist.get("counts") or []) > 0:
+            return (np.asarray(hist["edges"], dtype=np.float64), np.asarray(hist["counts"], dtype=np.float64),
+                    "metrics.jsonl")
     from contracts import snapshot
 
     for ckpt in reversed(_checkpoint_dirs(run)):
@@ -211,7 +212,7 @@ def returns_figure(runs, out: Path) -> dict:
         x, y = _series(run["records"], "episode_return_mean")
         if x.size:
             ax.plot(x, y, color=color, label=f"{run['label']} train")
-        x, y = _series(run["records"], "test_return_mean")
+        x, y = _series(run["records"], "test_return_mean", x_key="test_env_steps")  # the evaluated version's steps
         if x.size:
             ax.plot(x, y, color=color, linestyle="--", marker="o", markersize=3, label=f"{run['label']} test")
     labels = _labels(ax)

@@ -29,7 +29,7 @@ from contracts.spec import EnvSpec
 from contracts.trajectory import TrajectoryError, validate_unroll
 from deploy.components import level_seeds
 from learner.learner import Learner
-from learner.level_feedback import level_update_inputs
+from learner.level_feedback import level_update_calls
 from learner.replay_mixer import ReplayMixer
 
 log = logging.getLogger(__name__)
@@ -95,6 +95,8 @@ class LearnerService:
         self.rate_points: deque[tuple[float, int]] = deque(maxlen=4096)  # (time, env_steps) per unroll
         self.last_metrics: dict[str, float] = {}
         self.error: str | None = None
+        self._level_refs: list = []
+        self.level_update_errors = 0
         if resume_state is not None:
             self.learner.load_state_dict(resume_state["learner"])
             counters = resume_state.get("counters", {})
@@ -184,13 +186,28 @@ class LearnerService:
                     self._publish()
                 self.mixer.after_update(book, outputs["abs_td"])
                 if self.level_service is not None:
-                    self.level_service.update_with_rollouts.remote(
-                        **level_update_inputs(self.cfg.levels.strategy, batch, outputs))
+                    self._check_level_updates()
+                    for call in level_update_calls(self.cfg.levels.strategy, batch, outputs, book["widths"],
+                                                   len(book["fresh"])):
+                        self._level_refs.append(self.level_service.update_with_rollouts.remote(**call))
                 with self.lock:
                     self.last_metrics = metrics
         except Exception:  # surfaced through stats() so the driver can stop with the cause
             self.error = traceback.format_exc()
             log.error("learner thread failed:\n%s", self.error)
+
+    def _check_level_updates(self) -> None:
+        """Level updates are not waited for, but their failures are counted and logged."""
+        if not self._level_refs:
+            return
+        done, self._level_refs = self._ray.wait(self._level_refs, num_returns=len(self._level_refs), timeout=0)
+        for ref in done:
+            try:
+                self._ray.get(ref)
+            except self._ray.exceptions.RayError as exc:
+                with self.lock:
+                    self.level_update_errors += 1
+                log.warning("level service refused a score update: %s", str(exc).splitlines()[-1][:300])
 
     # -- driver side ---------------------------------------------------------------------------
     def _steps_per_second(self, window_s: float = 10.0) -> float:
@@ -221,6 +238,7 @@ class LearnerService:
                 "device": str(self.learner.device),
                 "node": self._ray.get_runtime_context().get_node_id(),
                 "replay_beta": self.mixer.beta(),
+                "level_update_errors": self.level_update_errors,
                 "replay_failures": self.mixer.replay.failures if self.mixer.replay is not None else 0,
                 "error": self.error,
                 "time": time.time(),

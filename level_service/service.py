@@ -220,6 +220,7 @@ class LevelServiceCore:
             if weights[i] > 0
         ]
         out["weights"] = weights
+        out["staleness_vector"] = stale
         out["seeds"] = seeds
         return out
 

@@ -1,0 +1,121 @@
+"""`levelray report`: every figure from real short runs (PLR, uniform, a CartPole run with replay)."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+import torch
+
+from deploy.cli import main
+from deploy.report import level_matrix, load_run, make_report
+
+TINY = ["--backend", "inline", "--num-actors", "1", "--envs-per-actor", "2", "--unroll-length", "8",
+        "--metrics-port", "0", "--report-interval", "0", "--quiet"]
+# 512 steps: a few BigFish episodes end (so there are returns and seen levels); a checkpoint every 8
+# updates gives the level heat maps 4 rows; held-out evaluations every 16 updates where the runner has them
+BIGFISH = [*TINY, "--env", "procgen:bigfish", "--num-levels", "200", "--batch-size", "1", "--total-steps", "512",
+           "--checkpoint-interval", "8", "--keep-checkpoints", "100", "--eval-interval", "16", "--eval-episodes", "2",
+           "--eval-envs", "2"]
+FIGURES = ("returns", "throughput", "policy_lag", "losses", "level_weights", "level_staleness", "replay_priorities")
+PLR, UNI, CP = "plr (value_l1)", "uni (random)", "cp (unbounded levels)"
+
+
+@pytest.fixture(scope="module")
+def runs(tmp_path_factory):
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)  # tiny batches; spinning threads crawl on a loaded machine
+    try:
+        root = tmp_path_factory.mktemp("report")
+        assert main(["train", *BIGFISH, "--run-dir", str(root / "plr")]) == 0
+        assert main(["train", *BIGFISH, "--level-strategy", "random", "--run-dir", str(root / "uni")]) == 0
+        assert main(["train", *TINY, "--env", "CartPole-v1", "--num-levels", "0", "--batch-size", "2",
+                     "--replay-ratio", "0.5", "--replay-min-size", "2", "--total-steps", "320",
+                     "--run-dir", str(root / "cp")]) == 0
+    finally:
+        torch.set_num_threads(before)
+    return root
+
+
+def _is_png(path) -> bool:
+    with open(path, "rb") as f:
+        return f.read(8) == b"\x89PNG\r\n\x1a\n"
+
+
+def test_report_from_real_runs(runs, tmp_path):
+    out = tmp_path / "report"
+    figs = make_report([runs / "plr", runs / "uni", runs / "cp"], out)
+    for name in FIGURES:
+        assert figs[name]["path"] == str(out / f"{name}.png"), (name, figs[name])
+        assert _is_png(figs[name]["path"])
+    series = {name: figs[name]["series"] for name in figs}
+    assert {f"{PLR} train", f"{UNI} train", f"{CP} train"} <= set(series["returns"])
+    for label, run in ((PLR, "plr"), (UNI, "uni")):
+        records = load_run(runs / run)["records"]
+        assert any(r.get("test_return_mean") is not None for r in records)  # held-out evaluations were logged
+        assert f"{label} test" in series["returns"]
+    assert series["throughput"] == series["policy_lag"] == [PLR, UNI, CP]
+    assert series["losses"] == [f"{label} {kind}" for kind in ("loss_total", "loss_policy", "loss_value", "entropy")
+                                for label in (PLR, UNI, CP)]
+    # the heat maps show the PLR run (not the uniform one), one row per report or kept checkpoint
+    for name in ("level_weights", "level_staleness"):
+        assert series[name] == [PLR]
+        rows, levels = figs[name]["shape"]
+        assert levels == 200 and rows >= 4
+    assert series["replay_priorities"] == [CP]  # the only run with replay
+    summary = (out / "summary.md").read_text()
+    assert figs["summary"]["series"] == [PLR, UNI, CP]
+    for label in (PLR, UNI, CP):
+        assert f"| {label} |" in summary
+    assert "procgen:bigfish (easy)" in summary and "CartPole-v1" in summary
+
+    # the data behind the heat maps: PLR's replay distribution once levels are seen, uniform for random
+    _, seeds, weights, _ = level_matrix(load_run(runs / "plr"), "weights")
+    assert seeds.tolist() == list(range(200))
+    assert weights[-1].sum() == pytest.approx(1.0) and (weights[-1] > 0).sum() < 200
+    _, _, stale, _ = level_matrix(load_run(runs / "plr"), "staleness")
+    assert (stale >= 0).all() and stale[-1].max() > 0
+    _, _, uniform, _ = level_matrix(load_run(runs / "uni"), "weights")
+    assert np.allclose(uniform, 1 / 200)
+
+
+def test_report_cli(runs, tmp_path, capsys):
+    assert main(["report", str(runs / "cp"), "--out", str(tmp_path / "r")]) == 0
+    text = capsys.readouterr().out
+    assert f"report in {tmp_path / 'r'}" in text and "returns.png" in text
+    # CartPole with --num-levels 0 has no level set: the level heat maps are skipped, with the reason
+    assert "level_weights      skipped: no run has level_weights" in text
+    assert "skipped" in (tmp_path / "r" / "summary.md").read_text()
+    with pytest.raises(SystemExit) as exc:
+        main(["report", str(tmp_path / "nothing-here")])
+    assert exc.value.code == 2 and "RUN_DIR" in capsys.readouterr().err
+
+
+def test_report_reads_optional_record_keys(tmp_path):
+    """`test_return_mean`, `level_weights`, `level_staleness` and `replay_priority_hist` in metrics.jsonl."""
+    run = tmp_path / "synthetic"
+    run.mkdir()
+    (run / "config.yaml").write_text("env: {id: 'procgen:coinrun', num_levels: 3, start_level: 10}\n"
+                                     "levels: {strategy: value_l1}\n")
+    records = []
+    for i in range(5):
+        records.append({
+            "time": i, "env_steps": 100 * i, "env_steps_per_second": 50.0, "episode_return_mean": float(i),
+            "learner_version": i, "policy_lag_mean": 1.0, "learner_loss_total": 1.0 / (i + 1),
+            "level_weights": [0.2, 0.3, 0.5], "level_staleness": [i, 0, 2 * i],
+            "replay_priority_hist": {"edges": [0.0, 0.5, 1.0], "counts": [3, i + 1]},
+            **({"test_return_mean": i / 2, "test_version": i, "test_env_steps": 100 * i - 50} if i % 2 == 0 else {}),
+        })
+    (run / "metrics.jsonl").write_text("\n".join(json.dumps(r) for r in records) + "\n{\"torn")
+    figs = make_report([run], tmp_path / "out")
+    label = "synthetic (value_l1)"
+    assert figs["returns"]["series"] == [f"{label} train", f"{label} test"]
+    assert figs["level_weights"]["source"] == figs["level_staleness"]["source"] == "metrics.jsonl"
+    assert figs["level_weights"]["shape"] == [5, 3]
+    assert figs["replay_priorities"]["series"] == [label] and figs["replay_priorities"]["source"] == {
+        label: "metrics.jsonl"}
+    assert figs["losses"]["series"] == [f"{label} loss_total"]
+    steps, seeds, stale, source = level_matrix(load_run(run), "staleness")
+    assert seeds.tolist() == [10, 11, 12] and stale[:, 2].tolist() == [0, 2, 4, 6, 8]
+    assert "| 2.00 |" in (tmp_path / "out" / "summary.md").read_text()  # the last test return (i = 4)
