@@ -186,7 +186,7 @@ class GymnasiumVector(EnvVector):
     ):
         import gymnasium as gym
 
-        kwargs = {}
+        kwargs = {"disable_env_checker": True}  # the checker wraps every step; the spec is checked below
         if cfg.max_episode_steps is not None:
             kwargs["max_episode_steps"] = cfg.max_episode_steps
         self.envs = [gym.make(env_id, **kwargs) for _ in range(num_envs)]

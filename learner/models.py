@@ -54,11 +54,18 @@ class ImpalaCNN(nn.Module):
         nn.init.orthogonal_(self.policy.weight, gain=0.01)
         nn.init.zeros_(self.policy.bias)
 
-    def forward(self, obs: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    def _features(self, obs: torch.Tensor) -> torch.Tensor:
         x = obs.permute(0, 3, 1, 2).float() * (1.0 / 255.0)
         x = F.relu(self.trunk(x)).flatten(1)
-        x = F.relu(self.fc(x))
+        return F.relu(self.fc(x))
+
+    def forward(self, obs: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        x = self._features(obs)
         return self.policy(x), self.value(x).squeeze(-1)
+
+    def policy_params(self, obs: torch.Tensor) -> torch.Tensor:
+        """The policy head alone: what an actor needs to act."""
+        return self.policy(self._features(obs))
 
 
 class MLP(nn.Module):
@@ -88,12 +95,15 @@ class MLP(nn.Module):
         if not spec.discrete:
             self.log_std = nn.Parameter(torch.full((spec.action_dim,), -0.5))
 
-    def forward(self, obs: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        x = obs.flatten(1).float()
-        params = self.policy(x)
+    def policy_params(self, obs: torch.Tensor) -> torch.Tensor:
+        """The policy tower alone: actors never need the value tower."""
+        params = self.policy(obs.flatten(1).float())
         if not self.discrete:
             params = torch.cat([params, self.log_std.expand_as(params)], dim=-1)
-        return params, self.value(x).squeeze(-1)
+        return params
+
+    def forward(self, obs: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        return self.policy_params(obs), self.value(obs.flatten(1).float()).squeeze(-1)
 
 
 def build_model(spec: EnvSpec, kind: str = "auto", hidden_sizes: tuple[int, ...] = (64, 64)) -> nn.Module:
