@@ -8,7 +8,7 @@ subprocess (so each starts and stops its own local Ray), until the mean episode 
 training time budget ends:
 
 - levelray: `.venv/bin/levelray train --env CartPole-v1 --num-levels 0 --num-actors 2 --envs-per-actor 8
-  --batch-size 2 --learning-rate 2e-3 ... --stop-at-return 475 --report-interval 1`, read back from the run
+  --batch-size 2 --learning-rate 1e-3 ... --stop-at-return 475 --report-interval 1`, read back from the run
   directory's `metrics.jsonl`. Stopped with SIGINT when the budget ends (it writes a final checkpoint).
 - RLlib 2.60 IMPALA, new API stack, in its own venv (`benchmarks/.venv-rllib`, created on first use: torch
   2.13.0 CPU first, then `ray[rllib]==2.60.0 gymnasium==1.2.2 "numpy<2" pyarrow==21.0.0`: RLlib 2.60 pins
@@ -426,7 +426,7 @@ def main() -> None:
     if not args.skip_levelray:
         results["levelray"] = run_levelray(
             "levelray", ["--env", "CartPole-v1", "--num-levels", "0", "--num-actors", str(NUM_ACTORS),
-                         "--envs-per-actor", str(ENVS_PER_ACTOR), "--batch-size", "2", "--learning-rate", "2e-3",
+                         "--envs-per-actor", str(ENVS_PER_ACTOR), "--batch-size", "2", "--learning-rate", "1e-3",
                          "--total-steps", "100000000"], budget, stop_at_target=True)
     if not args.skip_rllib:
         results["rllib"] = run_rllib(budget, Path(args.rllib_venv))

@@ -119,7 +119,7 @@ def main() -> None:
     cfg.env.id = args.env
     if not args.env.startswith("procgen:"):
         cfg.env.num_levels = 200
-        cfg.learner.learning_rate = 2e-3
+        cfg.learner.learning_rate = 1e-3  # 2e-3 sometimes collapses the policy at ~3 versions of lag
     cfg.actors.num_actors, cfg.actors.envs_per_actor = args.num_actors, args.envs_per_actor
     cfg.checkpoint_interval_updates = 50
     cfg.metrics_port = 0
