@@ -13,18 +13,10 @@ import typing
 from dataclasses import dataclass, field
 from typing import Any
 
-LEVEL_STRATEGIES = (
-    "random",
-    "sequential",
-    "policy_entropy",
-    "least_confidence",
-    "min_margin",
-    "gae",
-    "value_l1",
-    "one_step_td_error",
-    "positive_value_loss",
-)
-TRANSFORMS = ("constant", "max", "eps_greedy", "rank", "power", "softmax")
+from level_service.sampler import STRATEGIES, TRANSFORMS
+
+# The sampler owns these names; the config only offers them as choices.
+LEVEL_STRATEGIES = STRATEGIES
 
 
 def _flag(name: str, help: str, **kw) -> dict:

@@ -7,24 +7,14 @@ and training went on."""
 from __future__ import annotations
 
 import sys
-import time
 
 import ray
 from ray.cluster_utils import Cluster
+from support import wait_for  # tests/ is this script's directory
 
 from contracts.config import RunConfig
 from deploy.ray_backend import RayJob
 from deploy.rundir import RunDir
-
-
-def wait_for(predicate, timeout: float):
-    deadline = time.time() + timeout
-    while time.time() < deadline:
-        value = predicate()
-        if value:
-            return value
-        time.sleep(0.25)
-    raise SystemExit(f"condition not met within {timeout}s")
 
 
 def main(run_dir: str) -> None:

@@ -16,7 +16,6 @@ import re
 import secrets
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import tempfile
@@ -26,25 +25,13 @@ from pathlib import Path
 
 import pytest
 
+from tests.support import free_port, wait_for
+
 BIN = Path(sys.executable).parent
 RAY = BIN / "ray"
 LEVELRAY = BIN / "levelray"
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def wait_for(predicate, timeout: float, what: str, interval: float = 0.5):
-    deadline = time.time() + timeout
-    while time.time() < deadline:
-        value = predicate()
-        if value:
-            return value
-        time.sleep(interval)
-    raise AssertionError(f"{what}: not within {timeout}s")
 
 
 def cluster_env(token_path: Path | None, home: Path) -> dict[str, str]:

@@ -8,7 +8,6 @@ import json
 import os
 import re
 import shutil
-import socket
 import subprocess
 import tempfile
 import threading
@@ -24,6 +23,8 @@ from prometheus_client.parser import text_string_to_metric_families
 from contracts.config import RunConfig
 from deploy.ray_backend import train_ray
 from deploy.rundir import RunDir
+from tests.support import free_port
+from tests.support import wait_for as shared_wait_for
 
 ROOT = Path(__file__).resolve().parents[1]
 PROM_DIR = ROOT / "deploy" / "prometheus"
@@ -39,11 +40,6 @@ def prometheus_binary() -> str:
         pytest.skip(f"no prometheus binary: {why}")
     return path
 
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def dashboard_metric_names() -> set[str]:
@@ -140,13 +136,8 @@ def test_real_prometheus_scrapes_a_training_job(ray_session, tmp_path):
         return float(result[0]["value"][1]) if result else None
 
     def wait_for(predicate, timeout: float, what: str):
-        deadline = time.time() + timeout
-        while time.time() < deadline:
-            value = predicate()
-            if value:
-                return value
-            time.sleep(0.5)
-        raise AssertionError(f"{what}: not within {timeout}s\n{(tmp_path / 'prometheus.log').read_text()[-3000:]}")
+        return shared_wait_for(predicate, timeout, what, interval=0.5,
+                               detail=lambda: (tmp_path / "prometheus.log").read_text()[-3000:])
 
     try:
         first = wait_for(lambda: (v := steps()) is not None and v > 0 and v, 120,

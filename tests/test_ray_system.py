@@ -5,7 +5,6 @@ from __future__ import annotations
 import json
 import os
 import signal
-import socket
 import subprocess
 import sys
 import threading
@@ -20,6 +19,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from contracts.config import RunConfig, to_dict
 from deploy.ray_backend import RayJob, train_ray
 from deploy.rundir import RunDir
+from tests.support import free_port, wait_for
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -41,20 +41,6 @@ def cartpole_config(tmp_path, **overrides) -> RunConfig:
     return cfg
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def wait_for(predicate, timeout: float, interval: float = 0.2):
-    deadline = time.time() + timeout
-    while time.time() < deadline:
-        value = predicate()
-        if value:
-            return value
-        time.sleep(interval)
-    raise AssertionError(f"condition not met within {timeout}s")
 
 
 @pytest.mark.timeout(300)

@@ -16,6 +16,7 @@ import torch
 from contracts.config import RunConfig
 from deploy.ray_backend import RayJob
 from deploy.rundir import RunDir
+from tests.support import wait_for
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -36,16 +37,6 @@ def job_config(tmp_path, **kw) -> RunConfig:
         setattr(getattr(cfg, section) if section else cfg, name, v)
     return cfg
 
-
-def wait_for(predicate, timeout: float, interval: float = 0.25):
-    deadline = time.time() + timeout
-    last = None
-    while time.time() < deadline:
-        last = predicate()
-        if last:
-            return last
-        time.sleep(interval)
-    raise AssertionError(f"condition not met within {timeout}s (last: {last!r})")
 
 
 @pytest.mark.timeout(300)

@@ -1,0 +1,28 @@
+"""Small helpers shared by the end-to-end tests (and tests/multinode_script.py)."""
+
+from __future__ import annotations
+
+import socket
+import time
+from collections.abc import Callable
+
+
+def free_port() -> int:
+    """A TCP port on the loopback address that nothing listens on right now."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def wait_for(predicate: Callable, timeout: float, what: str = "condition", interval: float = 0.25,
+             detail: Callable[[], str] | None = None):
+    """Poll `predicate` until it returns something truthy (returned); AssertionError after `timeout` s."""
+    deadline = time.time() + timeout
+    last = None
+    while time.time() < deadline:
+        last = predicate()
+        if last:
+            return last
+        time.sleep(interval)
+    extra = f"\n{detail()}" if detail is not None else ""
+    raise AssertionError(f"{what}: not met within {timeout}s (last: {last!r}){extra}")
