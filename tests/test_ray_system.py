@@ -88,7 +88,7 @@ def test_procgen_envs_play_the_seeds_the_level_service_gave(ray_session):
     from level_service.service import LevelService
 
     cfg = RunConfig()
-    cfg.env.id = "procgen:coinrun"
+    cfg.env.id = "procgen:chaser"  # random play ends ~12 episodes in 4 envs x 384 steps (coinrun: 0-2)
     cfg.env.num_levels = 50
     cfg.env.start_level = 100
     cfg.actors.envs_per_actor = 4

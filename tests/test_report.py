@@ -73,7 +73,8 @@ def test_report_from_real_runs(runs, tmp_path):
     # the data behind the heat maps: PLR's replay distribution once levels are seen, uniform for random
     _, seeds, weights, _ = level_matrix(load_run(runs / "plr"), "weights")
     assert seeds.tolist() == list(range(200))
-    assert weights[-1].sum() == pytest.approx(1.0) and (weights[-1] > 0).sum() < 200
+    # records keep 6 decimals of each weight, so the sum is 1 to within 200 * 5e-7
+    assert weights[-1].sum() == pytest.approx(1.0, abs=1e-4) and (weights[-1] > 0).sum() < 200
     _, _, stale, _ = level_matrix(load_run(runs / "plr"), "staleness")
     assert (stale >= 0).all() and stale[-1].max() > 0
     _, _, uniform, _ = level_matrix(load_run(runs / "uni"), "weights")
