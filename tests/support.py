@@ -26,3 +26,11 @@ def wait_for(predicate: Callable, timeout: float, what: str = "condition", inter
         time.sleep(interval)
     extra = f"\n{detail()}" if detail is not None else ""
     raise AssertionError(f"{what}: not met within {timeout}s (last: {last!r}){extra}")
+
+
+def apply_overrides(cfg, overrides: dict) -> None:
+    """`section__field=value` keyword overrides, set (and validated) through the config's own `set_path`."""
+    from contracts.config import set_path
+
+    for key, value in overrides.items():
+        set_path(cfg, key.replace("__", "."), value)

@@ -19,7 +19,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from contracts.config import RunConfig, to_dict
 from deploy.ray_backend import RayJob, train_ray
 from deploy.rundir import RunDir
-from tests.support import free_port, wait_for
+from tests.support import apply_overrides, free_port, wait_for
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -35,9 +35,7 @@ def cartpole_config(tmp_path, **overrides) -> RunConfig:
     cfg.metrics_port = 0
     cfg.report_interval_s = 0.5
     cfg.run_dir = str(tmp_path / "run")
-    for path, value in overrides.items():
-        section, _, name = path.rpartition("__")
-        setattr(getattr(cfg, section) if section else cfg, name, value)
+    apply_overrides(cfg, overrides)
     return cfg
 
 

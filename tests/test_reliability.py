@@ -16,7 +16,7 @@ import torch
 from contracts.config import RunConfig
 from deploy.ray_backend import RayJob
 from deploy.rundir import RunDir
-from tests.support import wait_for
+from tests.support import apply_overrides, wait_for
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -32,9 +32,7 @@ def job_config(tmp_path, **kw) -> RunConfig:
     cfg.replay.snapshot_interval_s = 0.5
     cfg.metrics_port = 0
     cfg.run_dir = str(tmp_path / "run")
-    for k, v in kw.items():
-        section, _, name = k.rpartition("__")
-        setattr(getattr(cfg, section) if section else cfg, name, v)
+    apply_overrides(cfg, kw)
     return cfg
 
 
