@@ -36,8 +36,12 @@ class TrajectoryError(ValueError):
     """An unroll does not have the documented form; the message names the field."""
 
 
-def _expect(cond: bool, field: str, expected: str, got) -> None:
+def _expect(cond: bool, field: str, expected, got) -> None:
+    """`expected` and `got` may be callables: the message is only built for a bad unroll, and the
+    learner validates hundreds of good ones a second."""
     if not cond:
+        expected = expected() if callable(expected) else expected
+        got = got() if callable(got) else got
         raise TrajectoryError(f"unroll field {field!r}: expected {expected}, got {got}")
 
 
@@ -68,19 +72,19 @@ def validate_unroll(
     _expect(
         isinstance(obs, np.ndarray) and obs.ndim == 2 + len(spec.obs_shape),
         "obs",
-        f"[T+1, K, {', '.join(map(str, spec.obs_shape))}] array",
-        _describe(obs),
+        lambda: f"[T+1, K, {', '.join(map(str, spec.obs_shape))}] array",
+        lambda: _describe(obs),
     )
     _expect(
         obs.shape[2:] == tuple(spec.obs_shape) and obs.dtype == np.dtype(spec.obs_dtype),
         "obs",
-        f"{spec.obs_dtype} [T+1, K, {', '.join(map(str, spec.obs_shape))}]",
-        _describe(obs),
+        lambda: f"{spec.obs_dtype} [T+1, K, {', '.join(map(str, spec.obs_shape))}]",
+        lambda: _describe(obs),
     )
     T, K = obs.shape[0] - 1, obs.shape[1]
-    _expect(T >= 1 and K >= 1, "obs", "T+1 >= 2 and K >= 1", _describe(obs))
+    _expect(T >= 1 and K >= 1, "obs", "T+1 >= 2 and K >= 1", lambda: _describe(obs))
     if unroll_length is not None:
-        _expect(unroll_length == T, "obs", f"T+1 = {unroll_length + 1} steps", _describe(obs))
+        _expect(unroll_length == T, "obs", f"T+1 = {unroll_length + 1} steps", lambda: _describe(obs))
 
     def arr(key, shape, kinds, dtype_name):
         a = unroll[key]
@@ -88,7 +92,7 @@ def validate_unroll(
             isinstance(a, np.ndarray) and a.shape == shape and a.dtype.kind in kinds,
             key,
             f"{dtype_name} array of shape {shape}",
-            _describe(a),
+            lambda: _describe(a),
         )
         return a
 
@@ -98,7 +102,7 @@ def validate_unroll(
             bool(((actions >= 0) & (actions < spec.num_actions)).all()),
             "actions",
             f"values in [0, {spec.num_actions})",
-            f"range [{actions.min()}, {actions.max()}]",
+            lambda: f"range [{actions.min()}, {actions.max()}]",
         )
     else:
         actions = arr("actions", (T, K, spec.action_dim), "f", "float")
@@ -117,12 +121,12 @@ def validate_unroll(
             not bad.any(),
             "level_seeds",
             f"seeds in the level set [{lo}, {hi})",
-            f"seed {int(seeds[bad][0]) if bad.any() else ''}",
+            lambda: f"seed {int(seeds[bad][0])}",
         )
     else:
-        _expect(bool((seeds >= 0).all()), "level_seeds", "non-negative seeds", f"min {seeds.min()}")
+        _expect(bool((seeds >= 0).all()), "level_seeds", "non-negative seeds", lambda: f"min {seeds.min()}")
     env_ids = arr("env_ids", (K,), "iu", "integer")
-    _expect(len(np.unique(env_ids)) == K, "env_ids", "K distinct ids", "duplicates")
+    _expect(len(set(env_ids.tolist())) == K, "env_ids", "K distinct ids", "duplicates")
     for key in ("policy_version", "actor_id"):
         v = unroll[key]
         _expect(
@@ -146,7 +150,7 @@ def validate_unroll(
             and final_obs.dtype == obs.dtype,
             "final_obs",
             f"{obs.dtype} [{n_trunc}, *obs_shape] (one row per truncated step)",
-            _describe(final_obs),
+            lambda: _describe(final_obs),
         )
         _expect(
             isinstance(final_index, np.ndarray)
@@ -154,7 +158,7 @@ def validate_unroll(
             and final_index.dtype.kind in "iu",
             "final_obs_index",
             f"int [{n_trunc}, 2]",
-            _describe(final_index),
+            lambda: _describe(final_index),
         )
         if n_trunc:
             t, k = final_index[:, 0], final_index[:, 1]
