@@ -211,23 +211,30 @@ class GymnasiumVector(EnvVector):
 
     def step(self, actions: np.ndarray) -> StepResult:
         played = self._levels.copy()
-        if not self.spec.discrete:
-            actions = np.clip(actions, self._low, self._high)
-        K = self.num_envs
-        obs = np.empty((K, *self.spec.obs_shape), dtype=self._obs_dtype)
-        rewards = np.empty(K, dtype=np.float32)
-        terminated = np.empty(K, dtype=bool)
-        truncated = np.empty(K, dtype=bool)
+        # Python lists, one conversion each at the end: per-element writes into NumPy arrays cost
+        # about as much as CartPole's own step.
+        actions = actions.tolist() if self.spec.discrete else np.clip(actions, self._low, self._high)
+        obs, rewards, terminated, truncated = [], [], [], []
         final_obs = {}
         for k, env in enumerate(self.envs):
-            o, r, term, trunc, _ = env.step(actions[k].item() if self.spec.discrete else actions[k])
-            rewards[k], terminated[k], truncated[k] = r, term, trunc and not term
+            o, r, term, trunc, _ = env.step(actions[k])
+            trunc = bool(trunc) and not term
+            rewards.append(r)
+            terminated.append(term)
+            truncated.append(trunc)
             if term or trunc:
-                if truncated[k]:
+                if trunc:
                     final_obs[k] = np.asarray(o, dtype=self._obs_dtype)
                 o = self._reset_env(k)
-            obs[k] = o
-        return StepResult(obs, rewards, terminated, truncated, played, final_obs)
+            obs.append(o)
+        return StepResult(
+            np.asarray(obs, dtype=self._obs_dtype),
+            np.asarray(rewards, dtype=np.float32),
+            np.asarray(terminated, dtype=bool),
+            np.asarray(truncated, dtype=bool),
+            played,
+            final_obs,
+        )
 
     def current_levels(self) -> np.ndarray:
         return self._levels.copy()

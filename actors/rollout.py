@@ -10,6 +10,7 @@ import numpy as np
 import torch
 
 from actors.envs import EnvVector
+from actors.numpy_policy import NumpyPolicy
 from contracts.spec import EnvSpec
 from learner import distributions
 from learner.learner import load_numpy_weights
@@ -17,12 +18,10 @@ from learner.models import build_model
 
 
 def sample_categorical(logits: np.ndarray, rng: np.random.Generator) -> np.ndarray:
-    """One draw per row of `logits [K, A]` by inverting the CDF (a fifth of torch.multinomial's
-    cost at actor batch sizes, where per-call overhead dominates)."""
-    z = logits - logits.max(axis=1, keepdims=True)
-    cdf = np.cumsum(np.exp(z, dtype=np.float64), axis=1)
-    u = rng.random(len(logits)) * cdf[:, -1]
-    return np.minimum((cdf < u[:, None]).sum(axis=1), logits.shape[1] - 1).astype(np.int64)
+    """One draw per row of `logits [K, A]` by the Gumbel-max trick: argmax(logits + Gumbel noise)
+    is an exact sample of softmax(logits). Three NumPy calls, where torch.multinomial's per-call
+    overhead dominates at actor batch sizes."""
+    return np.argmax(logits + rng.gumbel(size=logits.shape), axis=1).astype(np.int64)
 
 
 class RolloutWorker:
@@ -46,6 +45,7 @@ class RolloutWorker:
         self.env_ids = np.arange(env_id_offset, env_id_offset + envs.num_envs, dtype=np.int64)
         self.model = build_model(self.spec, model_kind, hidden_sizes)
         self.model.eval()
+        self._numpy_policy = NumpyPolicy(self.model) if NumpyPolicy.supports(self.model) else None
         self.policy_version = 0
         self._gen = torch.Generator().manual_seed(seed)
         self._rng = np.random.default_rng(seed)
@@ -58,12 +58,17 @@ class RolloutWorker:
 
     def set_weights(self, version: int, weights: dict[str, np.ndarray]) -> None:
         load_numpy_weights(self.model, weights)
+        if self._numpy_policy is not None:
+            self._numpy_policy.refresh()
         self.policy_version = int(version)
 
-    @torch.inference_mode()
     def act(self, obs: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """Sample actions for `obs [K, ...]`; returns (actions, policy params [K, P])."""
-        params = self.model.policy_params(torch.from_numpy(obs)).numpy()
+        if self._numpy_policy is not None:
+            params = self._numpy_policy.policy_params(obs)
+        else:
+            with torch.inference_mode():
+                params = self.model.policy_params(torch.from_numpy(obs)).numpy()
         if self.spec.discrete:
             return sample_categorical(params, self._rng), params
         return distributions.sample(torch.from_numpy(params), False, self._gen).numpy(), params

@@ -91,3 +91,41 @@ def test_policy_head_alone_matches_the_full_forward():
         model = build_model(spec)
         obs = torch.zeros((2, *spec.obs_shape), dtype=torch.uint8 if spec.is_image else torch.float32)
         torch.testing.assert_close(model.policy_params(obs), model(obs)[0])
+
+
+def _float64_policy_reference(weights: dict[str, np.ndarray], obs: np.ndarray, discrete: bool) -> np.ndarray:
+    """The MLP's policy tower written out in float64 from the raw state dict: Linear, tanh, ..., Linear."""
+    n_linear = len([k for k in weights if k.startswith("policy.") and k.endswith(".weight")])
+    x = obs.reshape(len(obs), -1).astype(np.float64)
+    for i in range(n_linear):
+        x = x @ weights[f"policy.{2 * i}.weight"].astype(np.float64).T + weights[f"policy.{2 * i}.bias"]
+        if i < n_linear - 1:
+            x = np.tanh(x)
+    if not discrete:
+        x = np.concatenate([x, np.broadcast_to(weights["log_std"].astype(np.float64), x.shape)], axis=1)
+    return x
+
+
+@pytest.mark.parametrize("env_id", ["CartPole-v1", "Pendulum-v1"])
+def test_numpy_policy_matches_a_float64_reference_before_and_after_new_weights(env_id):
+    from learner.learner import weights_to_numpy
+
+    worker = RolloutWorker(make_env_vector(EnvConfig(id=env_id, num_levels=0), 4, None, seed=0), 5,
+                           hidden_sizes=(32, 16), seed=0)
+    assert worker._numpy_policy is not None  # the MLP takes the NumPy path on actors
+    rng = np.random.default_rng(1)
+    obs = rng.standard_normal((16, *worker.spec.obs_shape)).astype(np.float32) * 3
+    weights = weights_to_numpy(worker.model)
+    np.testing.assert_allclose(worker._numpy_policy.policy_params(obs),
+                               _float64_policy_reference(weights, obs, worker.spec.discrete), rtol=1e-5, atol=1e-5)
+    # New weights (as an actor receives them from the learner) change what the policy computes.
+    new = {k: (v + rng.standard_normal(v.shape).astype(np.float32) * 0.5) for k, v in weights.items()}
+    worker.set_weights(7, new)
+    got = worker._numpy_policy.policy_params(obs)
+    np.testing.assert_allclose(got, _float64_policy_reference(new, obs, worker.spec.discrete), rtol=1e-5, atol=1e-5)
+    assert not np.allclose(got, _float64_policy_reference(weights, obs, worker.spec.discrete), atol=1e-3)
+    assert worker.policy_version == 7
+    # act() samples from exactly these parameters
+    actions, params = worker.act(obs)
+    np.testing.assert_array_equal(params, got)
+    assert actions.shape[0] == len(obs)
