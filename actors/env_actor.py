@@ -2,8 +2,9 @@
 streams fixed-length unrolls to the learner.
 
 Never stalls on the learner or the level service in steady state:
-- it keeps exactly one `submit` in flight: while the learner takes unroll n, the actor already
-  collects unroll n+1, and only then waits for n's receipt. A full learner queue therefore slows
+- it keeps exactly one submit in flight: while the learner takes unroll n, the actor already
+  collects unroll n+1, and only then waits for n's receipt (with `unrolls_per_submit` > 1, the
+  same holds for groups of unrolls sent in one call). A full learner queue therefore slows
   actors down (backpressure) instead of growing memory.
 - the receipt carries the learner's latest version and a reference to its weights in the object
   store (one object per version, shared by all actors); weights are fetched only when the version
@@ -113,6 +114,7 @@ class EnvActor:
             env_id_offset=actor_id * K,
             seed=seed,
         )
+        self.unrolls_per_submit = cfg.actors.unrolls_per_submit
         self._stop = threading.Event()
         self.unrolls_sent = 0
         self.weight_fetches = 0
@@ -137,11 +139,13 @@ class EnvActor:
             self._apply_receipt(ray.get(self.learner.latest_weights.remote()))
             in_flight = None
             while not self._stop.is_set() and (max_unrolls is None or self.unrolls_sent < max_unrolls):
-                unroll = self.worker.unroll()
+                n = self.unrolls_per_submit if max_unrolls is None else min(self.unrolls_per_submit,
+                                                                            max_unrolls - self.unrolls_sent)
+                unrolls = [self.worker.unroll() for _ in range(n)]
                 if in_flight is not None:
                     self._apply_receipt(ray.get(in_flight))  # backpressure: wait for the previous receipt
-                in_flight = self.learner.submit.remote(unroll)
-                self.unrolls_sent += 1
+                in_flight = self.learner.submit_batch.remote(unrolls)
+                self.unrolls_sent += n
             if in_flight is not None:
                 self._apply_receipt(ray.get(in_flight))
         except (ray.exceptions.RayActorError, ray.exceptions.ObjectLostError):

@@ -49,6 +49,11 @@ class ActorConfig:
     seed_prefetch: int = field(
         default=4, metadata=_flag("--seed-prefetch", "level seeds each env keeps ready from the level service", min=1)
     )
+    unrolls_per_submit: int = field(
+        default=1,
+        metadata=_flag("--unrolls-per-submit", "unrolls an actor sends to the learner per call (fewer, larger calls)",
+                       min=1),
+    )
 
 
 @dataclass

@@ -3,9 +3,10 @@
 `LearnerService` is a plain thread-safe class; `LearnerActor` is its Ray shell (a threaded actor, so
 `submit` calls from many env actors block on the queue while the training thread drains it).
 
-- `submit(unroll)` validates the unroll (a malformed one is rejected with the field named and
-  counted; nothing else changes), then waits for room in the queue: a slow learner makes actors
-  wait (backpressure) and memory stays bounded. It returns a receipt `(version, [weights_ref])`.
+- `submit(unroll)` / `submit_batch(unrolls)` validate each unroll (a malformed one is rejected with
+  the field named and counted; nothing else changes), then wait for room in the queue: a slow
+  learner makes actors wait (backpressure) and memory stays bounded. They return a receipt
+  `(version, [weights_ref])`.
 - the training thread takes `batch_size - replayed` fresh unrolls, drops those older than
   `max_policy_lag` versions (counted by reason), mixes in replayed ones, updates, and publishes the
   new weights once with `ray.put` (one object per version, shared by every actor).
@@ -109,23 +110,32 @@ class LearnerService:
 
     # -- called by env actors ------------------------------------------------------------------
     def submit(self, unroll: dict):
+        return self.submit_batch([unroll])
+
+    def submit_batch(self, unrolls: list[dict]):
+        """Several unrolls in one call: an actor that sends n at a time pays Ray's per-call cost
+        (task dispatch, reply, receipt) once for n. Each one is validated on its own; a malformed
+        one is dropped and counted without affecting the others."""
         with self.lock:
             version = self.learner.version
-        try:
-            validate_unroll(unroll, self.spec, unroll_length=self.cfg.actors.unroll_length,
-                            level_range=self.level_range, current_version=version)
-        except TrajectoryError as exc:
-            with self.lock:
-                self.dropped["malformed"] += 1
-            log.warning("rejected unroll from actor %s: %s", unroll.get("actor_id") if isinstance(unroll, dict)
-                        else "?", exc)
-            return self.latest_weights()
-        while not self._stop.is_set():
+        if not isinstance(unrolls, (list, tuple)):
+            unrolls = [unrolls]
+        for unroll in unrolls:
             try:
-                self.queue.put(unroll, timeout=0.5)
-                break
-            except queue.Full:
+                validate_unroll(unroll, self.spec, unroll_length=self.cfg.actors.unroll_length,
+                                level_range=self.level_range, current_version=version)
+            except TrajectoryError as exc:
+                with self.lock:
+                    self.dropped["malformed"] += 1
+                log.warning("rejected unroll from actor %s: %s", unroll.get("actor_id") if isinstance(unroll, dict)
+                            else "?", exc)
                 continue
+            while not self._stop.is_set():
+                try:
+                    self.queue.put(unroll, timeout=0.5)
+                    break
+                except queue.Full:
+                    continue
         return self.latest_weights()
 
     def latest_weights(self):

@@ -103,6 +103,36 @@ def test_learner_rejects_malformed_unrolls_and_keeps_going(ray_session):
         service.stop()
 
 
+def test_learner_batch_submit_drops_only_the_malformed_unroll(ray_session):
+    """An actor sending several unrolls in one call: a bad one among them is dropped and counted,
+    the good ones around it are queued and trained on."""
+    from contracts.config import to_dict
+    from learner.service import LearnerService
+
+    cfg = RunConfig()
+    cfg.env.id, cfg.env.num_levels = "CartPole-v1", 10
+    cfg.actors.unroll_length = 5
+    cfg.learner.batch_size = 2
+    service = LearnerService(to_dict(cfg), SPEC.to_dict())
+    try:
+        good_a, bad, good_b = valid_unroll(), valid_unroll(), valid_unroll()
+        good_a["policy_version"] = good_b["policy_version"] = 0
+        bad["actions"][1, 2] = 5  # CartPole has 2 actions
+        version, weights_box = service.submit_batch([good_a, bad, good_b])
+        assert version == 0 and len(weights_box) == 1
+        assert service.stats()["dropped"] == {"malformed": 1}
+        deadline = time.time() + 30
+        while service.stats()["learner_version"] < 1 and time.time() < deadline:
+            time.sleep(0.05)
+        stats = service.stats()
+        assert stats["learner_version"] == 1 and stats["unrolls_received"] == 2
+        assert stats["env_steps"] == 2 * 5 * 3 and stats["error"] is None
+        service.submit_batch("not a list of unrolls")
+        assert service.stats()["dropped"] == {"malformed": 2}
+    finally:
+        service.stop()
+
+
 CONFIG_VALUES = st.one_of(st.none(), st.booleans(), st.integers(-5, 10**9), st.floats(allow_nan=True),
                           st.text(max_size=8), st.lists(st.integers(0, 5), max_size=3))
 CONFIG_TREES = st.recursive(

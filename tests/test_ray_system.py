@@ -115,6 +115,34 @@ def test_procgen_envs_play_the_seeds_the_level_service_gave(ray_session):
     assert stats["num_samples"] >= len(given)  # every seed an env played came from the service
 
 
+@pytest.mark.timeout(120)
+def test_actor_sends_unrolls_in_groups_and_stops_at_max_unrolls(ray_session):
+    """`unrolls_per_submit` = 2 with 5 unrolls to send: groups of 2, 2 and 1, every one received and
+    trained on, none past the limit."""
+    import ray
+
+    from actors.env_actor import EnvActor
+    from actors.envs import env_spec
+    from learner.service import learner_actor_class
+
+    cfg = RunConfig()
+    cfg.env.id, cfg.env.num_levels = "CartPole-v1", 0
+    cfg.actors.envs_per_actor, cfg.actors.unroll_length, cfg.actors.unrolls_per_submit = 3, 7, 2
+    cfg.learner.batch_size = 5
+    learner = learner_actor_class(0).options(num_cpus=0).remote(to_dict(cfg), env_spec(cfg.env).to_dict())
+    actor = ray.remote(num_cpus=0)(EnvActor).remote(0, to_dict(cfg), learner, seed=1)
+    try:
+        assert ray.get(actor.run.remote(max_unrolls=5), timeout=90) == 5
+        stats = wait_for(lambda: (s := ray.get(learner.stats.remote()))["learner_version"] >= 1 and s, 60)
+        assert stats["unrolls_received"] == 5 and stats["env_steps"] == 5 * 7 * 3
+        assert stats["dropped"] == {} and stats["error"] is None
+        assert ray.get(actor.info.remote())["unrolls_sent"] == 5
+    finally:
+        ray.get(learner.stop.remote())
+        ray.kill(actor)
+        ray.kill(learner)
+
+
 @pytest.mark.timeout(240)
 def test_scale_up_and_down_mid_run_and_status(ray_session, tmp_path, capsys):
     import ray
