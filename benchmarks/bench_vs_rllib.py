@@ -1,15 +1,19 @@
 """levelray vs RLlib IMPALA on CartPole-v1, side by side on this machine, in one run.
 
     python benchmarks/bench_vs_rllib.py [--budget-s 150] [--quick] [--skip-rllib] [--skip-levelray]
-                                        [--procgen | --no-procgen] [--json PATH]
+                                        [--procgen | --no-procgen] [--levelray-args "..."] [--json PATH]
 
 Both systems get the same env copies (2 actors/runners x 8 envs) and run one after the other, each in its own
 subprocess (so each starts and stops its own local Ray), until the mean episode return reaches 475 or the
 training time budget ends:
 
 - levelray: `.venv/bin/levelray train --env CartPole-v1 --num-levels 0 --num-actors 2 --envs-per-actor 8
-  --batch-size 2 --learning-rate 1e-3 ... --stop-at-return 475 --report-interval 1`, read back from the run
-  directory's `metrics.jsonl`. Stopped with SIGINT when the budget ends (it writes a final checkpoint).
+  --batch-size 8 --unrolls-per-submit 4 --learning-rate 2e-3 ... --stop-at-return 475 --report-interval 1`,
+  read back from the run directory's `metrics.jsonl`. Stopped with SIGINT when the budget ends (it writes a
+  final checkpoint). Each actor sends 4 unrolls per call (Ray's per-call cost is paid once per 640 steps)
+  and the learner takes 8 unrolls (1,280 steps) per update, which keeps it ahead of the actors on 2 cores
+  (policy lag ~2.5 versions; with 4 per update it falls behind, lag 6-7); `--levelray-args "..."` appends
+  flags that override these.
 - RLlib 2.60 IMPALA, new API stack, in its own venv (`benchmarks/.venv-rllib`, created on first use: torch
   2.13.0 CPU first, then `ray[rllib]==2.60.0 gymnasium==1.2.2 "numpy<2" pyarrow==21.0.0`: RLlib 2.60 pins
   gymnasium 1.2.2, whose CartPole-v1 is the same task as 1.4.0's, and newer pyarrow needs numpy 2).
@@ -44,6 +48,7 @@ import contextlib
 import json
 import math
 import os
+import shlex
 import shutil
 import signal
 import subprocess
@@ -415,6 +420,8 @@ def main() -> None:
                         help="levelray on procgen:bigfish (default: on unless --quick)")
     parser.add_argument("--procgen-budget-s", type=float, default=60.0)
     parser.add_argument("--rllib-venv", default=str(RLLIB_VENV), help="RLlib venv (created if missing)")
+    parser.add_argument("--levelray-args", default="",
+                        help="extra `levelray train` flags for the CartPole run (they override the defaults above)")
     parser.add_argument("--json", default="benchmarks/out/bench_vs_rllib.json")
     args = parser.parse_args()
     budget = args.budget_s if args.budget_s is not None else (40.0 if args.quick else 150.0)
@@ -426,8 +433,9 @@ def main() -> None:
     if not args.skip_levelray:
         results["levelray"] = run_levelray(
             "levelray", ["--env", "CartPole-v1", "--num-levels", "0", "--num-actors", str(NUM_ACTORS),
-                         "--envs-per-actor", str(ENVS_PER_ACTOR), "--batch-size", "2", "--learning-rate", "1e-3",
-                         "--total-steps", "100000000"], budget, stop_at_target=True)
+                         "--envs-per-actor", str(ENVS_PER_ACTOR), "--batch-size", "8", "--unrolls-per-submit", "4",
+                         "--learning-rate", "2e-3",
+                         "--total-steps", "100000000", *shlex.split(args.levelray_args)], budget, stop_at_target=True)
     if not args.skip_rllib:
         results["rllib"] = run_rllib(budget, Path(args.rllib_venv))
     if do_procgen:
