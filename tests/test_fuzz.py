@@ -70,15 +70,20 @@ def test_validator_accepts_or_names_the_field(key, value, delete):
         assert "unroll field" in str(exc)
 
 
-def test_learner_rejects_malformed_unrolls_and_keeps_going(ray_session):
+def cartpole_learner_service(batch_size: int):
+    """A LearnerService for `valid_unroll()`s: CartPole, level set [0, 10), T = 5."""
     from contracts.config import to_dict
     from learner.service import LearnerService
 
     cfg = RunConfig()
     cfg.env.id, cfg.env.num_levels = "CartPole-v1", 10
     cfg.actors.unroll_length = 5
-    cfg.learner.batch_size = 1
-    service = LearnerService(to_dict(cfg), SPEC.to_dict())
+    cfg.learner.batch_size = batch_size
+    return LearnerService(to_dict(cfg), SPEC.to_dict())
+
+
+def test_learner_rejects_malformed_unrolls_and_keeps_going(ray_session):
+    service = cartpole_learner_service(batch_size=1)
     try:
         bad = valid_unroll()
         bad["rewards"][0, 0] = np.nan
@@ -106,14 +111,7 @@ def test_learner_rejects_malformed_unrolls_and_keeps_going(ray_session):
 def test_learner_batch_submit_drops_only_the_malformed_unroll(ray_session):
     """An actor sending several unrolls in one call: a bad one among them is dropped and counted,
     the good ones around it are queued and trained on."""
-    from contracts.config import to_dict
-    from learner.service import LearnerService
-
-    cfg = RunConfig()
-    cfg.env.id, cfg.env.num_levels = "CartPole-v1", 10
-    cfg.actors.unroll_length = 5
-    cfg.learner.batch_size = 2
-    service = LearnerService(to_dict(cfg), SPEC.to_dict())
+    service = cartpole_learner_service(batch_size=2)
     try:
         good_a, bad, good_b = valid_unroll(), valid_unroll(), valid_unroll()
         good_a["policy_version"] = good_b["policy_version"] = 0
