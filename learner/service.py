@@ -1,12 +1,11 @@
 """The learner on Ray: a bounded inbound queue of unrolls, a training thread, weights by version.
 
 `LearnerService` is a plain thread-safe class; `LearnerActor` is its Ray shell (a threaded actor, so
-`submit` calls from many env actors block on the queue while the training thread drains it).
+`submit_batch` calls from many env actors block on the queue while the training thread drains it).
 
-- `submit(unroll)` / `submit_batch(unrolls)` validate each unroll (a malformed one is rejected with
-  the field named and counted; nothing else changes), then wait for room in the queue: a slow
-  learner makes actors wait (backpressure) and memory stays bounded. They return a receipt
-  `(version, [weights_ref])`.
+- `submit_batch(unrolls)` validates each unroll (a malformed one is rejected with the field named
+  and counted; nothing else changes), then waits for room in the queue: a slow learner makes actors
+  wait (backpressure) and memory stays bounded. It returns a receipt `(version, [weights_ref])`.
 - the training thread takes `batch_size - replayed` fresh unrolls, drops those older than
   `max_policy_lag` versions (counted by reason), mixes in replayed ones, updates, and publishes the
   new weights once with `ray.put` (one object per version, shared by every actor).
@@ -109,9 +108,6 @@ class LearnerService:
         self._thread.start()
 
     # -- called by env actors ------------------------------------------------------------------
-    def submit(self, unroll: dict):
-        return self.submit_batch([unroll])
-
     def submit_batch(self, unrolls: list[dict]):
         """Several unrolls in one call: an actor that sends n at a time pays Ray's per-call cost
         (task dispatch, reply, receipt) once for n. Each one is validated on its own; a malformed
@@ -276,7 +272,7 @@ def learner_actor_class(num_gpus: float):
     restarts it from the checkpoint instead (`RayJob.restart_learner`)."""
     import ray
 
-    # No task events: actors call submit() hundreds of times a second, and the GCS would keep a
+    # No task events: actors call submit_batch() hundreds of times a second, and the GCS would keep a
     # record of every call (measured: +45 MB in a minute of CartPole).
     # MALLOC_ARENA_MAX: the submit threads deserialise unrolls of several MB each; glibc gives every
     # thread its own arena, and freed blocks stranded in many arenas made the learner's RSS creep

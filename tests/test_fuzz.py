@@ -87,19 +87,19 @@ def test_learner_rejects_malformed_unrolls_and_keeps_going(ray_session):
     try:
         bad = valid_unroll()
         bad["rewards"][0, 0] = np.nan
-        receipt = service.submit(bad)
+        receipt = service.submit_batch([bad])
         assert receipt[0] == 0 and service.stats()["dropped"] == {"malformed": 1}
         assert service.queue.qsize() == 0
         bad = valid_unroll()
         bad["level_seeds"][:] = 99  # outside the level set [0, 10)
-        service.submit(bad)
+        service.submit_batch([bad])
         assert service.stats()["dropped"] == {"malformed": 2}
         future = valid_unroll()  # acted on by a version the learner has not published yet
-        service.submit(future)
+        service.submit_batch([future])
         assert service.stats()["dropped"] == {"malformed": 3}
         good = valid_unroll()
         good["policy_version"] = 0
-        service.submit(good)  # a good one still trains
+        service.submit_batch([good])  # a good one still trains
         deadline = time.time() + 30
         while service.stats()["learner_version"] < 1 and time.time() < deadline:
             time.sleep(0.05)
