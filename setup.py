@@ -9,7 +9,7 @@ from setuptools import Extension, setup
 setup(
     ext_modules=[
         Extension(
-            "replay_service._sumtree_c",
+            "levelray.replay_service._sumtree_c",
             ["replay_service/_sumtree_c.c"],
             optional=True,
             extra_compile_args=["-O3"],

@@ -90,10 +90,9 @@ class EnvActor:
         record_seeds: bool = False,
     ):
         import torch
-
-        from actors.envs import make_env_vector
-        from actors.rollout import RolloutWorker
-        from contracts.config import from_dict
+        from levelray.actors.envs import make_env_vector
+        from levelray.actors.rollout import RolloutWorker
+        from levelray.contracts.config import from_dict
 
         torch.set_num_threads(1)
         cfg = from_dict(cfg_dict)

@@ -21,9 +21,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
-
-from contracts.config import EnvConfig
-from contracts.spec import EnvSpec
+from levelray.contracts.config import EnvConfig
+from levelray.contracts.spec import EnvSpec
 
 PROCGEN_GAMES = (
     "bigfish",

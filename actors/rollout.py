@@ -8,13 +8,12 @@ from __future__ import annotations
 
 import numpy as np
 import torch
-
-from actors.envs import EnvVector
-from actors.numpy_policy import NumpyPolicy
-from contracts.spec import EnvSpec
-from learner import distributions
-from learner.learner import load_numpy_weights
-from learner.models import build_model
+from levelray.actors.envs import EnvVector
+from levelray.actors.numpy_policy import NumpyPolicy
+from levelray.contracts.spec import EnvSpec
+from levelray.learner import distributions
+from levelray.learner.learner import load_numpy_weights
+from levelray.learner.models import build_model
 
 
 def sample_categorical(logits: np.ndarray, rng: np.random.Generator) -> np.ndarray:

@@ -19,10 +19,11 @@ import numpy as np
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from levelray.contracts.config import LearnerConfig  # noqa: E402
+from levelray.contracts.spec import EnvSpec  # noqa: E402
+from levelray.learner.learner import Learner  # noqa: E402
+
 from benchmarks.common import print_table, write_json  # noqa: E402
-from contracts.config import LearnerConfig  # noqa: E402
-from contracts.spec import EnvSpec  # noqa: E402
-from learner.learner import Learner  # noqa: E402
 
 CASES = {
     "impala_cnn": EnvSpec((64, 64, 3), "uint8", True, num_actions=15),

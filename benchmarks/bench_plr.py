@@ -31,7 +31,7 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from level_service.sampler import LevelSampler  # noqa: E402
+from levelray.level_service.sampler import LevelSampler  # noqa: E402
 
 T_STEPS, N_COLS = 256, 64
 
@@ -309,8 +309,7 @@ def time_ref_sample(n_levels, k):
 
 def time_ray(n_levels, reps):
     import ray
-
-    from level_service.service import LevelService
+    from levelray.level_service.service import LevelService
 
     started = False
     if not ray.is_initialized():

@@ -29,8 +29,8 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from replay_service import PrioritizedReplay  # noqa: E402
-from replay_service import sumtree as _sumtree  # noqa: E402
+from levelray.replay_service import PrioritizedReplay  # noqa: E402
+from levelray.replay_service import sumtree as _sumtree  # noqa: E402
 
 BATCH = 256
 ALPHA, EPS, BETA = 0.6, 1e-6, 0.4

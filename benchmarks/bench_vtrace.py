@@ -15,8 +15,9 @@ from pathlib import Path
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from levelray.learner.vtrace import from_importance_weights  # noqa: E402
+
 from benchmarks.common import print_table, time_call, write_json  # noqa: E402
-from learner.vtrace import from_importance_weights  # noqa: E402
 
 
 @torch.no_grad()

@@ -36,7 +36,7 @@ from benchmarks.common import print_table, write_json  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 _VENV_LEVELRAY = ROOT / ".venv" / "bin" / "levelray"
-LEVELRAY = [str(_VENV_LEVELRAY)] if _VENV_LEVELRAY.exists() else [sys.executable, "-m", "deploy.cli"]
+LEVELRAY = [str(_VENV_LEVELRAY)] if _VENV_LEVELRAY.exists() else [sys.executable, "-m", "levelray.deploy.cli"]
 STRATEGIES = ("random", "value_l1")
 # PLR paper (Jiang et al. 2021), Table 2, procgen easy, 200 training levels, 25M steps: mean test return
 PAPER = {"procgen:bigfish": {"steps": 25_000_000, "random": 3.7, "value_l1": 10.9}}

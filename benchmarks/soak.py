@@ -120,9 +120,9 @@ def main() -> None:
         report(samples, start, data["minutes"], args.warmup_fraction, data["env"], args.json)
         return
 
-    from contracts.config import RunConfig
-    from deploy.ray_backend import RayJob, init_ray
-    from deploy.rundir import RunDir
+    from levelray.contracts.config import RunConfig
+    from levelray.deploy.ray_backend import RayJob, init_ray
+    from levelray.deploy.rundir import RunDir
 
     cfg = RunConfig()
     cfg.env.id = args.env

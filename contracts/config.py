@@ -13,7 +13,7 @@ import typing
 from dataclasses import dataclass, field
 from typing import Any
 
-from level_service.sampler import STRATEGIES, TRANSFORMS
+from levelray.level_service.sampler import STRATEGIES, TRANSFORMS
 
 # The sampler owns these names; the config only offers them as choices.
 LEVEL_STRATEGIES = STRATEGIES

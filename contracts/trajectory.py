@@ -25,8 +25,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 import numpy as np
-
-from contracts.spec import EnvSpec
+from levelray.contracts.spec import EnvSpec
 
 STEP_KEYS = ("actions", "rewards", "terminated", "truncated", "behaviour_params", "level_seeds")
 EPISODE_KEYS = ("episode_returns", "episode_lengths", "episode_seeds")

@@ -15,8 +15,7 @@ import threading
 from pathlib import Path
 
 import yaml
-
-from contracts.config import ConfigError, RunConfig, flag_name, from_dict, leaves, set_path
+from levelray.contracts.config import ConfigError, RunConfig, flag_name, from_dict, leaves, set_path
 
 _UNSET = object()
 
@@ -72,8 +71,8 @@ def _parser() -> tuple[argparse.ArgumentParser, dict[str, str]]:
     status.add_argument("--address", default="auto")
     status.add_argument("--json", action="store_true", help="machine-readable output")
 
-    from deploy.evaluate import add_evaluate_arguments
-    from deploy.report import add_report_arguments
+    from levelray.deploy.evaluate import add_evaluate_arguments
+    from levelray.deploy.report import add_report_arguments
 
     add_evaluate_arguments(sub.add_parser("evaluate", help="returns on training and held-out levels"))
     add_report_arguments(sub.add_parser("report", help="PNG figures and a Markdown summary of runs"))
@@ -81,7 +80,7 @@ def _parser() -> tuple[argparse.ArgumentParser, dict[str, str]]:
 
 
 def cmd_train(args: argparse.Namespace, dests: dict[str, str]) -> int:
-    from deploy.rundir import RunDir, default_run_dir
+    from levelray.deploy.rundir import RunDir, default_run_dir
 
     base = None
     if args.resume:
@@ -90,7 +89,7 @@ def cmd_train(args: argparse.Namespace, dests: dict[str, str]) -> int:
             raise ConfigError(f"--resume: {args.resume} is not a run directory (no config.yaml)")
         base = yaml.safe_load(cfg_path.read_text())
     cfg = build_config(args, dests, base)
-    from actors.envs import env_spec
+    from levelray.actors.envs import env_spec
 
     try:
         env_spec(cfg.env)  # an unknown env id fails here, before anything starts
@@ -114,11 +113,11 @@ def cmd_train(args: argparse.Namespace, dests: dict[str, str]) -> int:
     signal.signal(signal.SIGINT, on_sigint)
     signal.signal(signal.SIGTERM, on_sigint)
     if cfg.backend == "inline":
-        from deploy.inline import train_inline
+        from levelray.deploy.inline import train_inline
 
         record = train_inline(cfg, run_dir, resume=bool(args.resume), stop=stop, quiet=args.quiet)
     else:
-        from deploy.ray_backend import train_ray
+        from levelray.deploy.ray_backend import train_ray
 
         record = train_ray(cfg, run_dir, resume=bool(args.resume), stop=stop, quiet=args.quiet)
     print(
@@ -137,14 +136,14 @@ def main(argv: list[str] | None = None) -> int:
         if args.command == "train":
             return cmd_train(args, dests)
         if args.command == "evaluate":
-            from deploy.evaluate import cmd_evaluate
+            from levelray.deploy.evaluate import cmd_evaluate
 
             return cmd_evaluate(args)
         if args.command == "report":
-            from deploy.report import cmd_report
+            from levelray.deploy.report import cmd_report
 
             return cmd_report(args)
-        from deploy import control
+        from levelray.deploy import control
 
         if args.command == "scale":
             return control.cmd_scale(args)

@@ -3,8 +3,7 @@
 from __future__ import annotations
 
 import numpy as np
-
-from contracts.config import EnvConfig, LevelConfig, RunConfig
+from levelray.contracts.config import EnvConfig, LevelConfig, RunConfig
 
 
 def level_seeds(env: EnvConfig) -> np.ndarray | None:
@@ -32,7 +31,7 @@ def sampler_kwargs(levels: LevelConfig, discount: float) -> dict:
 
 
 def make_level_sampler(cfg: RunConfig, seeds: np.ndarray):
-    from level_service.sampler import LevelSampler
+    from levelray.level_service.sampler import LevelSampler
 
     return LevelSampler(seeds, **sampler_kwargs(cfg.levels, cfg.learner.discount), rng=cfg.seed)
 
@@ -44,6 +43,6 @@ def replay_kwargs(cfg: RunConfig) -> dict:
 
 
 def make_replay(cfg: RunConfig):
-    from replay_service.service import ReplayServiceCore
+    from levelray.replay_service.service import ReplayServiceCore
 
     return ReplayServiceCore(cfg.replay.capacity, **replay_kwargs(cfg))

@@ -6,7 +6,7 @@ import argparse
 import json
 import sys
 
-from deploy.supervisor import NAMESPACE, SUPERVISOR_NAME
+from levelray.deploy.supervisor import NAMESPACE, SUPERVISOR_NAME
 
 
 def connect(address: str):

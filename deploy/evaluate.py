@@ -34,8 +34,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-
-from contracts.config import ConfigError, RunConfig, from_dict, to_dict
+from levelray.contracts.config import ConfigError, RunConfig, from_dict, to_dict
 
 MAX_SEED = 2**31 - 1  # procgen level seeds are in [0, 2**31 - 1)
 LEVEL_SET_RE = re.compile(r"^(\d+)-(\d+)$")
@@ -147,7 +146,7 @@ class _GymInfoTap:
 
 def _success_reader(vec):
     """A function `k -> True/False/None` (did env k's episode that just ended succeed?)."""
-    from actors.envs import GymnasiumVector, ProcgenVector
+    from levelray.actors.envs import GymnasiumVector, ProcgenVector
 
     if isinstance(vec, ProcgenVector):
         tap = _Gym3InfoTap(vec.env)
@@ -175,10 +174,9 @@ def _success_reader(vec):
 # ------------------------------------------------------------------------------------- the core
 def _policy(cfg: RunConfig, spec, weights: dict[str, np.ndarray], greedy: bool, seed: int):
     import torch
-
-    from learner import distributions
-    from learner.learner import load_numpy_weights
-    from learner.models import build_model
+    from levelray.learner import distributions
+    from levelray.learner.learner import load_numpy_weights
+    from levelray.learner.models import build_model
 
     model = build_model(spec, cfg.learner.model, tuple(cfg.learner.hidden_sizes))
     load_numpy_weights(model, weights)
@@ -203,7 +201,7 @@ def play_episodes(
     num_envs: int, seed: int,
 ) -> dict[str, list]:
     """Per-episode results, in the order of `seeds`: returns, lengths, seeds played, successes."""
-    from actors.envs import make_env_vector
+    from levelray.actors.envs import make_env_vector
 
     seeds = np.asarray(seeds, dtype=np.int64).reshape(-1)
     if episodes < 1:
@@ -457,8 +455,7 @@ def resolve_checkpoint(path: str | os.PathLike) -> dict[str, Any]:
     latest valid checkpoint). Adds `cfg` (RunConfig: the checkpoint's config, else RUN_DIR/config.yaml).
     Raises ConfigError with a clear message for anything else."""
     import yaml
-
-    from deploy.rundir import RunDir, load_checkpoint
+    from levelray.deploy.rundir import RunDir, load_checkpoint
 
     p = Path(path)
     if not p.exists():
@@ -510,7 +507,7 @@ def evaluate_checkpoint(
     num_envs = num_envs or cfg.eval.num_envs
     started_ray = False
     if backend == "ray":
-        from deploy.ray_backend import init_ray
+        from levelray.deploy.ray_backend import init_ray
 
         started_ray = init_ray(address, 1)
     try:

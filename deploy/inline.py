@@ -14,17 +14,16 @@ from collections.abc import Callable
 
 import numpy as np
 import torch
-
-from actors.envs import env_spec, make_env_vector
-from actors.rollout import RolloutWorker
-from contracts.config import RunConfig
-from deploy.components import level_seeds, make_level_sampler, make_replay
-from deploy.evaluate import PeriodicEvaluator
-from deploy.progress import Progress, progress_line
-from deploy.rundir import RunDir
-from learner.learner import Learner
-from learner.level_feedback import level_update_calls
-from learner.replay_mixer import ReplayMixer
+from levelray.actors.envs import env_spec, make_env_vector
+from levelray.actors.rollout import RolloutWorker
+from levelray.contracts.config import RunConfig
+from levelray.deploy.components import level_seeds, make_level_sampler, make_replay
+from levelray.deploy.evaluate import PeriodicEvaluator
+from levelray.deploy.progress import Progress, progress_line
+from levelray.deploy.rundir import RunDir
+from levelray.learner.learner import Learner
+from levelray.learner.level_feedback import level_update_calls
+from levelray.learner.replay_mixer import ReplayMixer
 
 log = logging.getLogger(__name__)
 

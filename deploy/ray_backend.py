@@ -22,12 +22,11 @@ import time
 from typing import Any
 
 import numpy as np
-
-from contracts.config import RunConfig, to_dict
-from deploy.components import level_seeds, replay_kwargs, sampler_kwargs
-from deploy.progress import progress_line
-from deploy.rundir import RunDir
-from deploy.supervisor import NAMESPACE, SUPERVISOR_NAME, Supervisor
+from levelray.contracts.config import RunConfig, to_dict
+from levelray.deploy.components import level_seeds, replay_kwargs, sampler_kwargs
+from levelray.deploy.progress import progress_line
+from levelray.deploy.rundir import RunDir
+from levelray.deploy.supervisor import NAMESPACE, SUPERVISOR_NAME, Supervisor
 
 log = logging.getLogger(__name__)
 
@@ -59,10 +58,9 @@ class RayJob:
     def __init__(self, cfg: RunConfig, run_dir: RunDir, *, resume_state: dict | None = None,
                  record_seeds: bool = False):
         import ray
-
-        from actors.envs import env_spec
-        from level_service.service import LevelService
-        from replay_service.service import ReplayService
+        from levelray.actors.envs import env_spec
+        from levelray.level_service.service import LevelService
+        from levelray.replay_service.service import ReplayService
 
         self.cfg = cfg
         self.run_dir = run_dir
@@ -116,8 +114,7 @@ class RayJob:
 
     def _start_learner(self, learner_state: dict | None):
         import ray
-
-        from learner.service import learner_actor_class
+        from levelray.learner.service import learner_actor_class
 
         gpus = 1 if ray.cluster_resources().get("GPU", 0) >= 1 else 0
         return learner_actor_class(gpus).remote(self.cfg_dict, self.spec.to_dict(), self.level_service,
@@ -250,9 +247,8 @@ class RayJob:
 def train_ray(cfg: RunConfig, run_dir: RunDir, *, resume: bool = False, stop: threading.Event | None = None,
               quiet: bool = False) -> dict:
     import ray
-
-    from deploy.evaluate import PeriodicEvaluator, eval_workers
-    from deploy.metrics import MetricsServer
+    from levelray.deploy.evaluate import PeriodicEvaluator, eval_workers
+    from levelray.deploy.metrics import MetricsServer
 
     stop = stop or threading.Event()
     resume_state = None

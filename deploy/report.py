@@ -28,8 +28,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-
-from contracts.config import ConfigError
+from levelray.contracts.config import ConfigError
 
 UNIFORM_STRATEGIES = ("random", "sequential")
 
@@ -115,8 +114,8 @@ def level_matrix(run: dict, kind: str) -> tuple[np.ndarray, np.ndarray, np.ndarr
         seeds = np.arange(start, start + width)
         return (np.asarray([s for s, _ in rows], dtype=np.float64), seeds,
                 np.asarray([v for _, v in rows], dtype=np.float64), "metrics.jsonl")
-    from contracts import snapshot
-    from level_service.sampler import LevelSampler
+    from levelray.contracts import snapshot
+    from levelray.level_service.sampler import LevelSampler
 
     steps, values, seeds = [], [], None
     for ckpt in _checkpoint_dirs(run):
@@ -149,7 +148,7 @@ def priority_histogram(run: dict) -> tuple[np.ndarray, np.ndarray, str] | None:
         if isinstance(hist, dict) and hist.get("edges") and sum(hist.get("counts") or []) > 0:
             return (np.asarray(hist["edges"], dtype=np.float64), np.asarray(hist["counts"], dtype=np.float64),
                     "metrics.jsonl")
-    from contracts import snapshot
+    from levelray.contracts import snapshot
 
     for ckpt in reversed(_checkpoint_dirs(run)):
         path = ckpt / "replay.msgpack"

@@ -21,9 +21,8 @@ from typing import Any
 
 import torch
 import yaml
-
-from contracts import snapshot
-from contracts.config import RunConfig, to_dict
+from levelray.contracts import snapshot
+from levelray.contracts.config import RunConfig, to_dict
 
 CHECKPOINT_PREFIX = "ckpt-"
 

@@ -24,9 +24,8 @@ class Supervisor:
     def __init__(self, cfg_dict: dict, learner, level_service=None, *, seed: int = 0,
                  monitor_interval_s: float = 0.5, record_seeds: bool = False):
         import ray
-
-        from actors.env_actor import EnvActor
-        from contracts.config import from_dict
+        from levelray.actors.env_actor import EnvActor
+        from levelray.contracts.config import from_dict
 
         self._ray = ray
         self.cfg_dict = cfg_dict

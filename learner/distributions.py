@@ -11,8 +11,7 @@ import math
 
 import torch
 import torch.nn.functional as F
-
-from learner.vtrace import categorical_log_prob, gaussian_log_prob
+from levelray.learner.vtrace import categorical_log_prob, gaussian_log_prob
 
 LOG_STD_MIN, LOG_STD_MAX = -5.0, 2.0
 

@@ -11,12 +11,11 @@ from typing import Any
 
 import numpy as np
 import torch
-
-from contracts.config import LearnerConfig
-from contracts.spec import EnvSpec
-from learner import distributions, vtrace
-from learner.losses import impala_losses
-from learner.models import build_model
+from levelray.contracts.config import LearnerConfig
+from levelray.contracts.spec import EnvSpec
+from levelray.learner import distributions, vtrace
+from levelray.learner.losses import impala_losses
+from levelray.learner.models import build_model
 
 log = logging.getLogger(__name__)
 

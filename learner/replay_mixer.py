@@ -11,10 +11,9 @@ from `beta` to 1 over `beta_anneal_updates`.
 from __future__ import annotations
 
 import numpy as np
-
-from contracts.config import ReplayConfig
-from contracts.trajectory import stack_unrolls
-from replay_service import trajectory_priority
+from levelray.contracts.config import ReplayConfig
+from levelray.contracts.trajectory import stack_unrolls
+from levelray.replay_service import trajectory_priority
 
 
 class ReplayMixer:

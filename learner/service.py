@@ -23,14 +23,13 @@ import traceback
 from collections import Counter, deque
 
 import numpy as np
-
-from contracts.config import from_dict
-from contracts.spec import EnvSpec
-from contracts.trajectory import TrajectoryError, validate_unroll
-from deploy.components import level_seeds
-from learner.learner import Learner
-from learner.level_feedback import level_update_calls
-from learner.replay_mixer import ReplayMixer
+from levelray.contracts.config import from_dict
+from levelray.contracts.spec import EnvSpec
+from levelray.contracts.trajectory import TrajectoryError, validate_unroll
+from levelray.deploy.components import level_seeds
+from levelray.learner.learner import Learner
+from levelray.learner.level_feedback import level_update_calls
+from levelray.learner.replay_mixer import ReplayMixer
 
 log = logging.getLogger(__name__)
 

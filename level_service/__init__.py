@@ -3,14 +3,14 @@
 `LevelServiceCore` / `LevelService` are imported lazily so that importing the sampler never imports Ray.
 """
 
-from level_service.sampler import LevelSampler
+from levelray.level_service.sampler import LevelSampler
 
 __all__ = ["LevelSampler", "LevelService", "LevelServiceCore"]
 
 
 def __getattr__(name):
     if name in ("LevelService", "LevelServiceCore"):
-        from level_service import service
+        from levelray.level_service import service
 
         return getattr(service, name)
     raise AttributeError(f"module 'level_service' has no attribute {name!r}")

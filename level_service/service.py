@@ -31,9 +31,8 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-
-from contracts import snapshot
-from level_service.sampler import LevelSampler
+from levelray.contracts import snapshot
+from levelray.level_service.sampler import LevelSampler
 
 __all__ = ["LevelServiceCore", "LevelService", "SNAPSHOT_FORMAT"]
 

@@ -4,10 +4,10 @@
 ``replay_service.service`` (imports Ray).
 """
 
-from replay_service.core import PrioritizedReplay, Sample
-from replay_service.priority import trajectory_priority
-from replay_service.rate_limiter import NotReadyError, RateLimitedError, RateLimiter
-from replay_service.sumtree import SumMinTree
+from levelray.replay_service.core import PrioritizedReplay, Sample
+from levelray.replay_service.priority import trajectory_priority
+from levelray.replay_service.rate_limiter import NotReadyError, RateLimitedError, RateLimiter
+from levelray.replay_service.sumtree import SumMinTree
 
 __all__ = [
     "NotReadyError",

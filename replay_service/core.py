@@ -47,10 +47,9 @@ from collections.abc import Sequence
 from typing import Any, NamedTuple
 
 import numpy as np
-
-from contracts.snapshot import packb, unpackb
-from replay_service.rate_limiter import NotReadyError, RateLimitedError, RateLimiter
-from replay_service.sumtree import _C, SumMinTree
+from levelray.contracts.snapshot import packb, unpackb
+from levelray.replay_service.rate_limiter import NotReadyError, RateLimitedError, RateLimiter
+from levelray.replay_service.sumtree import _C, SumMinTree
 
 __all__ = ["PrioritizedReplay", "Sample", "NotReadyError", "RateLimitedError"]
 

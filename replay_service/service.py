@@ -28,10 +28,9 @@ from typing import Any
 
 import numpy as np
 import ray
-
-from contracts import snapshot as snap
-from replay_service.core import PrioritizedReplay
-from replay_service.rate_limiter import NotReadyError, RateLimiter
+from levelray.contracts import snapshot as snap
+from levelray.replay_service.core import PrioritizedReplay
+from levelray.replay_service.rate_limiter import NotReadyError, RateLimiter
 
 __all__ = ["ReplayServiceCore", "ReplayService"]
 

@@ -54,7 +54,7 @@ if os.environ.get("LEVELRAY_NO_C_EXT", "").strip() not in ("", "0"):
     C_EXT_ERROR = "disabled by LEVELRAY_NO_C_EXT"
 else:
     try:
-        from replay_service import _sumtree_c as _C
+        from levelray.replay_service import _sumtree_c as _C
     except ImportError as exc:  # not built (no compiler at install time) or unloadable
         _C = None
         C_EXT_ERROR = f"{type(exc).__name__}: {exc}"

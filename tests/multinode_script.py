@@ -9,12 +9,11 @@ from __future__ import annotations
 import sys
 
 import ray
+from levelray.contracts.config import RunConfig
+from levelray.deploy.ray_backend import RayJob
+from levelray.deploy.rundir import RunDir
 from ray.cluster_utils import Cluster
 from support import wait_for  # tests/ is this script's directory
-
-from contracts.config import RunConfig
-from deploy.ray_backend import RayJob
-from deploy.rundir import RunDir
 
 
 def main(run_dir: str) -> None:

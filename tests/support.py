@@ -30,7 +30,7 @@ def wait_for(predicate: Callable, timeout: float, what: str = "condition", inter
 
 def apply_overrides(cfg, overrides: dict) -> None:
     """`section__field=value` keyword overrides, set (and validated) through the config's own `set_path`."""
-    from contracts.config import set_path
+    from levelray.contracts.config import set_path
 
     for key, value in overrides.items():
         set_path(cfg, key.replace("__", "."), value)

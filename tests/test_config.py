@@ -2,9 +2,8 @@
 
 import pytest
 import yaml
-
-from contracts.config import ConfigError, RunConfig, from_dict, leaves, to_dict
-from deploy.cli import _parser, build_config
+from levelray.contracts.config import ConfigError, RunConfig, from_dict, leaves, to_dict
+from levelray.deploy.cli import _parser, build_config
 
 
 def parse(argv, tmp_path=None, yaml_text=None):
@@ -27,7 +26,7 @@ def test_yaml_then_flags_override(tmp_path):
 
 
 def test_every_leaf_has_a_distinct_flag():
-    from contracts.config import flag_name
+    from levelray.contracts.config import flag_name
 
     names = [flag_name(p, f) for p, f, _ in leaves()]
     assert len(names) == len(set(names))
@@ -65,7 +64,7 @@ def test_optional_fields_accept_none():
 
 
 def test_unknown_env_is_a_clean_cli_error(capsys, tmp_path):
-    from deploy.cli import main
+    from levelray.deploy.cli import main
 
     with pytest.raises(SystemExit) as exc:
         main(["train", "--env", "procgen:bigfsh", "--run-dir", str(tmp_path / "r")])

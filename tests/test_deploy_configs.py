@@ -16,9 +16,8 @@ from pathlib import Path
 
 import pytest
 import yaml
-
-from contracts.config import RunConfig
-from deploy.metrics import METRICS
+from levelray.contracts.config import RunConfig
+from levelray.deploy.metrics import METRICS
 
 ROOT = Path(__file__).resolve().parents[1]
 DEPLOY = ROOT / "deploy"
@@ -140,7 +139,7 @@ def test_raycluster_manifest():
 
 
 def test_rayjob_manifest_runs_levelray_train_with_a_scrapable_endpoint():
-    from deploy.cli import _parser, build_config
+    from levelray.deploy.cli import _parser, build_config
 
     doc = kuberay("rayjob.yaml")
     assert doc["apiVersion"] == "ray.io/v1" and doc["kind"] == "RayJob" and doc["metadata"]["name"]
@@ -230,10 +229,8 @@ def test_dockerfile_uses_a_pinned_cuda_base_and_pyprojects_pins():
     assert re.search(r"pip install [^&]*\s\.(\s|$)", runs), "then levelray itself (`pip install .`)"
     # Every package pyproject ships is copied into the image.
     copied = {v.split()[-2].strip("./") for op, v in ins if op == "COPY" and "--from" not in v}
-    for pattern in PYPROJECT["tool"]["setuptools"]["packages"]["find"]["include"]:
-        package = pattern.rstrip("*")
-        if (ROOT / package).is_dir():
-            assert package in copied, f"{package} is not copied into the image"
+    for folder in PYPROJECT["tool"]["setuptools"]["package-dir"].values():
+        assert folder in copied, f"{folder} is not copied into the image"
     exposed = {int(p) for op, v in ins if op == "EXPOSE" for p in v.split()}
     assert DEFAULTS.metrics_port in exposed
 

@@ -18,11 +18,11 @@ from pathlib import Path
 
 import pytest
 import yaml
+from levelray.contracts.config import RunConfig
+from levelray.deploy.ray_backend import train_ray
+from levelray.deploy.rundir import RunDir
 from prometheus_client.parser import text_string_to_metric_families
 
-from contracts.config import RunConfig
-from deploy.ray_backend import train_ray
-from deploy.rundir import RunDir
 from tests.support import free_port
 from tests.support import wait_for as shared_wait_for
 

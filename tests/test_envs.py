@@ -4,9 +4,8 @@ import itertools
 
 import numpy as np
 import pytest
-
-from actors.envs import make_env_vector
-from contracts.config import EnvConfig
+from levelray.actors.envs import make_env_vector
+from levelray.contracts.config import EnvConfig
 
 
 def test_procgen_plays_the_chosen_levels_and_reports_them():

@@ -8,10 +8,9 @@ import time
 import numpy as np
 import pytest
 import torch
-
-from contracts.config import ConfigError, RunConfig
-from deploy.cli import main
-from deploy.evaluate import (
+from levelray.contracts.config import ConfigError, RunConfig
+from levelray.deploy.cli import main
+from levelray.deploy.evaluate import (
     PeriodicEvaluator,
     checkpoint_weights,
     evaluate_checkpoint,

@@ -12,14 +12,13 @@ import pytest
 import torch
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-
-from contracts import snapshot
-from contracts.config import ConfigError, RunConfig, flag_name, from_dict, leaves, set_path
-from contracts.spec import EnvSpec
-from contracts.trajectory import TrajectoryError, validate_unroll
-from deploy.rundir import RunDir
-from level_service.service import LevelServiceCore
-from replay_service.service import ReplayServiceCore
+from levelray.contracts import snapshot
+from levelray.contracts.config import ConfigError, RunConfig, flag_name, from_dict, leaves, set_path
+from levelray.contracts.spec import EnvSpec
+from levelray.contracts.trajectory import TrajectoryError, validate_unroll
+from levelray.deploy.rundir import RunDir
+from levelray.level_service.service import LevelServiceCore
+from levelray.replay_service.service import ReplayServiceCore
 
 SPEC = EnvSpec((4,), "float32", True, num_actions=2)
 FUZZ = settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow,
@@ -72,8 +71,8 @@ def test_validator_accepts_or_names_the_field(key, value, delete):
 
 def cartpole_learner_service(batch_size: int):
     """A LearnerService for `valid_unroll()`s: CartPole, level set [0, 10), T = 5."""
-    from contracts.config import to_dict
-    from learner.service import LearnerService
+    from levelray.contracts.config import to_dict
+    from levelray.learner.service import LearnerService
 
     cfg = RunConfig()
     cfg.env.id, cfg.env.num_levels = "CartPole-v1", 10

@@ -6,9 +6,8 @@ goes through `benchmarks/bench_learner.py --device cuda` on a lent GPU machine."
 
 import pytest
 import torch
-
-from deploy import ray_backend
-from learner import learner as learner_mod
+from levelray.deploy import ray_backend
+from levelray.learner import learner as learner_mod
 
 
 def test_pick_device_prefers_cuda_when_torch_sees_it(monkeypatch):
@@ -24,7 +23,7 @@ def test_pick_device_prefers_cuda_when_torch_sees_it(monkeypatch):
 def test_learner_actor_requests_a_gpu_only_when_the_cluster_has_one(monkeypatch, gpus_in_cluster, expected):
     import ray
 
-    import learner.service as service
+    import levelray.learner.service as service
 
     asked = []
 

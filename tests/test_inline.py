@@ -4,9 +4,8 @@ import json
 
 import numpy as np
 import pytest
-
-from deploy.cli import main
-from deploy.rundir import RunDir
+from levelray.deploy.cli import main
+from levelray.deploy.rundir import RunDir
 
 CARTPOLE = ["--backend", "inline", "--env", "CartPole-v1", "--num-actors", "2", "--envs-per-actor", "8",
             "--batch-size", "2", "--learning-rate", "2e-3", "--metrics-port", "0", "--report-interval", "1",

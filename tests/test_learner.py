@@ -3,13 +3,12 @@
 import numpy as np
 import pytest
 import torch
-
-from contracts.config import LearnerConfig
-from contracts.spec import EnvSpec
-from learner import distributions
-from learner.learner import Learner
-from learner.losses import impala_losses
-from learner.models import build_model
+from levelray.contracts.config import LearnerConfig
+from levelray.contracts.spec import EnvSpec
+from levelray.learner import distributions
+from levelray.learner.learner import Learner
+from levelray.learner.losses import impala_losses
+from levelray.learner.models import build_model
 
 VEC = EnvSpec(obs_shape=(4,), obs_dtype="float32", discrete=True, num_actions=3)
 

@@ -1,8 +1,7 @@
 """What the learner sends PLR: fresh unrolls only, never the same env column twice in one call."""
 
 import numpy as np
-
-from learner.level_feedback import level_update_calls
+from levelray.learner.level_feedback import level_update_calls
 
 
 def batch_of(env_id_groups, T=3):

@@ -9,10 +9,9 @@ import numpy as np
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from levelray.contracts.snapshot import packb, unpackb
+from levelray.level_service.sampler import TRANSFORMS, LevelSampler
 from scipy import stats
-
-from contracts.snapshot import packb, unpackb
-from level_service.sampler import TRANSFORMS, LevelSampler
 
 # ----------------------------------------------------------------------------- helpers
 

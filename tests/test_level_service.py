@@ -7,9 +7,8 @@ import time
 
 import numpy as np
 import pytest
-
-from contracts.snapshot import SnapshotError, packb
-from level_service.service import LevelServiceCore
+from levelray.contracts.snapshot import SnapshotError, packb
+from levelray.level_service.service import LevelServiceCore
 
 KW = {"rng": 0, "staleness_coef": 0.2}
 
@@ -110,7 +109,7 @@ def test_bad_constructor_args():
 @pytest.mark.timeout(120)
 def test_ray_service_16_concurrent_clients(ray_session, tmp_path):
     ray = ray_session
-    from level_service.service import LevelService
+    from levelray.level_service.service import LevelService
 
     n_levels = 64
     svc = LevelService.remote(

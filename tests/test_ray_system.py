@@ -14,11 +14,11 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from levelray.contracts.config import RunConfig, to_dict
+from levelray.deploy.ray_backend import RayJob, train_ray
+from levelray.deploy.rundir import RunDir
 from prometheus_client.parser import text_string_to_metric_families
 
-from contracts.config import RunConfig, to_dict
-from deploy.ray_backend import RayJob, train_ray
-from deploy.rundir import RunDir
 from tests.support import apply_overrides, free_port, wait_for
 
 REPO = Path(__file__).resolve().parents[1]
@@ -84,10 +84,9 @@ def test_cartpole_learns_on_ray_and_metrics_increase(ray_session, tmp_path):
 @pytest.mark.timeout(180)
 def test_procgen_envs_play_the_seeds_the_level_service_gave(ray_session):
     import ray
-
-    from actors.env_actor import EnvActor
-    from deploy.components import sampler_kwargs
-    from level_service.service import LevelService
+    from levelray.actors.env_actor import EnvActor
+    from levelray.deploy.components import sampler_kwargs
+    from levelray.level_service.service import LevelService
 
     cfg = RunConfig()
     cfg.env.id = "procgen:chaser"  # random play ends ~12 episodes in 4 envs x 384 steps (coinrun: 0-2)
@@ -124,10 +123,9 @@ def test_actor_sends_unrolls_in_groups_and_stops_at_max_unrolls(ray_session):
     """`unrolls_per_submit` = 2 with 5 unrolls to send: groups of 2, 2 and 1, every one received and
     trained on, none past the limit."""
     import ray
-
-    from actors.env_actor import EnvActor
-    from actors.envs import env_spec
-    from learner.service import learner_actor_class
+    from levelray.actors.env_actor import EnvActor
+    from levelray.actors.envs import env_spec
+    from levelray.learner.service import learner_actor_class
 
     cfg = RunConfig()
     cfg.env.id, cfg.env.num_levels = "CartPole-v1", 0
@@ -150,8 +148,7 @@ def test_actor_sends_unrolls_in_groups_and_stops_at_max_unrolls(ray_session):
 @pytest.mark.timeout(240)
 def test_scale_up_and_down_mid_run_and_status(ray_session, tmp_path, capsys):
     import ray
-
-    from deploy import control
+    from levelray.deploy import control
 
     cfg = cartpole_config(tmp_path, total_steps=10**9)
     cfg.actors.num_actors = 1
@@ -203,7 +200,7 @@ def test_bad_scale_request_is_refused(ray_session, tmp_path):
 def test_ctrl_c_leaves_a_checkpoint(tmp_path):
     """A real `levelray train` process with its own embedded Ray, interrupted like a user would."""
     run = tmp_path / "run"
-    cmd = [sys.executable, "-m", "deploy.cli", "train", "--env", "CartPole-v1", "--num-levels", "0",
+    cmd = [sys.executable, "-m", "levelray.deploy.cli", "train", "--env", "CartPole-v1", "--num-levels", "0",
            "--num-actors", "1", "--envs-per-actor", "4", "--batch-size", "1", "--total-steps", "100000000",
            "--metrics-port", "0", "--report-interval", "0.5", "--run-dir", str(run)]
     proc = subprocess.Popen(cmd, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
@@ -231,7 +228,7 @@ def test_ctrl_c_leaves_a_checkpoint(tmp_path):
 
 @pytest.mark.timeout(240)
 def test_inline_backend_runs_the_same_config(ray_session, tmp_path):
-    from deploy.cli import main
+    from levelray.deploy.cli import main
 
     config = tmp_path / "run.yaml"
     config.write_text(

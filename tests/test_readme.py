@@ -4,8 +4,8 @@ commands are the Makefile targets CI runs."""
 import re
 from pathlib import Path
 
-from contracts.config import flag_name, leaves
-from deploy.metrics import METRICS
+from levelray.contracts.config import flag_name, leaves
+from levelray.deploy.metrics import METRICS
 
 ROOT = Path(__file__).resolve().parents[1]
 README = (ROOT / "README.md").read_text()

@@ -12,10 +12,10 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
+from levelray.contracts.config import RunConfig
+from levelray.deploy.ray_backend import RayJob
+from levelray.deploy.rundir import RunDir
 
-from contracts.config import RunConfig
-from deploy.ray_backend import RayJob
-from deploy.rundir import RunDir
 from tests.support import apply_overrides, wait_for
 
 REPO = Path(__file__).resolve().parents[1]

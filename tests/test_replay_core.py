@@ -9,10 +9,8 @@ import numpy as np
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from scipy import stats
-
-from contracts.snapshot import packb, unpackb
-from replay_service import (
+from levelray.contracts.snapshot import packb, unpackb
+from levelray.replay_service import (
     NotReadyError,
     PrioritizedReplay,
     RateLimitedError,
@@ -20,6 +18,7 @@ from replay_service import (
     SumMinTree,
     trajectory_priority,
 )
+from scipy import stats
 
 
 def _state_bytes(r: PrioritizedReplay) -> bytes:

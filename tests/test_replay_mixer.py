@@ -3,10 +3,9 @@ losses, and new priorities go back to the service after the update."""
 
 import numpy as np
 import pytest
-
-from contracts.config import ReplayConfig
-from learner.replay_mixer import ReplayMixer
-from replay_service.service import ReplayServiceCore
+from levelray.contracts.config import ReplayConfig
+from levelray.learner.replay_mixer import ReplayMixer
+from levelray.replay_service.service import ReplayServiceCore
 
 
 def unroll(tag: float, T=4, K=3):

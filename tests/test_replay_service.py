@@ -7,10 +7,9 @@ import time
 
 import numpy as np
 import pytest
-
-from contracts.snapshot import SnapshotError
-from replay_service.rate_limiter import RateLimitedError
-from replay_service.service import ReplayService, ReplayServiceCore
+from levelray.contracts.snapshot import SnapshotError
+from levelray.replay_service.rate_limiter import RateLimitedError
+from levelray.replay_service.service import ReplayService, ReplayServiceCore
 
 
 def _traj(i: int) -> dict:

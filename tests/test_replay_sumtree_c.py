@@ -14,9 +14,8 @@ import numpy as np
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-
-from replay_service import PrioritizedReplay, SumMinTree
-from replay_service import sumtree as st_mod
+from levelray.replay_service import PrioritizedReplay, SumMinTree
+from levelray.replay_service import sumtree as st_mod
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -118,7 +117,7 @@ def test_c_tree_pickles_and_rejects_bad_buffers():
     assert c2.total() == c.total() + 45.0
     with pytest.raises(IndexError):
         c.set(np.array([1_000]), np.array([1.0]))
-    from replay_service import _sumtree_c
+    from levelray.replay_service import _sumtree_c
 
     with pytest.raises(TypeError, match="int64"):
         _sumtree_c.set_leaves(c._flat_sums, c._flat_mins, c._layout, np.arange(3, dtype=np.int32), np.ones(3))

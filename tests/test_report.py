@@ -7,9 +7,8 @@ import json
 import numpy as np
 import pytest
 import torch
-
-from deploy.cli import main
-from deploy.report import level_matrix, load_run, make_report
+from levelray.deploy.cli import main
+from levelray.deploy.report import level_matrix, load_run, make_report
 
 TINY = ["--backend", "inline", "--num-actors", "1", "--envs-per-actor", "2", "--unroll-length", "8",
         "--metrics-port", "0", "--report-interval", "0", "--quiet"]

@@ -1,7 +1,6 @@
 import numpy as np
 import pytest
-
-from contracts import snapshot
+from levelray.contracts import snapshot
 
 
 def test_round_trip_preserves_arrays_and_scalars(tmp_path):

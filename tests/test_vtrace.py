@@ -7,8 +7,7 @@ backward recursion the implementation uses, so the two can only agree if both ar
 import numpy as np
 import pytest
 import torch
-
-from learner import vtrace
+from levelray.learner import vtrace
 
 
 def reference_vtrace(log_rhos, discounts, rewards, values, bootstrap, rho_bar, c_bar, pg_bar, lam):
