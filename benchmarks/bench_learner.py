@@ -1,6 +1,6 @@
 """Learner throughput: samples/s of one V-trace update (forward, backward, Adam step).
 
-    python benchmarks/bench_learner.py [--device auto|cpu|cuda] [--json PATH] [--quick]
+    python -m benchmarks.bench_learner [--device auto|cpu|cuda] [--json PATH] [--quick]
 
 IMPALA CNN on procgen-shaped uint8 observations, batch of 32 unrolls x 20 steps (B=32, T=20), and the
 MLP on CartPole-shaped observations. On the CPU the CNN figure is the ceiling for procgen training
@@ -11,24 +11,21 @@ on the lent GPU machines too.
 from __future__ import annotations
 
 import argparse
-import sys
 import time
-from pathlib import Path
 
 import numpy as np
 import torch
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from levelray.contracts.config import LearnerConfig  # noqa: E402
-from levelray.contracts.spec import EnvSpec  # noqa: E402
-from levelray.learner.learner import Learner  # noqa: E402
-
-from benchmarks.common import print_table, write_json  # noqa: E402
+from benchmarks.common import print_table, write_json
+from levelray.contracts.config import LearnerConfig
+from levelray.contracts.spec import EnvSpec
+from levelray.learner.learner import Learner
 
 CASES = {
     "impala_cnn": EnvSpec((64, 64, 3), "uint8", True, num_actions=15),
     "mlp": EnvSpec((4,), "float32", True, num_actions=2),
 }
+COLUMNS = ["model", "device", "T", "B", ("update_ms", "update ms"), ("samples_per_s", "samples/s")]
 
 
 def make_batch(spec: EnvSpec, T: int, B: int, rng: np.random.Generator) -> dict:
@@ -76,9 +73,8 @@ def main() -> None:
     results = [measure("impala_cnn", args.device, 20, 32, seconds), measure("mlp", args.device, 20, 32, seconds)]
     if not args.quick:
         results.append(measure("mlp", args.device, 20, 256, seconds))
-    print_table(["model", "device", "T", "B", "update ms", "samples/s"],
-                [[r["model"], r["device"], r["T"], r["B"], r["update_ms"], r["samples_per_s"]] for r in results])
-    write_json(args.json, "bench_learner", results)
+    print_table(results, COLUMNS)
+    write_json(args.json, {"results": results}, benchmark="bench_learner")
 
 
 if __name__ == "__main__":

@@ -1,7 +1,7 @@
 """Benchmark: levelray's PLR sampler vs a faithful re-implementation of the reference (DI-engine's
 `LevelSampler`, seed document 000_909ee42d9391b815.txt), plus `sample_seeds` through Ray.
 
-    .venv/bin/python benchmarks/bench_plr.py [--quick] [--json benchmarks/out/bench_plr.json] [--no-ray]
+    .venv/bin/python -m benchmarks.bench_plr [--quick] [--json benchmarks/out/bench_plr.json] [--no-ray]
 
 Measured per level count (200, 10,000, 100,000):
 * update: `update_with_rollouts` for 64 env columns x 256 steps, strategy value_l1 with advantages, episodes
@@ -20,20 +20,27 @@ staleness weights over all levels and calls `np.random.choice` with them.
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import platform
 import sys
 import time
-from pathlib import Path
 
 import numpy as np
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-
-from levelray.level_service.sampler import LevelSampler  # noqa: E402
+from benchmarks.common import print_table, write_json
+from levelray.level_service.sampler import LevelSampler
 
 T_STEPS, N_COLS = 256, 64
+COLUMNS = [
+    ("levels", "levels"),
+    ("update_ours_s", "update ours", lambda s: f"{s * 1e3:.3f} ms"),
+    ("update_plus_first_sample_ours_s", "+1st sample", lambda s: f"{s * 1e3:.3f} ms"),
+    ("update_reference_s", "update ref", lambda s: f"{s * 1e3:.1f} ms"),
+    ("update_speedup", "speedup", lambda x: f"{x:.0f}x"),
+    ("sample_ours_s", "sample ours", lambda s: f"{s * 1e6:.2f} us"),
+    ("sample_reference_s", "sample ref", lambda s: f"{s * 1e6:.1f} us"),
+    ("sample_speedup", "speedup", lambda x: f"{x:.0f}x"),
+]
 
 
 # --------------------------------------------------------------------------- faithful reference
@@ -309,6 +316,7 @@ def time_ref_sample(n_levels, k):
 
 def time_ray(n_levels, reps):
     import ray
+
     from levelray.level_service.service import LevelService
 
     started = False
@@ -383,20 +391,8 @@ def main(argv=None):
     if not args.no_ray:
         ray_res = time_ray(10_000, 50 if q else 300)
 
-    hdr = (
-        f"{'levels':>8} | {'update ours':>12} | {'+1st sample':>12} | {'update ref':>11} | {'speedup':>8} | "
-        f"{'sample ours':>11} | {'sample ref':>11} | {'speedup':>8}"
-    )
-    print(f"update_with_rollouts: {N_COLS} columns x {T_STEPS} steps, value_l1; sample(): default config")
-    print(hdr)
-    print("-" * len(hdr))
-    for r in rows:
-        print(
-            f"{r['levels']:>8} | {r['update_ours_s'] * 1e3:>9.3f} ms | "
-            f"{r['update_plus_first_sample_ours_s'] * 1e3:>9.3f} ms | {r['update_reference_s'] * 1e3:>8.1f} ms | "
-            f"{r['update_speedup']:>7.0f}x | {r['sample_ours_s'] * 1e6:>8.2f} us | "
-            f"{r['sample_reference_s'] * 1e6:>8.1f} us | {r['sample_speedup']:>7.0f}x"
-        )
+    title = f"update_with_rollouts: {N_COLS} columns x {T_STEPS} steps, value_l1; sample(): default config"
+    print_table(rows, COLUMNS, title=title)
     if ray_res:
         print(
             f"Ray sample_seeds (10,000 levels, driver as client): n=1 {ray_res[1] * 1e6:.0f} us/call; "
@@ -426,10 +422,7 @@ def main(argv=None):
             "n32_per_seed": ray_res[32] / 32,
         },
     }
-    path = Path(args.json)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps(result, indent=2, default=str))
-    print(f"wrote {path}")
+    write_json(args.json, result, benchmark="bench_plr")
 
 
 if __name__ == "__main__":

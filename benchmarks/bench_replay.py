@@ -12,28 +12,39 @@ extension ``replay_service._sumtree_c`` is built, else NumPy; the ``backend`` co
 Items are tiny (None / one float) so the tree is measured, not payload copying. Each timing is the
 best of ``--repeats`` runs of ``--iters`` sample+update pairs at a full buffer; µs per pair.
 
-    .venv/bin/python benchmarks/bench_replay.py [--quick] [--json benchmarks/out/bench_replay.json]
+    .venv/bin/python -m benchmarks.bench_replay [--quick] [--json benchmarks/out/bench_replay.json]
 """
 
 from __future__ import annotations
 
 import argparse
-import json
 import platform
 import random
-import sys
 import time
-from pathlib import Path
 
 import numpy as np
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-
-from levelray.replay_service import PrioritizedReplay  # noqa: E402
-from levelray.replay_service import sumtree as _sumtree  # noqa: E402
+from benchmarks.common import print_table, write_json
+from levelray.replay_service import PrioritizedReplay
+from levelray.replay_service import sumtree as _sumtree
 
 BATCH = 256
 ALPHA, EPS, BETA = 0.6, 1e-6, 0.4
+
+
+def _optional(spec: str):
+    return lambda x: "n/a" if x is None else format(x, spec)
+
+
+COLUMNS = [
+    ("log2_size", "size", lambda k: f"2^{k}"),
+    ("backend", "backend"),
+    ("ours_us", "ours µs", _optional(".1f")),
+    ("python_tree_us", "python µs", _optional(".1f")),
+    ("cpprb_us", "cpprb µs", _optional(".1f")),
+    ("speedup_vs_python", "x python", _optional(".1f")),
+    ("speedup_vs_cpprb", "x cpprb", _optional(".2f")),
+]
 
 
 # ----------------------------------------------------------------------------- (a) Python tree
@@ -210,22 +221,10 @@ def main(argv=None) -> dict:
                 "speedup_vs_cpprb": None if cpp is None else cpp / ours,
             }
         )
-    hdr = (
-        f"{'size':>9} | {'backend':>7} | {'ours µs':>9} | {'python µs':>10} | {'cpprb µs':>9} | "
-        f"{'x python':>8} | {'x cpprb':>7}"
-    )
-    print(f"sample({BATCH}) + update_priorities({BATCH}), µs per pair (best of {repeats} x {iters} iters)")
-    print(hdr)
-    print("-" * len(hdr))
-    for r in rows:
-        cpp = "n/a" if r["cpprb_us"] is None else f"{r['cpprb_us']:.1f}"
-        xc = "n/a" if r["speedup_vs_cpprb"] is None else f"{r['speedup_vs_cpprb']:.2f}"
-        print(
-            f"{'2^' + str(r['log2_size']):>9} | {r['backend']:>7} | {r['ours_us']:>9.1f} | "
-            f"{r['python_tree_us']:>10.1f} | {cpp:>9} | {r['speedup_vs_python']:>8.1f} | {xc:>7}"
-        )
+    title = f"sample({BATCH}) + update_priorities({BATCH}), µs per pair (best of {repeats} x {iters} iters)"
+    print_table(rows, COLUMNS, title=title)
+    # write_json adds "benchmark", "date" and the "machine" block (platform.machine() is its "machine")
     result = {
-        "benchmark": "replay sample+update",
         "batch_size": BATCH,
         "alpha": ALPHA,
         "beta": BETA,
@@ -238,13 +237,9 @@ def main(argv=None) -> dict:
         "c_ext_error": _sumtree.C_EXT_ERROR,
         "cpprb": cpprb_version,
         "python": platform.python_version(),
-        "machine": platform.machine(),
         "rows": rows,
     }
-    out = Path(args.json)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps(result, indent=2))
-    print(f"wrote {out}")
+    write_json(args.json, result, benchmark="replay sample+update")
     return result
 
 

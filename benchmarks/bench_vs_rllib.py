@@ -1,6 +1,6 @@
 """levelray vs RLlib IMPALA on CartPole-v1, side by side on this machine, in one run.
 
-    python benchmarks/bench_vs_rllib.py [--budget-s 150] [--quick] [--skip-rllib] [--skip-levelray]
+    python -m benchmarks.bench_vs_rllib [--budget-s 150] [--quick] [--skip-rllib] [--skip-levelray]
                                         [--procgen | --no-procgen] [--levelray-args "..."] [--json PATH]
 
 Both systems get the same env copies (2 actors/runners x 8 envs) and run one after the other, each in its own
@@ -52,13 +52,11 @@ import shlex
 import shutil
 import signal
 import subprocess
-import sys
 import tempfile
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from benchmarks.common import print_table, write_json  # noqa: E402
+from benchmarks.common import print_table, write_json
 
 ROOT = Path(__file__).resolve().parents[1]
 LEVELRAY = ROOT / ".venv" / "bin" / "levelray"
@@ -452,8 +450,8 @@ def main() -> None:
           f"load average {results['load_at_start'][0]:.1f} -> {results['load_at_end'][0]:.1f} on {os.cpu_count()} CPUs")
     rows = cartpole_rows(results)
     if rows:
-        print_table(["system", "envs", "startup s", "train s", "env steps", "steps/s", "steady steps/s",
-                     f"return {TARGET_RETURN:.0f}", "best / final return"], rows)
+        print_table(rows, ["system", "envs", "startup s", "train s", "env steps", "steps/s", "steady steps/s",
+                           f"return {TARGET_RETURN:.0f}", "best / final return"])
     for key in ("levelray", "rllib"):
         r = results.get(key) or {}
         for k in ("error", "warning"):
@@ -464,17 +462,17 @@ def main() -> None:
         pg, ceil = results["procgen"], results["procgen"].get("learner_ceiling")
         print()
         if pg.get("ok"):
-            ceiling = f"{ceil['samples_per_s']:,.0f}" if ceil else "- (run bench_learner.py)"
+            ceiling = f"{ceil['samples_per_s']:,.0f}" if ceil else "- (run python -m benchmarks.bench_learner)"
             steady = pg["steps_per_s_steady"]
             share = f"{steady / ceil['samples_per_s']:.0%}" if ceil and steady is not None else "-"
-            print_table(["procgen:bigfish (levelray)", "envs", "train s", "env steps", "steps/s", "steady steps/s",
-                         "learner ceiling samples/s", "of ceiling", "final return"],
-                        [["impala_cnn", f"{NUM_ACTORS}x16", f"{pg['train_wall_s']:.1f}", f"{pg['env_steps']:,}",
+            print_table([["impala_cnn", f"{NUM_ACTORS}x16", f"{pg['train_wall_s']:.1f}", f"{pg['env_steps']:,}",
                           fmt(pg["steps_per_s_overall"]), fmt(pg["steps_per_s_steady"]), ceiling, share,
-                          fmt(pg["final_return"], ".2f")]])
+                          fmt(pg["final_return"], ".2f")]],
+                        ["procgen:bigfish (levelray)", "envs", "train s", "env steps", "steps/s", "steady steps/s",
+                         "learner ceiling samples/s", "of ceiling", "final return"])
         else:
             print(f"procgen: FAILED: {pg.get('error')}")
-    write_json(args.json, "bench_vs_rllib", results)
+    write_json(args.json, {"results": results}, benchmark="bench_vs_rllib")
 
 
 if __name__ == "__main__":

@@ -1,6 +1,6 @@
 """V-trace on the CPU: levelray's `from_importance_weights` against a plain per-step PyTorch loop.
 
-    python benchmarks/bench_vtrace.py [--json PATH] [--quick]
+    python -m benchmarks.bench_vtrace [--json PATH] [--quick]
 
 The baseline is the straightforward implementation most ports use: a Python loop over time that
 recomputes clipped ratios and deltas step by step and collects results with torch.stack.
@@ -9,15 +9,19 @@ recomputes clipped ratios and deltas step by step and collects results with torc
 from __future__ import annotations
 
 import argparse
-import sys
-from pathlib import Path
 
 import torch
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from levelray.learner.vtrace import from_importance_weights  # noqa: E402
+from benchmarks.common import print_table, time_call, write_json
+from levelray.learner.vtrace import from_importance_weights
 
-from benchmarks.common import print_table, time_call, write_json  # noqa: E402
+COLUMNS = [
+    ("T", "T"),
+    ("B", "B"),
+    ("levelray_us", "levelray µs"),
+    ("per_step_loop_us", "per-step loop µs"),
+    ("speedup", "speedup"),
+]
 
 
 @torch.no_grad()
@@ -45,7 +49,7 @@ def main() -> None:
     parser.add_argument("--quick", action="store_true")
     args = parser.parse_args()
     torch.manual_seed(0)
-    rows, results = [], []
+    results = []
     for T in (20, 100):
         for B in (32, 256):
             inputs = (torch.randn(T, B), torch.full((T, B), 0.99), torch.randn(T, B), torch.randn(T, B), torch.randn(B))
@@ -55,11 +59,10 @@ def main() -> None:
             got = from_importance_weights(*inputs)
             assert torch.allclose(ref[0], got.vs, rtol=1e-5, atol=1e-5)
             speedup = base["median_s"] / ours["median_s"]
-            rows.append([T, B, ours["median_s"] * 1e6, base["median_s"] * 1e6, speedup])
             results.append({"T": T, "B": B, "levelray_us": ours["median_s"] * 1e6,
                             "per_step_loop_us": base["median_s"] * 1e6, "speedup": speedup})
-    print_table(["T", "B", "levelray µs", "per-step loop µs", "speedup"], rows)
-    write_json(args.json, "bench_vtrace", results)
+    print_table(results, COLUMNS)
+    write_json(args.json, {"results": results}, benchmark="bench_vtrace")
 
 
 if __name__ == "__main__":

@@ -1,4 +1,8 @@
-"""Helpers shared by the benchmark scripts: timing, a table printer, and the JSON result file."""
+"""Helpers shared by the benchmark scripts: timing, the table printer and the JSON result file.
+
+Run the scripts as modules from the repository root (`python -m benchmarks.bench_vtrace`): `benchmarks.common`
+then imports as a package and `levelray` from the installed package, with no import-path edits.
+"""
 
 from __future__ import annotations
 
@@ -7,8 +11,13 @@ import os
 import platform
 import statistics
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
+from typing import Any
+
+# A table column: a key (also the header), (key, header), or (key, header, format) where `format` turns the
+# cell's value into its text. For rows that are sequences the key is unused: cells are taken by position.
+Column = str | tuple[str, str] | tuple[str, str, Callable[[Any], str]]
 
 
 def time_call(fn: Callable[[], object], *, repeats: int = 5, min_time: float = 0.2) -> dict:
@@ -28,32 +37,87 @@ def time_call(fn: Callable[[], object], *, repeats: int = 5, min_time: float = 0
 
 
 def machine() -> dict:
-    info = {"python": platform.python_version(), "machine": platform.machine(), "cpus": os.cpu_count()}
+    """What the benchmark ran on: Python, CPU architecture and count, OS, and torch (version, threads, GPU)
+    when it can be imported."""
+    info = {
+        "python": platform.python_version(),
+        "machine": platform.machine(),
+        "cpus": os.cpu_count(),
+        "platform": platform.platform(),
+    }
     try:
         import torch
-
-        info["torch"] = torch.__version__
-        info["torch_threads"] = torch.get_num_threads()
-        if torch.cuda.is_available():
-            info["gpu"] = torch.cuda.get_device_name(0)
     except ImportError:
-        pass
+        return info
+    info["torch"] = torch.__version__
+    info["torch_threads"] = torch.get_num_threads()
+    if torch.cuda.is_available():
+        info["gpu"] = torch.cuda.get_device_name(0)
     return info
 
 
-def print_table(headers: list[str], rows: list[list]) -> None:
-    cells = [[str(h) for h in headers]] + [[f"{c:,.3f}" if isinstance(c, float) else str(c) for c in r] for r in rows]
-    widths = [max(len(r[i]) for r in cells) for i in range(len(headers))]
+def _cell(value: Any, fmt: Callable[[Any], str] | None) -> str:
+    if fmt is not None:
+        return fmt(value)
+    if value is None:
+        return "-"
+    if isinstance(value, float):
+        return f"{value:,.3f}"
+    return str(value)
+
+
+def _columns(rows: Sequence[Mapping | Sequence], columns: Sequence[Column] | None) -> list[tuple]:
+    if columns is None:
+        if not rows or not isinstance(rows[0], Mapping):
+            raise ValueError("print_table needs `columns` unless the rows are dicts")
+        columns = list(rows[0])
+    out = []
+    for c in columns:
+        if isinstance(c, str):
+            out.append((c, c, None))
+        elif len(c) == 2:
+            out.append((c[0], c[1], None))
+        else:
+            out.append(tuple(c))
+    return out
+
+
+def print_table(
+    rows: Sequence[Mapping | Sequence], columns: Sequence[Column] | None = None, title: str | None = None
+) -> None:
+    """Print `rows` as a right-aligned text table: an optional title line, the headers, a dashed rule, the rows.
+
+    rows: dicts (each column's cell is `row[key]`) or sequences (cells in column order). columns: see `Column`;
+    None takes the first dict row's keys. Cells without a format: None is "-", floats "1,234.568", else str().
+    """
+    cols = _columns(rows, columns)
+    cells = [[header for _, header, _ in cols]]
+    for row in rows:
+        values = [row.get(key) for key, _, _ in cols] if isinstance(row, Mapping) else list(row)
+        if len(values) != len(cols):
+            raise ValueError(f"row has {len(values)} cells for {len(cols)} columns: {row!r}")
+        cells.append([_cell(v, fmt) for v, (_, _, fmt) in zip(values, cols, strict=True)])
+    widths = [max(len(r[i]) for r in cells) for i in range(len(cols))]
+    if title:
+        print(title)
     for i, r in enumerate(cells):
         print("  ".join(c.rjust(w) for c, w in zip(r, widths, strict=True)))
         if i == 0:
             print("  ".join("-" * w for w in widths))
 
 
-def write_json(path: str | os.PathLike, name: str, results: object) -> None:
+def write_json(path: str | os.PathLike, data: Mapping[str, Any], *, benchmark: str | None = None) -> Path:
+    """Write indented JSON: `benchmark` (when given), `date` (local time), a `machine` block (see `machine()`),
+    then the keys of `data`, which must not repeat those. Creates the folder, prints and returns the path.
+    Values JSON cannot hold (numpy scalars, paths, ...) are written as their str()."""
     path = Path(path)
+    payload: dict[str, Any] = {} if benchmark is None else {"benchmark": benchmark}
+    payload |= {"date": time.strftime("%Y-%m-%d %H:%M:%S"), "machine": machine()}
+    clash = payload.keys() & data.keys()
+    if clash:
+        raise ValueError(f"write_json adds {sorted(clash)} itself; rename those keys of `data`")
+    payload |= data
     path.parent.mkdir(parents=True, exist_ok=True)
-    payload = {"benchmark": name, "date": time.strftime("%Y-%m-%d %H:%M:%S"), "machine": machine(),
-               "results": results}
-    path.write_text(json.dumps(payload, indent=2))
+    path.write_text(json.dumps(payload, indent=2, default=str))
     print(f"wrote {path}")
+    return path

@@ -1,6 +1,6 @@
 """PLR versus uniform level sampling, the PLR paper's generalisation protocol with levelray's IMPALA.
 
-    python benchmarks/plr_vs_uniform.py [--total-steps 20000] [--quick] [--backend ray|inline]
+    python -m benchmarks.plr_vs_uniform [--total-steps 20000] [--quick] [--backend ray|inline]
                                         [--env procgen:bigfish] [--num-levels 200] [--seed 0]
                                         [--eval-episodes 32] [--eval-greedy] [--out-dir DIR] [--json PATH]
                                         [-- extra levelray train flags]
@@ -24,15 +24,13 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import shutil
 import subprocess
 import sys
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from benchmarks.common import print_table, write_json  # noqa: E402
+from benchmarks.common import print_table, write_json
 
 ROOT = Path(__file__).resolve().parents[1]
 _VENV_LEVELRAY = ROOT / ".venv" / "bin" / "levelray"
@@ -46,8 +44,7 @@ def _run(cmd: list[str], log: Path, timeout: float | None = None) -> str:
     """Run a levelray command from the repo root; stdout+stderr go to `log`; returns stdout."""
     start = time.time()
     print(f"$ levelray {' '.join(cmd[len(LEVELRAY):])}", file=sys.stderr, flush=True)
-    env = {**os.environ, "PYTHONPATH": str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", "")}
-    proc = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=timeout)
+    proc = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=timeout)
     log.write_text(f"$ {' '.join(cmd)}\n--- stdout\n{proc.stdout}\n--- stderr\n{proc.stderr}")
     if proc.returncode != 0:
         tail = "\n".join((proc.stdout + proc.stderr).splitlines()[-30:])
@@ -126,17 +123,18 @@ def main(argv: list[str] | None = None) -> int:
 
     print(f"\n{args.env} (easy), {args.num_levels} training levels, {total:,} env steps per run, backend "
           f"{args.backend}, evaluation: {episodes} {'greedy' if args.eval_greedy else 'sampled'} episodes per set")
-    print_table(["strategy", "env steps", "train s", "train return", "test return", "gap", "train success",
-                 "test success", "paper test return"], rows)
+    print_table(rows, ["strategy", "env steps", "train s", "train return", "test return", "gap", "train success",
+                       "test success", "paper test return"])
     if args.env in PAPER and total < PAPER[args.env]["steps"] // 10:
         print(f"note: {total:,} steps is {100 * total / PAPER[args.env]['steps']:.2f}% of the paper's budget; "
               "these returns show the pipeline works, not which strategy generalises better")
     print(f"figures: {out / 'report'}")
-    write_json(args.json, "plr_vs_uniform", {
+    data = {
         "env": args.env, "distribution_mode": "easy", "num_levels": args.num_levels, "total_steps": total,
         "backend": args.backend, "seed": args.seed, "eval_greedy": args.eval_greedy, "train_args": args.train_args,
         "paper": PAPER.get(args.env), "strategies": results,
-    })
+    }
+    write_json(args.json, {"results": data}, benchmark="plr_vs_uniform")
     return 0
 
 

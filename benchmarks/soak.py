@@ -1,6 +1,6 @@
 """Soak test: train for a long time and watch every process's memory and the Ray object store.
 
-    python benchmarks/soak.py [--minutes 30] [--warmup-fraction 0.2] [--env procgen:bigfish] [--json PATH]
+    python -m benchmarks.soak [--minutes 30] [--warmup-fraction 0.2] [--env procgen:bigfish] [--json PATH]
 
 Runs the main job's configuration (PLR on procgen by default, 2 actors x 16 envs, periodic
 checkpoints) on an embedded local Ray, driven in-process like `levelray train`. Every
@@ -16,7 +16,6 @@ from __future__ import annotations
 import argparse
 import os
 import re
-import sys
 import tempfile
 import time
 from collections import defaultdict
@@ -24,10 +23,16 @@ from pathlib import Path
 
 import numpy as np
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from benchmarks.common import print_table, write_json  # noqa: E402
+from benchmarks.common import print_table, write_json
 
 PAGE = os.sysconf("SC_PAGE_SIZE")
+COLUMNS = [
+    ("role", "process"),
+    ("processes", "n"),
+    ("rss_start_mib", "RSS after warm-up MiB"),
+    ("rss_end_mib", "RSS at end MiB"),
+    ("growth_pct", "growth %"),
+]
 
 
 def _children(pid: int) -> list[int]:
@@ -121,7 +126,9 @@ def main() -> None:
         return
 
     from levelray.contracts.config import RunConfig
-    from levelray.deploy.ray_backend import RayJob, init_ray
+    from levelray.deploy.driver import build_record, write_checkpoint
+    from levelray.deploy.ray_backend import RayJob
+    from levelray.deploy.ray_cluster import init_ray
     from levelray.deploy.rundir import RunDir
 
     cfg = RunConfig()
@@ -144,9 +151,9 @@ def main() -> None:
         while time.time() < end:
             time.sleep(args.sample_s)
             snap = job.poll()
-            records.append(job.record(snap))
+            records.append(build_record(snap, steps_per_second=0.0, elapsed_s=time.time() - start))
             if records[-1]["learner_version"] >= next_checkpoint_version:
-                job.checkpoint()
+                write_checkpoint(job, run_dir, cfg)
                 next_checkpoint_version += cfg.checkpoint_interval_updates
             s = sample()
             s["env_steps"] = records[-1]["env_steps"]
@@ -173,14 +180,13 @@ def report(samples: list[dict], start: float, minutes: float, warmup_fraction: f
     n = max(1, len(warm) // 5)
     head, tail = warm[:n], warm[-n:]
     roles = sorted(set(head[0]["rss"]) & set(tail[-1]["rss"]))
-    rows, results = [], []
+    results = []
     for r in [*roles, "TOTAL"]:
         a, b = _window_median(head, r), _window_median(tail, r)
         procs = sum(head[0]["processes"].values()) if r == "TOTAL" else head[0]["processes"][r]
-        rows.append([r, procs, a / 2**20, b / 2**20, 100 * growth(a, b)])
         results.append({"role": r, "processes": procs, "rss_start_mib": a / 2**20, "rss_end_mib": b / 2**20,
                         "growth_pct": 100 * growth(a, b)})
-    print_table(["process", "n", "RSS after warm-up MiB", "RSS at end MiB", "growth %"], rows)
+    print_table(results, COLUMNS)
     first, last = warm[0], warm[-1]
     print(f"medians over the first and last {n} samples ({n * (warm[1]['time'] - warm[0]['time']):.0f} s each) "
           f"of the {(last['time'] - first['time']) / 60:.1f} min after warm-up")
@@ -200,9 +206,9 @@ def report(samples: list[dict], start: float, minutes: float, warmup_fraction: f
     total_growth = results[-1]["growth_pct"]
     ok = total_growth < 5.0 and not leak
     print("target (<5% RSS growth after warm-up, no object growth):", "MET" if ok else "NOT MET")
-    write_json(json_path, "soak", {"minutes": minutes, "env": env, "per_role": results,
-                                   "total_growth_pct": total_growth, "object_trend": object_trend,
-                                   "samples": samples, "start": start, "target_met": ok})
+    data = {"minutes": minutes, "env": env, "per_role": results, "total_growth_pct": total_growth,
+            "object_trend": object_trend, "samples": samples, "start": start, "target_met": ok}
+    write_json(json_path, {"results": data}, benchmark="soak")
     return ok
 
 if __name__ == "__main__":

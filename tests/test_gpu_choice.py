@@ -2,10 +2,11 @@
 
 No GPU can exist on this machine or in CI, so these tests MOCK one: they replace Ray's view of the
 cluster's resources and torch's CUDA probe, and check the decisions made from them. A real GPU run
-goes through `benchmarks/bench_learner.py --device cuda` on a lent GPU machine."""
+goes through `python -m benchmarks.bench_learner --device cuda` on a lent GPU machine."""
 
 import pytest
 import torch
+
 from levelray.deploy import ray_backend
 from levelray.learner import learner as learner_mod
 

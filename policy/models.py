@@ -1,0 +1,120 @@
+"""Policy/value networks: the IMPALA ResNet for images, an MLP for vectors.
+
+Both map observations `[N, *obs_shape]` to `(policy_params [N, P], value [N])`. Images arrive as uint8
+`[N, H, W, C]` and are scaled inside the model, so actors ship 1 byte per pixel.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+from levelray.contracts.spec import EnvSpec
+from torch import nn
+from torch.nn import functional as F
+
+
+class _ResidualBlock(nn.Module):
+    def __init__(self, channels: int):
+        super().__init__()
+        self.conv0 = nn.Conv2d(channels, channels, 3, padding=1)
+        self.conv1 = nn.Conv2d(channels, channels, 3, padding=1)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return x + self.conv1(F.relu(self.conv0(F.relu(x))))
+
+
+class _ConvSequence(nn.Module):
+    def __init__(self, in_channels: int, out_channels: int):
+        super().__init__()
+        self.conv = nn.Conv2d(in_channels, out_channels, 3, padding=1)
+        self.res0 = _ResidualBlock(out_channels)
+        self.res1 = _ResidualBlock(out_channels)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        x = F.max_pool2d(self.conv(x), kernel_size=3, stride=2, padding=1)
+        return self.res1(self.res0(x))
+
+
+class ImpalaCNN(nn.Module):
+    """Espeholt et al. 2018 (fig. 3, large network) as used for Procgen: depths 16/32/32, 256 units."""
+
+    def __init__(self, spec: EnvSpec, depths: tuple[int, ...] = (16, 32, 32), hidden: int = 256):
+        super().__init__()
+        h, w, c = spec.obs_shape
+        seqs = []
+        for depth in depths:
+            seqs.append(_ConvSequence(c, depth))
+            c, h, w = depth, (h + 1) // 2, (w + 1) // 2
+        self.trunk = nn.Sequential(*seqs)
+        self.fc = nn.Linear(c * h * w, hidden)
+        self.policy = nn.Linear(hidden, spec.policy_params)
+        self.value = nn.Linear(hidden, 1)
+        nn.init.orthogonal_(self.policy.weight, gain=0.01)
+        nn.init.zeros_(self.policy.bias)
+
+    def _features(self, obs: torch.Tensor) -> torch.Tensor:
+        x = obs.permute(0, 3, 1, 2).float() * (1.0 / 255.0)
+        x = F.relu(self.trunk(x)).flatten(1)
+        return F.relu(self.fc(x))
+
+    def forward(self, obs: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        x = self._features(obs)
+        return self.policy(x), self.value(x).squeeze(-1)
+
+    def policy_params(self, obs: torch.Tensor) -> torch.Tensor:
+        """The policy head alone: what an actor needs to act."""
+        return self.policy(self._features(obs))
+
+
+class MLP(nn.Module):
+    """Separate policy and value towers (tanh), orthogonal init as in most on-policy baselines."""
+
+    def __init__(self, spec: EnvSpec, hidden_sizes: tuple[int, ...] = (64, 64)):
+        super().__init__()
+        in_dim = int(math.prod(spec.obs_shape))
+        self.discrete = spec.discrete
+
+        def tower(out_dim: int, out_gain: float) -> nn.Sequential:
+            layers, d = [], in_dim
+            for size in hidden_sizes:
+                lin = nn.Linear(d, size)
+                nn.init.orthogonal_(lin.weight, gain=math.sqrt(2))
+                nn.init.zeros_(lin.bias)
+                layers += [lin, nn.Tanh()]
+                d = size
+            out = nn.Linear(d, out_dim)
+            nn.init.orthogonal_(out.weight, gain=out_gain)
+            nn.init.zeros_(out.bias)
+            return nn.Sequential(*layers, out)
+
+        policy_width = spec.num_actions if spec.discrete else spec.action_dim
+        self.policy = tower(policy_width, 0.01)
+        self.value = tower(1, 1.0)
+        if not spec.discrete:
+            self.log_std = nn.Parameter(torch.full((spec.action_dim,), -0.5))
+
+    def policy_params(self, obs: torch.Tensor) -> torch.Tensor:
+        """The policy tower alone: actors never need the value tower."""
+        params = self.policy(obs.flatten(1).float())
+        if not self.discrete:
+            params = torch.cat([params, self.log_std.expand_as(params)], dim=-1)
+        return params
+
+    def forward(self, obs: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        return self.policy_params(obs), self.value(obs.flatten(1).float()).squeeze(-1)
+
+
+def build_model(spec: EnvSpec, kind: str = "auto", hidden_sizes: tuple[int, ...] = (64, 64)) -> nn.Module:
+    """`kind`: 'auto' (impala_cnn for uint8 images, mlp otherwise), 'impala_cnn' or 'mlp'."""
+    if kind == "auto":
+        kind = "impala_cnn" if spec.is_image else "mlp"
+    if kind == "impala_cnn":
+        if not spec.is_image:
+            raise ValueError(f"model impala_cnn needs uint8 [H, W, C] observations, got {spec.obs_shape}")
+        if not spec.discrete:
+            raise ValueError("model impala_cnn supports discrete actions only; use mlp for continuous control")
+        return ImpalaCNN(spec)
+    if kind == "mlp":
+        return MLP(spec, tuple(hidden_sizes))
+    raise ValueError(f"model must be one of auto, impala_cnn, mlp; got {kind!r}")

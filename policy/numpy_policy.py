@@ -1,0 +1,57 @@
+"""The MLP's policy tower in NumPy, for actors.
+
+An actor evaluates the policy on `K` observations per env step (K = 8 or 16). At that size PyTorch's
+per-call dispatch costs more than the arithmetic: the default (64, 64) tower takes ~60 µs per call
+at K = 8 through `torch.inference_mode`, ~20 µs as NumPy matmuls on the same float32 weights. The
+result is the same function of the same weights (tested against a float64 reference), so this is
+purely an actor-side speed-up; the learner keeps the torch model.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from torch import nn
+
+
+class NumpyPolicy:
+    """`policy_params(obs [K, *obs_shape]) -> [K, P]` for `learner.models.MLP`.
+
+    Layers are read from the model's `policy` Sequential (Linear and Tanh, in order) and re-read by
+    `refresh()` after the model's weights change."""
+
+    def __init__(self, model: nn.Module):
+        self.model = model
+        self.refresh()
+
+    @staticmethod
+    def supports(model: nn.Module) -> bool:
+        policy = getattr(model, "policy", None)
+        return (isinstance(policy, nn.Sequential) and len(policy) > 0 and isinstance(policy[0], nn.Linear)
+                and all(isinstance(m, (nn.Linear, nn.Tanh)) for m in policy))
+
+    def refresh(self) -> None:
+        """Copy the current weights out of the torch model (transposed, so a layer is `x @ W + b`)."""
+        layers = []
+        for module in self.model.policy:
+            if isinstance(module, nn.Linear):
+                w = np.ascontiguousarray(module.weight.detach().cpu().numpy().T, dtype=np.float32)
+                b = module.bias.detach().cpu().numpy().astype(np.float32, copy=True)
+                layers.append((w, b))
+            else:
+                layers.append(None)  # tanh
+        self.layers = layers
+        log_std = getattr(self.model, "log_std", None)
+        self.log_std = None if log_std is None else log_std.detach().cpu().numpy().astype(np.float32, copy=True)
+
+    def policy_params(self, obs: np.ndarray) -> np.ndarray:
+        x = np.asarray(obs).reshape(len(obs), -1).astype(np.float32, copy=False)
+        for layer in self.layers:
+            if layer is None:
+                np.tanh(x, out=x)
+            else:
+                w, b = layer
+                x = x @ w
+                x += b
+        if self.log_std is not None:
+            x = np.concatenate([x, np.broadcast_to(self.log_std, x.shape)], axis=1)
+        return x
