@@ -23,11 +23,11 @@ from collections import deque
 class SeedPrefetcher:
     """A local buffer of level seeds, refilled from the level service before it runs dry.
 
-    Holds about `per_env * num_envs` seeds; asks for more when under half full. `log` (if given)
-    records each (env index, seed) handed out, for tests that check the envs played them.
+    Holds about `per_env * num_envs` seeds; asks for more when under half full. Seeds are handed out
+    in the order the service gave them, to envs in the order they ask.
     """
 
-    def __init__(self, level_service, num_envs: int, per_env: int, log: list | None = None):
+    def __init__(self, level_service, num_envs: int, per_env: int):
         import ray
 
         self._ray = ray
@@ -35,7 +35,6 @@ class SeedPrefetcher:
         self.capacity = max(2, per_env * num_envs)
         self.buffer: deque[int] = deque()
         self.pending = None
-        self.log = log
         self.requests = 0
         self.blocking_waits = 0
         self.service_errors = 0
@@ -70,8 +69,6 @@ class SeedPrefetcher:
         seed = self.buffer.popleft()
         if len(self.buffer) < self.capacity // 2:
             self._request()
-        if self.log is not None:
-            self.log.append((env_index, seed))
         return seed
 
 
@@ -87,9 +84,9 @@ class EnvActor:
         level_service=None,
         *,
         seed: int = 0,
-        record_seeds: bool = False,
     ):
         import torch
+
         from levelray.actors.envs import make_env_vector
         from levelray.actors.rollout import RolloutWorker
         from levelray.contracts.config import from_dict
@@ -99,9 +96,8 @@ class EnvActor:
         K = cfg.actors.envs_per_actor
         self.actor_id = actor_id
         self.learner = learner
-        self.seed_log: list | None = [] if record_seeds else None
         self.prefetcher = (
-            SeedPrefetcher(level_service, K, cfg.actors.seed_prefetch, self.seed_log) if level_service else None
+            SeedPrefetcher(level_service, K, cfg.actors.seed_prefetch) if level_service else None
         )
         envs = make_env_vector(cfg.env, K, self.prefetcher, seed=seed)
         self.worker = RolloutWorker(
@@ -171,9 +167,6 @@ class EnvActor:
             "seed_blocking_waits": self.prefetcher.blocking_waits if self.prefetcher else 0,
             "level_service_errors": self.prefetcher.service_errors if self.prefetcher else 0,
         }
-
-    def seeds_given(self) -> list[tuple[int, int]]:
-        return list(self.seed_log or [])
 
     def collect(self, n: int) -> list[dict]:
         """Collect `n` unrolls and return them instead of sending them (for tests and evaluation)."""

@@ -18,9 +18,10 @@ from __future__ import annotations
 import difflib
 from collections import OrderedDict
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
+
 from levelray.contracts.config import EnvConfig
 from levelray.contracts.spec import EnvSpec
 
@@ -48,7 +49,9 @@ LevelSource = Callable[[int], "int | None"]
 @dataclass
 class StepResult:
     """One step of K envs. `obs` is the next observation, already the first of a new episode where
-    the previous one ended; `final_obs[k]` holds the true final observation of truncated env k."""
+    the previous one ended; `final_obs[k]` holds the true final observation of truncated env k, and
+    `success[k]` whether env k's episode that ended on this step reached its goal, where the env says
+    (procgen's `prev_level_complete`, gymnasium's `is_success` info); absent when it does not say."""
 
     obs: np.ndarray  # [K, *obs_shape]
     rewards: np.ndarray  # [K] float32
@@ -56,6 +59,7 @@ class StepResult:
     truncated: np.ndarray  # [K] bool
     level_seeds: np.ndarray  # [K] int64, the level each env played on this step
     final_obs: dict[int, np.ndarray]
+    success: dict[int, bool] = field(default_factory=dict)
 
 
 class EnvVector:
@@ -158,7 +162,11 @@ class ProcgenVector(EnvVector):
         self.env.act(np.asarray(actions, dtype=np.int32))
         rewards, obs, first = self.env.observe()
         ended = np.flatnonzero(first)
+        success = {}
         if len(ended):
+            # Read before the next level is injected: the info of the step that ended the episode.
+            info = self.env.get_info()
+            success = {int(k): bool(info[k]["prev_level_complete"]) for k in ended if "prev_level_complete" in info[k]}
             self._inject(ended)
             _, obs, _ = self.env.observe()
         return StepResult(
@@ -168,6 +176,7 @@ class ProcgenVector(EnvVector):
             truncated=np.zeros(self.num_envs, dtype=bool),
             level_seeds=played,
             final_obs={},
+            success=success,
         )
 
     def current_levels(self) -> np.ndarray:
@@ -214,9 +223,9 @@ class GymnasiumVector(EnvVector):
         # about as much as CartPole's own step.
         actions = actions.tolist() if self.spec.discrete else np.clip(actions, self._low, self._high)
         obs, rewards, terminated, truncated = [], [], [], []
-        final_obs = {}
+        final_obs, success = {}, {}
         for k, env in enumerate(self.envs):
-            o, r, term, trunc, _ = env.step(actions[k])
+            o, r, term, trunc, info = env.step(actions[k])
             trunc = bool(trunc) and not term
             rewards.append(r)
             terminated.append(term)
@@ -224,6 +233,8 @@ class GymnasiumVector(EnvVector):
             if term or trunc:
                 if trunc:
                     final_obs[k] = np.asarray(o, dtype=self._obs_dtype)
+                if "is_success" in info:
+                    success[k] = bool(info["is_success"])
                 o = self._reset_env(k)
             obs.append(o)
         return StepResult(
@@ -233,6 +244,7 @@ class GymnasiumVector(EnvVector):
             np.asarray(truncated, dtype=bool),
             played,
             final_obs,
+            success,
         )
 
     def current_levels(self) -> np.ndarray:

@@ -8,12 +8,13 @@ from __future__ import annotations
 
 import numpy as np
 import torch
+
 from levelray.actors.envs import EnvVector
-from levelray.actors.numpy_policy import NumpyPolicy
 from levelray.contracts.spec import EnvSpec
-from levelray.learner import distributions
-from levelray.learner.learner import load_numpy_weights
-from levelray.learner.models import build_model
+from levelray.policy import distributions
+from levelray.policy.models import build_model
+from levelray.policy.numpy_policy import NumpyPolicy
+from levelray.policy.weights import load_numpy_weights
 
 
 def sample_categorical(logits: np.ndarray, rng: np.random.Generator) -> np.ndarray:
@@ -61,13 +62,23 @@ class RolloutWorker:
             self._numpy_policy.refresh()
         self.policy_version = int(version)
 
-    def act(self, obs: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        """Sample actions for `obs [K, ...]`; returns (actions, policy params [K, P])."""
+    @property
+    def observation(self) -> np.ndarray:
+        """The envs' current observation `[K, *obs_shape]` (what the next `act` sees)."""
+        return self._obs
+
+    def act(self, obs: np.ndarray, *, greedy: bool = False) -> tuple[np.ndarray, np.ndarray]:
+        """Sample actions for `obs [K, ...]` (or take the most likely ones: argmax / the Gaussian mean);
+        returns (actions, policy params [K, P])."""
         if self._numpy_policy is not None:
             params = self._numpy_policy.policy_params(obs)
         else:
             with torch.inference_mode():
                 params = self.model.policy_params(torch.from_numpy(obs)).numpy()
+        if greedy:
+            if self.spec.discrete:
+                return np.argmax(params, axis=1).astype(np.int64), params
+            return params[:, : self.spec.action_dim].copy(), params
         if self.spec.discrete:
             return sample_categorical(params, self._rng), params
         return distributions.sample(torch.from_numpy(params), False, self._gen).numpy(), params

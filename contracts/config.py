@@ -13,10 +13,7 @@ import typing
 from dataclasses import dataclass, field
 from typing import Any
 
-from levelray.level_service.sampler import STRATEGIES, TRANSFORMS
-
-# The sampler owns these names; the config only offers them as choices.
-LEVEL_STRATEGIES = STRATEGIES
+from levelray.contracts.levels import SCHEDULES, STRATEGIES, TRANSFORMS
 
 
 def _flag(name: str, help: str, **kw) -> dict:
@@ -92,11 +89,11 @@ class LearnerConfig:
 @dataclass
 class LevelConfig:
     strategy: str = field(
-        default="value_l1", metadata=_flag("--level-strategy", "PLR score strategy", choices=LEVEL_STRATEGIES)
+        default="value_l1", metadata=_flag("--level-strategy", "PLR score strategy", choices=STRATEGIES)
     )
     replay_schedule: str = field(
         default="proportionate",
-        metadata=_flag("--level-replay-schedule", "PLR replay schedule", choices=("fixed", "proportionate")),
+        metadata=_flag("--level-replay-schedule", "PLR replay schedule", choices=SCHEDULES),
     )
     score_transform: str = field(
         default="rank", metadata=_flag("--level-score-transform", "PLR score transform", choices=TRANSFORMS)

@@ -23,9 +23,37 @@ A batch is the same dict with `K` replaced by `B` (several unrolls stacked along
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import NotRequired, TypedDict
 
 import numpy as np
+
 from levelray.contracts.spec import EnvSpec
+
+
+class Unroll(TypedDict):
+    """The unroll's typed form (see the module docstring for shapes). A TypedDict rather than a class:
+    it crosses Ray and msgpack as a plain dict of arrays, at no conversion cost, and type checkers still
+    see every field. `validate_unroll` is what enforces it at run time."""
+
+    obs: np.ndarray
+    actions: np.ndarray
+    rewards: np.ndarray
+    terminated: np.ndarray
+    truncated: np.ndarray
+    behaviour_params: np.ndarray
+    level_seeds: np.ndarray
+    final_obs: NotRequired[np.ndarray]
+    final_obs_index: NotRequired[np.ndarray]
+    env_ids: np.ndarray
+    policy_version: int
+    actor_id: int
+    episode_returns: NotRequired[np.ndarray]
+    episode_lengths: NotRequired[np.ndarray]
+    episode_seeds: NotRequired[np.ndarray]
+    sample_weights: NotRequired[np.ndarray]  # [B], only on a learner batch: replay importance weights
+    # final_obs/final_obs_index may be left out when nothing was truncated; the episode keys when no
+    # episode ended (validate_unroll checks each one that is there).
+
 
 STEP_KEYS = ("actions", "rewards", "terminated", "truncated", "behaviour_params", "level_seeds")
 EPISODE_KEYS = ("episode_returns", "episode_lengths", "episode_seeds")
@@ -51,7 +79,7 @@ def _describe(arr) -> str:
 
 
 def validate_unroll(
-    unroll: dict,
+    unroll: Unroll,
     spec: EnvSpec,
     *,
     unroll_length: int | None = None,
@@ -178,7 +206,7 @@ def validate_unroll(
         _expect(bool(np.isfinite(unroll["episode_returns"]).all()), "episode_returns", "finite values", "NaN or inf")
 
 
-def stack_unrolls(unrolls: Sequence[dict]) -> dict:
+def stack_unrolls(unrolls: Sequence[Unroll]) -> Unroll:
     """Concatenate unrolls along the env axis into one batch `[T(+1), B, ...]`.
 
     `final_obs_index` columns are shifted by each unroll's offset; per-unroll scalars become `[n]`

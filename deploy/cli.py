@@ -15,13 +15,21 @@ import threading
 from pathlib import Path
 
 import yaml
+
 from levelray.contracts.config import ConfigError, RunConfig, flag_name, from_dict, leaves, set_path
 
-_UNSET = object()
+
+def _default_text(value) -> str:
+    if isinstance(value, (list, tuple)):
+        return ",".join(map(str, value)) or "none"
+    return "none" if value is None else str(value)
 
 
 def _add_config_flags(parser: argparse.ArgumentParser) -> dict[str, str]:
-    """One flag per config leaf; returns {argparse dest: dotted path}."""
+    """One flag per config leaf; returns {argparse dest: dotted path}. A flag that is not given leaves no
+    attribute (SUPPRESS), so YAML values are only overridden by flags the user typed; the help shows the
+    default the config tree really has."""
+    defaults = RunConfig()
     dests = {}
     for path, f, _tp in leaves():
         name = flag_name(path, f)
@@ -30,7 +38,12 @@ def _add_config_flags(parser: argparse.ArgumentParser) -> dict[str, str]:
         help_text = meta.get("help", "")
         if "choices" in meta:
             help_text += f" ({'|'.join(map(str, meta['choices']))})"
-        parser.add_argument(name, dest=dest, default=_UNSET, metavar=path.split(".")[-1].upper(), help=help_text)
+        value = defaults
+        for part in path.split("."):
+            value = getattr(value, part)
+        help_text += f" (default: {_default_text(value)})".replace("%", "%%")
+        parser.add_argument(name, dest=dest, default=argparse.SUPPRESS, metavar=path.split(".")[-1].upper(),
+                            help=help_text)
         dests[dest] = path
     return dests
 
@@ -48,16 +61,15 @@ def build_config(args: argparse.Namespace, dests: dict[str, str], base: dict | N
             raise ConfigError(f"--config: {args.config} must hold a mapping of config sections")
     cfg = from_dict(data)
     for dest, path in dests.items():
-        value = getattr(args, dest)
-        if value is not _UNSET:
-            set_path(cfg, path, value)
+        if hasattr(args, dest):
+            set_path(cfg, path, getattr(args, dest))
     return cfg
 
 
 def _parser() -> tuple[argparse.ArgumentParser, dict[str, str]]:
     parser = argparse.ArgumentParser(prog="levelray", description=__doc__.splitlines()[0])
     sub = parser.add_subparsers(dest="command", required=True)
-    train = sub.add_parser("train", help="train an agent", formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+    train = sub.add_parser("train", help="train an agent")
     train.add_argument("--config", help="YAML file with the config tree (flags override it)")
     train.add_argument("--resume", metavar="RUN_DIR", help="continue the run in RUN_DIR from its latest checkpoint")
     train.add_argument("--quiet", action="store_true", help="no progress line")
@@ -80,8 +92,6 @@ def _parser() -> tuple[argparse.ArgumentParser, dict[str, str]]:
 
 
 def cmd_train(args: argparse.Namespace, dests: dict[str, str]) -> int:
-    from levelray.deploy.rundir import RunDir, default_run_dir
-
     base = None
     if args.resume:
         cfg_path = Path(args.resume) / "config.yaml"
@@ -89,17 +99,11 @@ def cmd_train(args: argparse.Namespace, dests: dict[str, str]) -> int:
             raise ConfigError(f"--resume: {args.resume} is not a run directory (no config.yaml)")
         base = yaml.safe_load(cfg_path.read_text())
     cfg = build_config(args, dests, base)
-    from levelray.actors.envs import env_spec
-
-    try:
-        env_spec(cfg.env)  # an unknown env id fails here, before anything starts
-    except ValueError as exc:
-        raise ConfigError(f"--env: {exc}") from None
     if args.resume:
         cfg.run_dir = str(args.resume)
-    run_dir = RunDir(cfg.run_dir or default_run_dir())
-    cfg.run_dir = str(run_dir.path)
-    run_dir.write_config(cfg)
+    from levelray.deploy.driver import prepare_run_dir, train
+
+    run_dir = prepare_run_dir(cfg)
     print(f"levelray: run directory {run_dir.path}", flush=True)
 
     stop = threading.Event()
@@ -112,14 +116,7 @@ def cmd_train(args: argparse.Namespace, dests: dict[str, str]) -> int:
 
     signal.signal(signal.SIGINT, on_sigint)
     signal.signal(signal.SIGTERM, on_sigint)
-    if cfg.backend == "inline":
-        from levelray.deploy.inline import train_inline
-
-        record = train_inline(cfg, run_dir, resume=bool(args.resume), stop=stop, quiet=args.quiet)
-    else:
-        from levelray.deploy.ray_backend import train_ray
-
-        record = train_ray(cfg, run_dir, resume=bool(args.resume), stop=stop, quiet=args.quiet)
+    record = train(cfg, run_dir, resume=bool(args.resume), stop=stop, quiet=args.quiet)
     print(
         "levelray: done "
         + json.dumps({k: record.get(k) for k in ("env_steps", "episode_return_mean", "learner_version")}),

@@ -1,16 +1,10 @@
-"""Builds the services' cores from the run config (used by both backends)."""
+"""The services' arguments from the run config, and their in-process cores (used by both backends)."""
 
 from __future__ import annotations
 
 import numpy as np
-from levelray.contracts.config import EnvConfig, LevelConfig, RunConfig
 
-
-def level_seeds(env: EnvConfig) -> np.ndarray | None:
-    """The training level set `[start_level, start_level + num_levels)`; None when unbounded."""
-    if env.num_levels <= 0:
-        return None
-    return np.arange(env.start_level, env.start_level + env.num_levels, dtype=np.int64)
+from levelray.contracts.config import LevelConfig, RunConfig
 
 
 def sampler_kwargs(levels: LevelConfig, discount: float) -> dict:
@@ -30,10 +24,15 @@ def sampler_kwargs(levels: LevelConfig, discount: float) -> dict:
     )
 
 
-def make_level_sampler(cfg: RunConfig, seeds: np.ndarray):
-    from levelray.level_service.sampler import LevelSampler
+def level_service_kwargs(cfg: RunConfig) -> dict:
+    """The PLR sampler's arguments for `LevelServiceCore` (Ray actor or in process)."""
+    return {**sampler_kwargs(cfg.levels, cfg.learner.discount), "rng": cfg.seed}
 
-    return LevelSampler(seeds, **sampler_kwargs(cfg.levels, cfg.learner.discount), rng=cfg.seed)
+
+def make_level_service(cfg: RunConfig, seeds: np.ndarray, initial_state: dict | None = None):
+    from levelray.level_service.service import LevelServiceCore
+
+    return LevelServiceCore(seeds, level_service_kwargs(cfg), initial_state=initial_state)
 
 
 def replay_kwargs(cfg: RunConfig) -> dict:

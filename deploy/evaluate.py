@@ -34,9 +34,10 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-from levelray.contracts.config import ConfigError, RunConfig, from_dict, to_dict
 
-MAX_SEED = 2**31 - 1  # procgen level seeds are in [0, 2**31 - 1)
+from levelray.contracts.config import ConfigError, RunConfig, from_dict, to_dict
+from levelray.contracts.levels import MAX_SEED, training_range
+
 LEVEL_SET_RE = re.compile(r"^(\d+)-(\d+)$")
 
 
@@ -61,13 +62,6 @@ def parse_level_sets(text: str) -> list[str]:
     return items
 
 
-def training_range(cfg: RunConfig) -> tuple[int, int] | None:
-    """`[start, stop)` of the training levels; None when the training set is unbounded."""
-    if cfg.env.num_levels <= 0:
-        return None
-    return cfg.env.start_level, cfg.env.start_level + cfg.env.num_levels
-
-
 def _distinct_random(rng: np.random.Generator, n: int, low: int, high: int) -> np.ndarray:
     """`n` distinct integers from `[low, high)` in random order (collisions are re-drawn)."""
     n = min(n, high - low)
@@ -85,7 +79,7 @@ def level_set_seeds(cfg: RunConfig, which: str, episodes: int, seed: int = 0) ->
     """The seeds an evaluation of `episodes` episodes on level set `which` plays (see the module doc)."""
     rng = np.random.default_rng([seed, 0x1E7E1])
     rng_test = np.random.default_rng([seed, 0x7E57])
-    train = training_range(cfg)
+    train = training_range(cfg.env)
     if which == "train":
         if train is None:
             return _distinct_random(rng, episodes, cfg.env.start_level, MAX_SEED)
@@ -103,105 +97,14 @@ def level_set_seeds(cfg: RunConfig, which: str, episodes: int, seed: int = 0) ->
     return np.arange(int(m.group(1)), int(m.group(2)) + 1, dtype=np.int64)
 
 
-# ------------------------------------------------------------------------ success detection taps
-class _Gym3InfoTap:
-    """Wraps procgen's gym3 env: keeps the info of the observation right after `act` (before the env
-    vector injects the next level), where `prev_level_complete` tells whether the episode was won."""
-
-    def __init__(self, env):
-        self._env = env
-        self._armed = False
-        self.info_after_act: list[dict] | None = None
-
-    def act(self, actions):
-        self._env.act(actions)
-        self._armed = True
-
-    def observe(self):
-        out = self._env.observe()
-        if self._armed:
-            self.info_after_act = self._env.get_info()
-            self._armed = False
-        return out
-
-    def __getattr__(self, name):
-        return getattr(self._env, name)
-
-
-class _GymInfoTap:
-    """Wraps one gymnasium env: keeps the info of its last `step`."""
-
-    def __init__(self, env):
-        self._env = env
-        self.last_info: dict = {}
-
-    def step(self, action):
-        out = self._env.step(action)
-        self.last_info = out[4]
-        return out
-
-    def __getattr__(self, name):
-        return getattr(self._env, name)
-
-
-def _success_reader(vec):
-    """A function `k -> True/False/None` (did env k's episode that just ended succeed?)."""
-    from levelray.actors.envs import GymnasiumVector, ProcgenVector
-
-    if isinstance(vec, ProcgenVector):
-        tap = _Gym3InfoTap(vec.env)
-        vec.env = tap
-
-        def procgen_success(k: int) -> bool | None:
-            info = tap.info_after_act
-            if info is None or "prev_level_complete" not in info[k]:
-                return None
-            return bool(info[k]["prev_level_complete"])
-
-        return procgen_success
-    if isinstance(vec, GymnasiumVector):
-        taps = [_GymInfoTap(env) for env in vec.envs]
-        vec.envs = taps
-
-        def gym_success(k: int) -> bool | None:
-            info = taps[k].last_info
-            return bool(info["is_success"]) if "is_success" in info else None
-
-        return gym_success
-    return lambda k: None
-
-
 # ------------------------------------------------------------------------------------- the core
-def _policy(cfg: RunConfig, spec, weights: dict[str, np.ndarray], greedy: bool, seed: int):
-    import torch
-    from levelray.learner import distributions
-    from levelray.learner.learner import load_numpy_weights
-    from levelray.learner.models import build_model
-
-    model = build_model(spec, cfg.learner.model, tuple(cfg.learner.hidden_sizes))
-    load_numpy_weights(model, weights)
-    model.eval()
-    gen = torch.Generator().manual_seed(int(seed))
-
-    @torch.no_grad()
-    def act(obs: np.ndarray) -> np.ndarray:
-        params, _ = model(torch.from_numpy(obs))
-        if greedy:
-            if spec.discrete:
-                return params.argmax(-1).numpy()
-            mean, _ = distributions.split_gaussian(params)
-            return mean.numpy()
-        return distributions.sample(params, spec.discrete, gen).numpy()
-
-    return act
-
-
 def play_episodes(
     cfg: RunConfig, weights: dict[str, np.ndarray], seeds: np.ndarray, episodes: int, *, greedy: bool,
     num_envs: int, seed: int,
 ) -> dict[str, list]:
     """Per-episode results, in the order of `seeds`: returns, lengths, seeds played, successes."""
     from levelray.actors.envs import make_env_vector
+    from levelray.actors.rollout import RolloutWorker
 
     seeds = np.asarray(seeds, dtype=np.int64).reshape(-1)
     if episodes < 1:
@@ -223,8 +126,10 @@ def play_episodes(
 
     vec = make_env_vector(cfg.env, K, level_source, seed=int(seed))
     try:
-        success_of = _success_reader(vec)
-        act = _policy(cfg, vec.spec, weights, greedy, seed)
+        # The actors' own policy code (NumPy or torch inference, the same sampling).
+        worker = RolloutWorker(vec, 1, model_kind=cfg.learner.model, hidden_sizes=tuple(cfg.learner.hidden_sizes),
+                               seed=int(seed))
+        worker.set_weights(0, weights)
         returns = np.zeros(episodes)
         lengths = np.zeros(episodes, dtype=np.int64)
         played = np.zeros(episodes, dtype=np.int64)
@@ -232,17 +137,17 @@ def play_episodes(
         ep_return = np.zeros(K)
         ep_length = np.zeros(K, dtype=np.int64)
         finished = 0
-        obs = vec.reset()
+        obs = worker.observation
         while finished < episodes:
             playing = env_episode.copy()  # the env vector re-assigns envs whose episode ends in this step
-            step = vec.step(act(obs))
+            step = vec.step(worker.act(obs, greedy=greedy)[0])
             ep_return += step.rewards
             ep_length += 1
             for k in np.flatnonzero(step.terminated | step.truncated).tolist():
                 e = int(playing[k])
                 if e >= 0:
                     returns[e], lengths[e], played[e] = ep_return[k], ep_length[k], step.level_seeds[k]
-                    success[e] = success_of(k)
+                    success[e] = step.success.get(k)
                     finished += 1
                 ep_return[k], ep_length[k] = 0.0, 0
             obs = step.obs
@@ -427,8 +332,7 @@ class PeriodicEvaluator:
         self.last_result = out
         return out
 
-    def poll(self) -> dict | None:
-        """The oldest finished, not yet returned evaluation, or None (non-blocking)."""
+    def _collect(self) -> None:
         if self._pending is not None:
             import ray
 
@@ -437,6 +341,16 @@ class PeriodicEvaluator:
             if len(ready) == len(refs):
                 self._pending = None
                 self._finished.append(self._result(version, env_steps, _merge(ray.get(refs))))
+
+    @property
+    def has_result(self) -> bool:
+        """A finished evaluation waits to be returned by `poll()` (non-blocking)."""
+        self._collect()
+        return bool(self._finished)
+
+    def poll(self) -> dict | None:
+        """The oldest finished, not yet returned evaluation, or None (non-blocking)."""
+        self._collect()
         return self._finished.popleft() if self._finished else None
 
     def cancel(self) -> None:
@@ -455,6 +369,7 @@ def resolve_checkpoint(path: str | os.PathLike) -> dict[str, Any]:
     latest valid checkpoint). Adds `cfg` (RunConfig: the checkpoint's config, else RUN_DIR/config.yaml).
     Raises ConfigError with a clear message for anything else."""
     import yaml
+
     from levelray.deploy.rundir import RunDir, load_checkpoint
 
     p = Path(path)
@@ -507,7 +422,7 @@ def evaluate_checkpoint(
     num_envs = num_envs or cfg.eval.num_envs
     started_ray = False
     if backend == "ray":
-        from levelray.deploy.ray_backend import init_ray
+        from levelray.deploy.ray_cluster import init_ray
 
         started_ray = init_ray(address, 1)
     try:
@@ -529,7 +444,7 @@ def evaluate_checkpoint(
             import ray
 
             ray.shutdown()
-    train = training_range(cfg)
+    train = training_range(cfg.env)
     out = {
         "checkpoint": ckpt["path"],
         "version": int(ckpt["learner"]["version"]),

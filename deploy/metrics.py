@@ -14,6 +14,9 @@ import threading
 from prometheus_client import CollectorRegistry, start_http_server
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily
 
+from levelray.learner.core import LAG_BUCKETS
+from levelray.replay_service.service import PRIORITY_HIST_EDGES
+
 # name -> (type, help): the list README documents and the deploy configs may use.
 METRICS = {
     "levelray_env_steps_total": ("counter", "Environment steps received by the learner"),
@@ -60,26 +63,36 @@ class JobCollector:
             self._snapshot = dict(snapshot)
 
     def collect(self):
+        """Every family in METRICS, from the first scrape on: counters at 0 and gauges at NaN until the
+        job reports a value (Prometheus's "avoid missing metrics": absent series break `rate()` and
+        alerts), labelled families with their fixed label sets."""
         with self._lock:
             s = dict(self._snapshot)
-        if not s:
-            return
+        nan = float("nan")
 
-        def counter(name, value, labels=None):
-            if value is None:
-                return None
+        def value(v, default):
+            return default if v is None else float(v)
+
+        def counter(name, v, labels=None):
             fam = CounterMetricFamily(_strip_total(name), METRICS[name][1], labels=list(labels or {}))
-            fam.add_metric(list((labels or {}).values()), float(value))
+            fam.add_metric(list((labels or {}).values()), value(v, 0.0))
             return fam
 
-        def gauge(name, value):
-            if value is None:
-                return None
-            return GaugeMetricFamily(name, METRICS[name][1], value=float(value))
+        def gauge(name, v):
+            return GaugeMetricFamily(name, METRICS[name][1], value=value(v, nan))
+
+        def labelled(name, label, items):
+            fam = GaugeMetricFamily(name, METRICS[name][1], labels=[label] if isinstance(label, str) else label)
+            for labels, v in items:
+                fam.add_metric(labels, value(v, nan))
+            return fam
 
         learner = s.get("learner", {})
         metrics = learner.get("metrics", {})
-        out = [
+        sup = s.get("supervisor") or {}
+        levels = s.get("levels") or {}
+        replay = s.get("replay") or {}
+        yield from (
             counter("levelray_env_steps_total", learner.get("env_steps")),
             counter("levelray_episodes_total", learner.get("episodes")),
             gauge("levelray_episode_return", learner.get("episode_return_mean")),
@@ -93,66 +106,45 @@ class JobCollector:
             gauge("levelray_learner_queue_depth", learner.get("queue_depth")),
             gauge("levelray_test_return", s.get("test_return_mean")),
             counter("levelray_learner_restarts_total", s.get("learner_restarts")),
-        ]
-        loss = GaugeMetricFamily("levelray_learner_loss", METRICS["levelray_learner_loss"][1], labels=["kind"])
-        for kind in ("total", "policy", "value"):
-            if f"loss_{kind}" in metrics:
-                loss.add_metric([kind], float(metrics[f"loss_{kind}"]))
-        out.append(loss)
-        if "policy_lag_counts" in learner:
-            counts, bounds = learner["policy_lag_counts"], learner["policy_lag_buckets"]
-            cumulative, buckets = 0, []
-            for bound, c in zip([*bounds, float("inf")], counts, strict=True):
-                cumulative += c
-                buckets.append(("+Inf" if bound == float("inf") else str(float(bound)), cumulative))
-            out.append(HistogramMetricFamily("levelray_policy_lag", METRICS["levelray_policy_lag"][1],
-                                             buckets=buckets, sum_value=learner.get("policy_lag_sum", 0.0)))
+            labelled("levelray_learner_loss", "kind",
+                     [([kind], metrics.get(f"loss_{kind}")) for kind in ("total", "policy", "value")]),
+            gauge("levelray_actors_alive", sup.get("actors_alive")),
+            gauge("levelray_actors_desired", sup.get("actors_desired")),
+            counter("levelray_actor_restarts_total", sup.get("actor_restarts")),
+            gauge("levelray_level_seen_fraction", levels.get("seen_fraction")),
+            labelled("levelray_level_score", "quantile",
+                     [([q], (levels.get("score") or {}).get(key)) for q, key in
+                      (("0", "min"), ("0.25", "p25"), ("0.5", "median"), ("0.75", "p75"), ("1", "max"))]),
+            labelled("levelray_level_staleness", "stat",
+                     [([key], (levels.get("staleness") or {}).get(key)) for key in ("mean", "max")]),
+            labelled("levelray_level_top_weight", ["rank", "seed"],
+                     [([str(rank), str(level["seed"])], level["weight"])
+                      for rank, level in enumerate(levels.get("top_levels") or [], 1)]),
+            gauge("levelray_replay_size", replay.get("size")),
+            counter("levelray_replay_inserts_total", replay.get("inserts")),
+            counter("levelray_replay_samples_total", replay.get("samples")),
+        )
+        counts = learner.get("policy_lag_counts") or [0] * (len(LAG_BUCKETS) + 1)
+        cumulative, buckets = 0, []
+        for bound, c in zip([*LAG_BUCKETS, float("inf")], counts, strict=True):
+            cumulative += c
+            buckets.append(("+Inf" if bound == float("inf") else str(float(bound)), cumulative))
+        yield HistogramMetricFamily("levelray_policy_lag", METRICS["levelray_policy_lag"][1],
+                                    buckets=buckets, sum_value=learner.get("policy_lag_sum", 0.0))
         dropped = CounterMetricFamily(
             "levelray_trajectories_dropped", METRICS["levelray_trajectories_dropped_total"][1], labels=["reason"]
         )
         for reason in sorted({"policy_lag", "malformed", *learner.get("dropped", {})}):
             dropped.add_metric([reason], float(learner.get("dropped", {}).get(reason, 0)))
-        out.append(dropped)
-        sup = s.get("supervisor")
-        if sup:
-            out += [gauge("levelray_actors_alive", sup.get("actors_alive")),
-                    gauge("levelray_actors_desired", sup.get("actors_desired")),
-                    counter("levelray_actor_restarts_total", sup.get("actor_restarts"))]
-        levels = s.get("levels")
-        if levels:
-            out.append(gauge("levelray_level_seen_fraction", levels.get("seen_fraction")))
-            score = GaugeMetricFamily("levelray_level_score", METRICS["levelray_level_score"][1], labels=["quantile"])
-            for q, key in (("0", "min"), ("0.25", "p25"), ("0.5", "median"), ("0.75", "p75"), ("1", "max")):
-                value = (levels.get("score") or {}).get(key)
-                if value is not None:
-                    score.add_metric([q], float(value))
-            out.append(score)
-            stale = GaugeMetricFamily("levelray_level_staleness", METRICS["levelray_level_staleness"][1],
-                                      labels=["stat"])
-            for key in ("mean", "max"):
-                value = (levels.get("staleness") or {}).get(key)
-                if value is not None:
-                    stale.add_metric([key], float(value))
-            out.append(stale)
-            top = GaugeMetricFamily("levelray_level_top_weight", METRICS["levelray_level_top_weight"][1],
-                                    labels=["rank", "seed"])
-            for rank, level in enumerate(levels.get("top_levels") or [], 1):
-                top.add_metric([str(rank), str(level["seed"])], float(level["weight"]))
-            out.append(top)
-        replay = s.get("replay")
-        if replay:
-            out += [gauge("levelray_replay_size", replay.get("size")),
-                    counter("levelray_replay_inserts_total", replay.get("inserts")),
-                    counter("levelray_replay_samples_total", replay.get("samples"))]
-            prio = GaugeMetricFamily("levelray_replay_priority", METRICS["levelray_replay_priority"][1],
-                                     labels=["stat", "upper"])
-            if replay.get("max_priority") is not None:
-                prio.add_metric(["max", ""], float(replay["max_priority"]))
-            hist = replay.get("priority_hist") or {}
-            for upper, count in zip(hist.get("edges", [])[1:], hist.get("counts", []), strict=False):
-                prio.add_metric(["items", f"{float(upper):.6g}"], float(count))
-            out.append(prio)
-        yield from (m for m in out if m is not None)
+        yield dropped
+        prio = GaugeMetricFamily("levelray_replay_priority", METRICS["levelray_replay_priority"][1],
+                                 labels=["stat", "upper"])
+        prio.add_metric(["max", ""], value(replay.get("max_priority"), nan))
+        hist = replay.get("priority_hist") or {}
+        counts = hist.get("counts") or [0] * (len(PRIORITY_HIST_EDGES) - 1)
+        for upper, count in zip(PRIORITY_HIST_EDGES[1:], counts, strict=True):
+            prio.add_metric(["items", f"{float(upper):.6g}"], float(count))
+        yield prio
 
 
 class MetricsServer:

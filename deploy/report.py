@@ -28,9 +28,9 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-from levelray.contracts.config import ConfigError
 
-UNIFORM_STRATEGIES = ("random", "sequential")
+from levelray.contracts.config import ConfigError
+from levelray.contracts.levels import UNSCORED_STRATEGIES
 
 
 # ----------------------------------------------------------------------------------- loading runs
@@ -248,8 +248,8 @@ def losses_figure(runs, out: Path) -> dict:
 
 def _level_run(runs: list[dict]) -> list[dict]:
     """Runs in the order the level heat maps try them: PLR runs first, then uniform ones."""
-    return ([r for r in runs if r["strategy"] not in UNIFORM_STRATEGIES]
-            + [r for r in runs if r["strategy"] in UNIFORM_STRATEGIES])
+    return ([r for r in runs if r["strategy"] not in UNSCORED_STRATEGIES]
+            + [r for r in runs if r["strategy"] in UNSCORED_STRATEGIES])
 
 
 def level_figure(runs, out: Path, kind: str) -> dict:

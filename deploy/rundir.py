@@ -21,6 +21,7 @@ from typing import Any
 
 import torch
 import yaml
+
 from levelray.contracts import snapshot
 from levelray.contracts.config import RunConfig, to_dict
 
@@ -85,11 +86,11 @@ class RunDir:
             "files": {name: _digest(tmp / name) for name in files},
         }
         snapshot.atomic_write_bytes(tmp / "meta.json", json.dumps(meta).encode())
-        _fsync_dir(tmp)
+        snapshot.fsync_dir(tmp)
         if final.exists():
             shutil.rmtree(final)
         os.replace(tmp, final)
-        _fsync_dir(self.checkpoints)
+        snapshot.fsync_dir(self.checkpoints)
         for old in self.list_checkpoints()[:-keep]:
             shutil.rmtree(old, ignore_errors=True)
         return final
@@ -133,16 +134,6 @@ def load_checkpoint(path: Path, device: str = "cpu") -> dict[str, Any]:
 def _digest(path: Path) -> dict[str, Any]:
     if not path.exists():
         return {"size": None, "sha256": None}
-    h = hashlib.sha256()
     with open(path, "rb") as f:
-        for chunk in iter(lambda: f.read(1 << 20), b""):
-            h.update(chunk)
-    return {"size": path.stat().st_size, "sha256": h.hexdigest()}
-
-
-def _fsync_dir(path: Path) -> None:
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
+        sha256 = hashlib.file_digest(f, "sha256").hexdigest()
+    return {"size": path.stat().st_size, "sha256": sha256}

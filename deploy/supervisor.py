@@ -22,8 +22,9 @@ NAMESPACE = "levelray"
 
 class Supervisor:
     def __init__(self, cfg_dict: dict, learner, level_service=None, *, seed: int = 0,
-                 monitor_interval_s: float = 0.5, record_seeds: bool = False):
+                 monitor_interval_s: float = 0.5):
         import ray
+
         from levelray.actors.env_actor import EnvActor
         from levelray.contracts.config import from_dict
 
@@ -33,7 +34,6 @@ class Supervisor:
         self.learner = learner
         self.level_service = level_service
         self.seed = seed
-        self.record_seeds = record_seeds
         self._actor_cls = ray.remote(num_cpus=1, max_concurrency=4, enable_task_events=False)(EnvActor)
         self.actors: dict[int, dict] = {}  # id -> {"handle", "run_ref", "info"}
         self.desired = 0
@@ -50,7 +50,6 @@ class Supervisor:
         self.next_id += 1
         handle = self._actor_cls.options(name=None, max_restarts=0).remote(
             actor_id, self.cfg_dict, self.learner, self.level_service, seed=self.seed * 100_003 + actor_id,
-            record_seeds=self.record_seeds,
         )
         self.actors[actor_id] = {"handle": handle, "run_ref": handle.run.remote(), "info": None, "since": time.time()}
 
@@ -151,5 +150,3 @@ class Supervisor:
         with self.lock:
             return {i: e["handle"] for i, e in self.actors.items()}
 
-    def ping(self) -> bool:
-        return True

@@ -11,11 +11,14 @@ from typing import Any
 
 import numpy as np
 import torch
+
 from levelray.contracts.config import LearnerConfig
 from levelray.contracts.spec import EnvSpec
-from levelray.learner import distributions, vtrace
+from levelray.learner import vtrace
 from levelray.learner.losses import impala_losses
-from levelray.learner.models import build_model
+from levelray.policy import distributions
+from levelray.policy.models import build_model
+from levelray.policy.weights import weights_to_numpy
 
 log = logging.getLogger(__name__)
 
@@ -26,15 +29,6 @@ def pick_device(requested: str = "auto") -> torch.device:
     if requested.startswith("cuda") and not torch.cuda.is_available():
         raise ValueError(f"device {requested!r} requested but CUDA is not available")
     return torch.device(requested)
-
-
-def weights_to_numpy(model: torch.nn.Module) -> dict[str, np.ndarray]:
-    """CPU copies of the parameters: cheap to put in the Ray object store once per version."""
-    return {k: v.detach().to("cpu").numpy().copy() for k, v in model.state_dict().items()}
-
-
-def load_numpy_weights(model: torch.nn.Module, weights: dict[str, np.ndarray]) -> None:
-    model.load_state_dict({k: torch.from_numpy(np.asarray(v)) for k, v in weights.items()})
 
 
 class Learner:

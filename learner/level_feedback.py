@@ -14,8 +14,7 @@ from __future__ import annotations
 
 import numpy as np
 
-ADVANTAGE_STRATEGIES = ("value_l1", "gae", "positive_value_loss")
-LOGIT_STRATEGIES = ("policy_entropy", "least_confidence", "min_margin")
+from levelray.contracts.levels import ADVANTAGE_STRATEGIES, LOGIT_STRATEGIES
 
 
 def level_update_inputs(strategy: str, batch: dict, outputs: dict[str, np.ndarray],

@@ -11,9 +11,10 @@ from `beta` to 1 over `beta_anneal_updates`.
 from __future__ import annotations
 
 import numpy as np
+
 from levelray.contracts.config import ReplayConfig
 from levelray.contracts.trajectory import stack_unrolls
-from levelray.replay_service import trajectory_priority
+from levelray.learner.priorities import trajectory_priority
 
 
 class ReplayMixer:

@@ -25,24 +25,14 @@ Episode ends enter only through `discounts` (`gamma_t`):
 
 from __future__ import annotations
 
-import math
 from typing import NamedTuple
 
 import torch
-import torch.nn.functional as F
 
 
 class VTraceReturns(NamedTuple):
     vs: torch.Tensor  # [T, B, ...] value targets
     pg_advantages: torch.Tensor  # [T, B, ...] policy-gradient advantages
-
-
-class VTraceFromLogitsReturns(NamedTuple):
-    vs: torch.Tensor
-    pg_advantages: torch.Tensor
-    log_rhos: torch.Tensor  # [T, B] log pi(a|x) - log mu(a|x)
-    behaviour_action_log_probs: torch.Tensor  # [T, B]
-    target_action_log_probs: torch.Tensor  # [T, B]
 
 
 def _clip_ratio(rhos: torch.Tensor, threshold: float | None) -> torch.Tensor:
@@ -109,115 +99,6 @@ def from_importance_weights(
     clipped_pg_rhos = _clip_ratio(rhos, clip_pg_rho_threshold)
     pg_advantages = clipped_pg_rhos * (rewards + discounts * vs_t_plus_1 - values)
     return VTraceReturns(vs=vs, pg_advantages=pg_advantages)
-
-
-def categorical_log_prob(logits: torch.Tensor, actions: torch.Tensor) -> torch.Tensor:
-    """log softmax(logits)[action]: `logits [..., A]`, `actions [...]` -> `[...]`."""
-    return -F.cross_entropy(logits.reshape(-1, logits.shape[-1]), actions.reshape(-1).long(), reduction="none").view_as(
-        actions
-    )
-
-
-def gaussian_log_prob(mean: torch.Tensor, log_std: torch.Tensor, actions: torch.Tensor) -> torch.Tensor:
-    """Log density of a diagonal Gaussian, summed over the action dimension: `[..., D]` -> `[...]`."""
-    z = (actions - mean) * torch.exp(-log_std)
-    return (-0.5 * z.pow(2) - log_std - 0.5 * math.log(2 * math.pi)).sum(-1)
-
-
-def _from_action_log_probs(
-    behaviour_action_log_probs, target_action_log_probs, discounts, rewards, values, bootstrap_value, **clips
-) -> VTraceFromLogitsReturns:
-    log_rhos = target_action_log_probs.detach() - behaviour_action_log_probs.detach()
-    returns = from_importance_weights(log_rhos, discounts, rewards, values, bootstrap_value, **clips)
-    return VTraceFromLogitsReturns(
-        vs=returns.vs,
-        pg_advantages=returns.pg_advantages,
-        log_rhos=log_rhos,
-        behaviour_action_log_probs=behaviour_action_log_probs,
-        target_action_log_probs=target_action_log_probs,
-    )
-
-
-def from_logits(
-    behaviour_policy_logits: torch.Tensor,
-    target_policy_logits: torch.Tensor,
-    actions: torch.Tensor,
-    discounts: torch.Tensor,
-    rewards: torch.Tensor,
-    values: torch.Tensor,
-    bootstrap_value: torch.Tensor,
-    *,
-    clip_rho_threshold: float | None = 1.0,
-    clip_c_threshold: float | None = 1.0,
-    clip_pg_rho_threshold: float | None = 1.0,
-    lambda_: float = 1.0,
-) -> VTraceFromLogitsReturns:
-    """V-trace for categorical policies given unnormalised logits `[T, B, A]` and `actions [T, B]`.
-
-    `target_action_log_probs` keeps its gradient (the policy loss uses it); everything else is a target.
-    """
-    if behaviour_policy_logits.shape != target_policy_logits.shape:
-        raise ValueError(
-            f"behaviour_policy_logits {tuple(behaviour_policy_logits.shape)} and target_policy_logits "
-            f"{tuple(target_policy_logits.shape)} must have the same shape [T, B, A]"
-        )
-    if target_policy_logits.shape[:-1] != actions.shape:
-        raise ValueError(
-            f"actions must be [T, B] = {tuple(target_policy_logits.shape[:-1])}, got {tuple(actions.shape)}"
-        )
-    return _from_action_log_probs(
-        categorical_log_prob(behaviour_policy_logits, actions),
-        categorical_log_prob(target_policy_logits, actions),
-        discounts,
-        rewards,
-        values,
-        bootstrap_value,
-        clip_rho_threshold=clip_rho_threshold,
-        clip_c_threshold=clip_c_threshold,
-        clip_pg_rho_threshold=clip_pg_rho_threshold,
-        lambda_=lambda_,
-    )
-
-
-def from_gaussian(
-    behaviour_mean: torch.Tensor,
-    behaviour_log_std: torch.Tensor,
-    target_mean: torch.Tensor,
-    target_log_std: torch.Tensor,
-    actions: torch.Tensor,
-    discounts: torch.Tensor,
-    rewards: torch.Tensor,
-    values: torch.Tensor,
-    bootstrap_value: torch.Tensor,
-    *,
-    clip_rho_threshold: float | None = 1.0,
-    clip_c_threshold: float | None = 1.0,
-    clip_pg_rho_threshold: float | None = 1.0,
-    lambda_: float = 1.0,
-) -> VTraceFromLogitsReturns:
-    """V-trace for diagonal Gaussian policies: means and log-stds `[T, B, D]`, `actions [T, B, D]`."""
-    for name, tensor in (
-        ("behaviour_log_std", behaviour_log_std),
-        ("target_mean", target_mean),
-        ("target_log_std", target_log_std),
-        ("actions", actions),
-    ):
-        if tensor.shape != behaviour_mean.shape:
-            raise ValueError(
-                f"{name} must have shape [T, B, D] = {tuple(behaviour_mean.shape)}, got {tuple(tensor.shape)}"
-            )
-    return _from_action_log_probs(
-        gaussian_log_prob(behaviour_mean, behaviour_log_std, actions),
-        gaussian_log_prob(target_mean, target_log_std, actions),
-        discounts,
-        rewards,
-        values,
-        bootstrap_value,
-        clip_rho_threshold=clip_rho_threshold,
-        clip_c_threshold=clip_c_threshold,
-        clip_pg_rho_threshold=clip_pg_rho_threshold,
-        lambda_=lambda_,
-    )
 
 
 @torch.no_grad()

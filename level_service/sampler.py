@@ -2,7 +2,7 @@
 
 Algorithm: Jiang, Grefenstette, Rocktaschel, "Prioritized Level Replay" (2021), as implemented by the
 authors' `level-replay` code and DI-engine's `LevelSampler`.  Semantics and defaults follow those, with
-the reference bugs fixed (see /work/shared/NOTES.md):
+the reference bugs fixed:
 
 * one_step_td_error is |r_t + discount * V(s_{t+1}) * (1 - done_t) - V(s_t)|, using the bootstrap row of
   `values` for the last step of an unroll and never bootstrapping past a terminal step.
@@ -70,24 +70,20 @@ from typing import Any
 
 import numpy as np
 
+from levelray.contracts.levels import (
+    ADVANTAGE_STRATEGIES,
+    LOGIT_STRATEGIES,
+    SCHEDULES,
+    STRATEGIES,
+    TRANSFORMS,
+    UNSCORED_STRATEGIES,
+)
+
 __all__ = ["LevelSampler", "STRATEGIES", "TRANSFORMS", "SCHEDULES"]
 
-STRATEGIES = (
-    "random",
-    "sequential",
-    "policy_entropy",
-    "least_confidence",
-    "min_margin",
-    "gae",
-    "value_l1",
-    "one_step_td_error",
-    "positive_value_loss",
-)
-TRANSFORMS = ("constant", "max", "eps_greedy", "rank", "power", "softmax")
-SCHEDULES = ("fixed", "proportionate")
-_LOGIT_STRATEGIES = ("policy_entropy", "least_confidence", "min_margin")
-_ADV_STRATEGIES = ("gae", "value_l1", "positive_value_loss")
-_UNSCORED = ("random", "sequential")
+_LOGIT_STRATEGIES = LOGIT_STRATEGIES
+_ADV_STRATEGIES = ADVANTAGE_STRATEGIES
+_UNSCORED = UNSCORED_STRATEGIES
 _BIT_GENERATORS = ("PCG64", "PCG64DXSM", "MT19937", "Philox", "SFC64")
 _STATE_VERSION = 1
 _INT64_MAX = np.iinfo(np.int64).max

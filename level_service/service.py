@@ -31,6 +31,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+
 from levelray.contracts import snapshot
 from levelray.level_service.sampler import LevelSampler
 
@@ -167,6 +168,18 @@ class LevelServiceCore:
     def state_dict(self) -> dict[str, Any]:
         """The sampler's full state (what a snapshot holds), for tests and tooling."""
         return self._sampler.state_dict()
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        """Replace the sampler's state by `state` (a `state_dict()`), for the same seed set. A state that
+        does not load, or was written for other seeds, raises and leaves the service as it was."""
+        sampler = LevelSampler.from_state_dict(state)
+        if not np.array_equal(sampler.seeds, self._sampler.seeds):
+            raise ValueError(
+                f"state was written for a different seed set ({sampler.num_levels} levels) than this "
+                f"service's {self._sampler.num_levels}"
+            )
+        self._sampler = sampler
+        self._restored = True
 
     def stats(self) -> dict[str, Any]:
         """Summary for logs/metrics (see the module docstring of the sampler for definitions)."""

@@ -11,9 +11,20 @@ import math
 
 import torch
 import torch.nn.functional as F
-from levelray.learner.vtrace import categorical_log_prob, gaussian_log_prob
 
 LOG_STD_MIN, LOG_STD_MAX = -5.0, 2.0
+
+
+def categorical_log_prob(logits: torch.Tensor, actions: torch.Tensor) -> torch.Tensor:
+    """log softmax(logits)[action]: `logits [..., A]`, `actions [...]` -> `[...]`."""
+    flat = F.cross_entropy(logits.reshape(-1, logits.shape[-1]), actions.reshape(-1).long(), reduction="none")
+    return -flat.view_as(actions)
+
+
+def gaussian_log_prob(mean: torch.Tensor, log_std: torch.Tensor, actions: torch.Tensor) -> torch.Tensor:
+    """Log density of a diagonal Gaussian, summed over the action dimension: `[..., D]` -> `[...]`."""
+    z = (actions - mean) * torch.exp(-log_std)
+    return (-0.5 * z.pow(2) - log_std - 0.5 * math.log(2 * math.pi)).sum(-1)
 
 
 def split_gaussian(params: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:

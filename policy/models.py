@@ -9,9 +9,10 @@ from __future__ import annotations
 import math
 
 import torch
-from levelray.contracts.spec import EnvSpec
 from torch import nn
 from torch.nn import functional as F
+
+from levelray.contracts.spec import EnvSpec
 
 
 class _ResidualBlock(nn.Module):

@@ -14,7 +14,7 @@ from torch import nn
 
 
 class NumpyPolicy:
-    """`policy_params(obs [K, *obs_shape]) -> [K, P]` for `learner.models.MLP`.
+    """`policy_params(obs [K, *obs_shape]) -> [K, P]` for `policy.models.MLP`.
 
     Layers are read from the model's `policy` Sequential (Linear and Tanh, in order) and re-read by
     `refresh()` after the model's weights change."""

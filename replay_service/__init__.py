@@ -5,7 +5,6 @@
 """
 
 from levelray.replay_service.core import PrioritizedReplay, Sample
-from levelray.replay_service.priority import trajectory_priority
 from levelray.replay_service.rate_limiter import NotReadyError, RateLimitedError, RateLimiter
 from levelray.replay_service.sumtree import SumMinTree
 
@@ -16,5 +15,4 @@ __all__ = [
     "RateLimiter",
     "Sample",
     "SumMinTree",
-    "trajectory_priority",
 ]

@@ -47,6 +47,7 @@ from collections.abc import Sequence
 from typing import Any, NamedTuple
 
 import numpy as np
+
 from levelray.contracts.snapshot import packb, unpackb
 from levelray.replay_service.rate_limiter import NotReadyError, RateLimitedError, RateLimiter
 from levelray.replay_service.sumtree import _C, SumMinTree
@@ -80,13 +81,11 @@ def _positive_int(value, name: str) -> int:
     return int(value)
 
 
-def _tree_shape(capacity: int) -> tuple[int, int]:
-    """Default (fanout, top_max): fan-out 16 under a top of at most 4096 nodes. Measured on the
-    benchmark, this is the best shape for the C kernels at every size (their cost is the O(top)
-    prefix sum of the top level plus ~16 additions per level and query) and within ~15% of the best
-    NumPy-only shape. Both backends use the same default so that a seed gives the same samples with
-    and without the compiled extension."""
-    return 16, 4096
+# Default sum-tree shape: fan-out 16 under a top of at most 4096 nodes. Measured on the benchmark, this is
+# the best shape for the C kernels at every size (their cost is the O(top) prefix sum of the top level plus
+# ~16 additions per level and query) and within ~15% of the best NumPy-only shape. Both backends use the
+# same default so that a seed gives the same samples with and without the compiled extension.
+DEFAULT_FANOUT, DEFAULT_TOP_MAX = 16, 4096
 
 
 class PrioritizedReplay:
@@ -119,10 +118,8 @@ class PrioritizedReplay:
             raise ValueError(f"rate_limiter must be a RateLimiter or None, got {type(rate_limiter).__name__}")
         self._limiter = rate_limiter
         self._rng = _make_rng(rng)
-        if fanout is None or top_max is None:
-            auto_f, auto_top = _tree_shape(self._capacity)
-            fanout = auto_f if fanout is None else fanout
-            top_max = auto_top if top_max is None else top_max
+        fanout = DEFAULT_FANOUT if fanout is None else fanout
+        top_max = DEFAULT_TOP_MAX if top_max is None else top_max
         self._tree = SumMinTree(self._capacity, fanout=fanout, top_max=top_max)
         cap = self._capacity
         self._slot_ids = np.full(cap, -1, dtype=np.int64)  # id stored in each slot, -1 = empty

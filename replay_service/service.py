@@ -28,13 +28,17 @@ from typing import Any
 
 import numpy as np
 import ray
+
 from levelray.contracts import snapshot as snap
 from levelray.replay_service.core import PrioritizedReplay
 from levelray.replay_service.rate_limiter import NotReadyError, RateLimiter
 
 __all__ = ["ReplayServiceCore", "ReplayService"]
 
-_HIST_BINS = 16
+# Fixed bin edges of the priority histogram: 0, then decades and half-decades from 1e-3 to 1e3 (the last
+# bin also holds everything above). Fixed so that a Prometheus series per bin stays the same series for the
+# whole job; data-dependent edges made new series on every scrape.
+PRIORITY_HIST_EDGES = np.concatenate([[0.0], np.logspace(-3, 3, 13)])
 
 
 class ReplayServiceCore:
@@ -170,10 +174,8 @@ class ReplayServiceCore:
             r = self._replay
             raw = r.raw_priorities()
             uses = r.use_counts()
-            if raw.size:
-                counts, edges = np.histogram(raw, bins=_HIST_BINS)
-            else:
-                counts, edges = np.zeros(_HIST_BINS, dtype=np.int64), np.linspace(0.0, 1.0, _HIST_BINS + 1)
+            edges = PRIORITY_HIST_EDGES
+            counts, _ = np.histogram(np.clip(raw, 0.0, edges[-1]), bins=edges)
             lim = r.rate_limiter
             return {
                 "size": len(r),

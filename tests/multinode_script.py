@@ -9,11 +9,12 @@ from __future__ import annotations
 import sys
 
 import ray
+from ray.cluster_utils import Cluster
+from support import wait_for  # tests/ is this script's directory
+
 from levelray.contracts.config import RunConfig
 from levelray.deploy.ray_backend import RayJob
 from levelray.deploy.rundir import RunDir
-from ray.cluster_utils import Cluster
-from support import wait_for  # tests/ is this script's directory
 
 
 def main(run_dir: str) -> None:

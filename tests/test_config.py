@@ -2,6 +2,7 @@
 
 import pytest
 import yaml
+
 from levelray.contracts.config import ConfigError, RunConfig, from_dict, leaves, to_dict
 from levelray.deploy.cli import _parser, build_config
 

@@ -16,6 +16,7 @@ from pathlib import Path
 
 import pytest
 import yaml
+
 from levelray.contracts.config import RunConfig
 from levelray.deploy.metrics import METRICS
 

@@ -16,13 +16,13 @@ import urllib.parse
 import urllib.request
 from pathlib import Path
 
+import numpy as np
 import pytest
 import yaml
-from levelray.contracts.config import RunConfig
-from levelray.deploy.ray_backend import train_ray
-from levelray.deploy.rundir import RunDir
 from prometheus_client.parser import text_string_to_metric_families
 
+from levelray.contracts.config import RunConfig
+from levelray.deploy.rundir import RunDir
 from tests.support import free_port
 from tests.support import wait_for as shared_wait_for
 
@@ -106,7 +106,7 @@ def test_real_prometheus_scrapes_a_training_job(ray_session, tmp_path):
 
     def train():
         try:
-            train_ray(cfg, RunDir(cfg.run_dir), stop=stop, quiet=True)
+            train(cfg, RunDir(cfg.run_dir), stop=stop, quiet=True)
         except BaseException as exc:  # reported by the main thread
             errors.append(exc)
 
@@ -179,3 +179,41 @@ def test_real_prometheus_scrapes_a_training_job(ray_session, tmp_path):
         log.close()
     assert not thread.is_alive()
     assert not errors, errors
+
+
+def _exposition(snapshot: dict) -> dict[str, list]:
+    from prometheus_client import CollectorRegistry, generate_latest
+
+    from levelray.deploy.metrics import JobCollector
+
+    registry = CollectorRegistry()
+    collector = JobCollector()
+    registry.register(collector)
+    collector.update(snapshot)
+    families = text_string_to_metric_families(generate_latest(registry).decode())
+    return {fam.name: fam.samples for fam in families}
+
+
+def test_every_family_the_dashboard_and_rules_use_is_exported_before_the_first_report():
+    """Before the job has reported anything: counters 0, gauges NaN, fixed label sets — never absent."""
+    from levelray.deploy.metrics import METRICS
+
+    exported = _exposition({})
+    names = {n if n in METRICS else n + "_total" for n in exported}  # the parser strips _total off counters
+    assert set(METRICS) <= names
+    assert (dashboard_metric_names() | rule_metric_names()) & set(METRICS) <= names
+    assert [s.value for s in exported["levelray_env_steps"]] == [0.0]
+    assert all(s.value != s.value for s in exported["levelray_episode_return"])  # NaN
+    assert {s.labels["kind"] for s in exported["levelray_learner_loss"]} == {"total", "policy", "value"}
+
+
+def test_replay_priority_bins_are_the_same_series_whatever_the_priorities():
+    from levelray.replay_service.service import ReplayServiceCore
+
+    def bins(priorities):
+        core = ReplayServiceCore(16, seed=0)
+        core.insert(list(range(len(priorities))), np.asarray(priorities))
+        samples = _exposition({"replay": core.stats()})["levelray_replay_priority"]
+        return sorted(s.labels["upper"] for s in samples if s.labels["stat"] == "items")
+
+    assert bins([0.01, 0.02]) == bins([3.0, 900.0, 1e5])

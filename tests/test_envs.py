@@ -4,6 +4,7 @@ import itertools
 
 import numpy as np
 import pytest
+
 from levelray.actors.envs import make_env_vector
 from levelray.contracts.config import EnvConfig
 

@@ -8,6 +8,7 @@ import time
 import numpy as np
 import pytest
 import torch
+
 from levelray.contracts.config import ConfigError, RunConfig
 from levelray.deploy.cli import main
 from levelray.deploy.evaluate import (

@@ -12,6 +12,7 @@ import pytest
 import torch
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+
 from levelray.contracts import snapshot
 from levelray.contracts.config import ConfigError, RunConfig, flag_name, from_dict, leaves, set_path
 from levelray.contracts.spec import EnvSpec

@@ -4,6 +4,7 @@ import json
 
 import numpy as np
 import pytest
+
 from levelray.deploy.cli import main
 from levelray.deploy.rundir import RunDir
 
@@ -61,3 +62,23 @@ def test_inline_continuous_actions(tmp_path):
     assert "log_std" in ckpt["learner"]["model"]  # the Gaussian head was trained
     records = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
     assert records[-1]["episode_return_mean"] < 0  # Pendulum returns are negative costs
+
+
+@pytest.mark.timeout(120)
+def test_python_api_trains_and_evaluates(tmp_path):
+    """`levelray.train(config)` and `levelray.evaluate(...)`: the CLI's two jobs, from a script."""
+    import levelray
+
+    cfg = levelray.RunConfig()
+    cfg.backend, cfg.env.id, cfg.env.num_levels, cfg.env.start_level = "inline", "CartPole-v1", 20, 100
+    cfg.actors.num_actors, cfg.actors.envs_per_actor, cfg.learner.batch_size = 1, 4, 1
+    cfg.total_steps, cfg.metrics_port, cfg.run_dir = 800, 0, str(tmp_path / "run")
+    result = levelray.train(cfg)
+    assert result["run_dir"] == cfg.run_dir and result["env_steps"] == 800  # 10 updates of 4 envs x 20 steps
+    assert RunDir(cfg.run_dir).load_latest_checkpoint()["version"] == result["learner_version"] == 10
+    out = levelray.evaluate(result["run_dir"], levels="train,7000-7001", episodes=2, greedy=True)
+    assert set(out["results"]) == {"train", "7000-7001"}
+    assert all(100 <= s < 120 for s in out["results"]["train"]["seeds"])
+    assert out["results"]["7000-7001"]["seeds"] == [7000, 7001]
+    with pytest.raises(levelray.ConfigError, match="unknown config key"):
+        levelray.train({"learner": {"learning_rat": 1e-3}})

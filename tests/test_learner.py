@@ -3,12 +3,13 @@
 import numpy as np
 import pytest
 import torch
+
 from levelray.contracts.config import LearnerConfig
 from levelray.contracts.spec import EnvSpec
-from levelray.learner import distributions
 from levelray.learner.learner import Learner
 from levelray.learner.losses import impala_losses
-from levelray.learner.models import build_model
+from levelray.policy import distributions
+from levelray.policy.models import build_model
 
 VEC = EnvSpec(obs_shape=(4,), obs_dtype="float32", discrete=True, num_actions=3)
 

@@ -1,6 +1,7 @@
 """What the learner sends PLR: fresh unrolls only, never the same env column twice in one call."""
 
 import numpy as np
+
 from levelray.learner.level_feedback import level_update_calls
 
 

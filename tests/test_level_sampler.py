@@ -9,9 +9,10 @@ import numpy as np
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from scipy import stats
+
 from levelray.contracts.snapshot import packb, unpackb
 from levelray.level_service.sampler import TRANSFORMS, LevelSampler
-from scipy import stats
 
 # ----------------------------------------------------------------------------- helpers
 

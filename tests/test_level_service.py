@@ -7,6 +7,7 @@ import time
 
 import numpy as np
 import pytest
+
 from levelray.contracts.snapshot import SnapshotError, packb
 from levelray.level_service.service import LevelServiceCore
 
@@ -20,6 +21,18 @@ def busy_core(path=None, interval=60.0) -> LevelServiceCore:
     core.update_with_rollouts([[30, 31]] * 3, [[False, False]] * 3, advantages=rng.normal(size=(3, 2)))
     core.sample_seeds(25)
     return core
+
+
+def test_load_state_dict_restores_the_sampler_and_refuses_another_seed_set():
+    source = busy_core()
+    target = LevelServiceCore(range(40), dict(KW))
+    target.load_state_dict(source.state_dict())
+    assert packb(target.state_dict()) == packb(source.state_dict())
+    assert target.sample_seeds(16) == source.sample_seeds(16)  # the generator state came along too
+    before = packb(target.state_dict())
+    with pytest.raises(ValueError, match="different seed set"):
+        target.load_state_dict(LevelServiceCore(range(39), dict(KW)).state_dict())
+    assert packb(target.state_dict()) == before
 
 
 def test_sample_seeds_and_stats():

@@ -1,6 +1,7 @@
 """The distribution installs one import name, `levelray`, and nothing else at the top level of
 site-packages (`contracts` or `deploy` there would collide with other projects' packages)."""
 
+import shutil
 import subprocess
 import sys
 import zipfile
@@ -13,8 +14,12 @@ ROOT = Path(__file__).resolve().parents[1]
 
 @pytest.mark.timeout(300)
 def test_the_wheel_holds_only_the_levelray_namespace(tmp_path):
+    # A copy of the source, so the build leaves nothing (build/, *.egg-info) in the checkout.
+    src = tmp_path / "src"
+    shutil.copytree(ROOT, src, ignore=shutil.ignore_patterns(".venv*", ".git", "build", "runs", "*.so", "__pycache__",
+                                                              "*.egg-info", "out"))
     subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "--quiet",
-                    "-w", str(tmp_path), str(ROOT)], check=True, cwd=tmp_path, timeout=280)
+                    "-w", str(tmp_path), str(src)], check=True, cwd=tmp_path, timeout=280)
     (wheel,) = tmp_path.glob("levelray-*.whl")
     names = zipfile.ZipFile(wheel).namelist()
     top_level = {name.split("/")[0] for name in names if not name.split("/")[0].endswith((".dist-info", ".data"))}

@@ -12,10 +12,11 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
+
 from levelray.contracts.config import RunConfig
+from levelray.deploy.driver import write_checkpoint
 from levelray.deploy.ray_backend import RayJob
 from levelray.deploy.rundir import RunDir
-
 from tests.support import apply_overrides, wait_for
 
 REPO = Path(__file__).resolve().parents[1]
@@ -54,7 +55,7 @@ def test_killed_actor_and_services_come_back_and_training_goes_on(ray_session, t
                           and s["actors_alive"] == 2 and s, 30)
         assert time.time() - t0 < 30
         assert victim["pid"] not in {a["pid"] for a in status["actors"]}
-        assert job.record(job.poll())["actor_restarts"] >= 1
+        assert job.poll()["supervisor"]["actor_restarts"] >= 1
 
         # 2. the level service dies: Ray restarts it and it comes back from its last snapshot
         before = ray.get(job.level_service.stats.remote())
@@ -97,8 +98,7 @@ def test_dead_learner_restarts_from_the_latest_checkpoint(ray_session, tmp_path)
     job = RayJob(cfg, RunDir(cfg.run_dir))
     try:
         wait_for(lambda: job.poll()["learner"]["learner_version"] >= 5, 90)
-        job.checkpoint()
-        saved = job.last_checkpoint_version
+        saved = write_checkpoint(job, job.run_dir, cfg)
         ray.kill(job.learner)
         snap = job.poll()  # notices the dead learner and restarts it from the checkpoint
         assert snap["learner_restarts"] == 1

@@ -9,16 +9,17 @@ import numpy as np
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from scipy import stats
+
 from levelray.contracts.snapshot import packb, unpackb
+from levelray.learner.priorities import trajectory_priority
 from levelray.replay_service import (
     NotReadyError,
     PrioritizedReplay,
     RateLimitedError,
     RateLimiter,
     SumMinTree,
-    trajectory_priority,
 )
-from scipy import stats
 
 
 def _state_bytes(r: PrioritizedReplay) -> bytes:

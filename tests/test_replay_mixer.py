@@ -3,6 +3,7 @@ losses, and new priorities go back to the service after the update."""
 
 import numpy as np
 import pytest
+
 from levelray.contracts.config import ReplayConfig
 from levelray.learner.replay_mixer import ReplayMixer
 from levelray.replay_service.service import ReplayServiceCore

@@ -7,6 +7,7 @@ import time
 
 import numpy as np
 import pytest
+
 from levelray.contracts.snapshot import SnapshotError
 from levelray.replay_service.rate_limiter import RateLimitedError
 from levelray.replay_service.service import ReplayService, ReplayServiceCore
@@ -83,6 +84,11 @@ def test_service_not_ready_returns_none_and_stats():
     assert st["size"] == 16 and st["inserts"] == 16 and st["samples"] == 8 and st["not_ready"] == 3
     assert sum(st["priority_hist"]["counts"]) == 16
     assert len(st["priority_hist"]["edges"]) == len(st["priority_hist"]["counts"]) + 1
+    # fixed edges, whatever the data: one Prometheus series per bin for the whole job
+    svc.update_priorities(out["ids"], np.full(len(out["ids"]), 5e4))
+    later = svc.stats()["priority_hist"]
+    assert later["edges"] == st["priority_hist"]["edges"] and later["edges"][0] == 0.0
+    assert sum(later["counts"]) == 16 and later["counts"][-1] >= 1  # above the last edge: in the last bin
     assert st["mean_uses"] == pytest.approx(8 / 16)
     assert st["max_priority"] == 1.0 and st["capacity"] == 100
 

@@ -14,6 +14,7 @@ import numpy as np
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+
 from levelray.replay_service import PrioritizedReplay, SumMinTree
 from levelray.replay_service import sumtree as st_mod
 

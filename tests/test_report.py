@@ -7,6 +7,7 @@ import json
 import numpy as np
 import pytest
 import torch
+
 from levelray.deploy.cli import main
 from levelray.deploy.report import level_matrix, load_run, make_report
 

@@ -2,6 +2,7 @@
 
 import numpy as np
 import pytest
+
 from levelray.actors.envs import make_env_vector
 from levelray.actors.rollout import RolloutWorker
 from levelray.contracts.config import EnvConfig
@@ -65,8 +66,9 @@ def test_validator_names_the_bad_field(cartpole_unrolls, name, corrupt, field):
 
 
 def test_categorical_sampler_matches_softmax_probabilities():
-    from levelray.actors.rollout import sample_categorical
     from scipy import stats
+
+    from levelray.actors.rollout import sample_categorical
 
     rng = np.random.default_rng(0)
     logits = np.array([[2.0, 0.0, -1.0, 0.5], [-50.0, 0.0, 0.0, 50.0]])
@@ -80,8 +82,9 @@ def test_categorical_sampler_matches_softmax_probabilities():
 
 def test_policy_head_alone_matches_the_full_forward():
     import torch
+
     from levelray.contracts.spec import EnvSpec
-    from levelray.learner.models import build_model
+    from levelray.policy.models import build_model
 
     for spec in (EnvSpec((4,), "float32", True, num_actions=3), EnvSpec((3,), "float32", False, action_dim=2),
                  EnvSpec((64, 64, 3), "uint8", True, num_actions=15)):
@@ -105,7 +108,7 @@ def _float64_policy_reference(weights: dict[str, np.ndarray], obs: np.ndarray, d
 
 @pytest.mark.parametrize("env_id", ["CartPole-v1", "Pendulum-v1"])
 def test_numpy_policy_matches_a_float64_reference_before_and_after_new_weights(env_id):
-    from levelray.learner.learner import weights_to_numpy
+    from levelray.policy.weights import weights_to_numpy
 
     worker = RolloutWorker(make_env_vector(EnvConfig(id=env_id, num_levels=0), 4, None, seed=0), 5,
                            hidden_sizes=(32, 16), seed=0)

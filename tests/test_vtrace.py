@@ -7,7 +7,9 @@ backward recursion the implementation uses, so the two can only agree if both ar
 import numpy as np
 import pytest
 import torch
+
 from levelray.learner import vtrace
+from levelray.policy import distributions
 
 
 def reference_vtrace(log_rhos, discounts, rewards, values, bootstrap, rho_bar, c_bar, pg_bar, lam):
@@ -131,16 +133,18 @@ def test_zero_discount_cuts_the_trace():
     assert not torch.allclose(base.vs[6:], after.vs[6:])
 
 
-def test_from_logits_matches_reference_and_keeps_policy_gradient():
+def test_categorical_log_rhos_match_reference_and_keep_policy_gradient():
+    """The learner's path: log-probabilities from policy.distributions, then V-trace on their difference."""
     rng = np.random.default_rng(5)
     T, B, A = 12, 5, 4
     behaviour = torch.from_numpy(rng.normal(size=(T, B, A)).astype(np.float32))
     target = torch.from_numpy(rng.normal(size=(T, B, A)).astype(np.float32)).requires_grad_()
     actions = torch.from_numpy(rng.integers(0, A, size=(T, B)))
     _, discounts, rewards, values, bootstrap = random_inputs(rng, T, B)
-    out = vtrace.from_logits(
-        behaviour, target, actions, *map(torch.from_numpy, (discounts, rewards, values, bootstrap))
-    )
+    behaviour_lp = distributions.log_prob(behaviour, actions, discrete=True)
+    target_lp = distributions.log_prob(target, actions, discrete=True)
+    log_rhos = target_lp.detach() - behaviour_lp
+    out = vtrace.from_importance_weights(log_rhos, *map(torch.from_numpy, (discounts, rewards, values, bootstrap)))
 
     def log_softmax64(x):
         x = x.astype(np.float64)
@@ -150,33 +154,36 @@ def test_from_logits_matches_reference_and_keeps_policy_gradient():
     a = actions.numpy()
     b_lp = np.take_along_axis(log_softmax64(behaviour.numpy()), a[..., None], -1)[..., 0]
     t_lp = np.take_along_axis(log_softmax64(target.detach().numpy()), a[..., None], -1)[..., 0]
-    np.testing.assert_allclose(out.behaviour_action_log_probs.numpy(), b_lp, rtol=1e-5, atol=1e-6)
-    np.testing.assert_allclose(out.log_rhos.numpy(), t_lp - b_lp, rtol=1e-5, atol=1e-5)
+    np.testing.assert_allclose(behaviour_lp.numpy(), b_lp, rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(log_rhos.numpy(), t_lp - b_lp, rtol=1e-5, atol=1e-5)
     ref_vs, ref_pg = reference_vtrace(t_lp - b_lp, discounts, rewards, values, bootstrap, 1.0, 1.0, 1.0, 1.0)
     assert_rel_close(out.vs, ref_vs)
     assert_rel_close(out.pg_advantages, ref_pg)
     assert not out.vs.requires_grad and not out.pg_advantages.requires_grad
-    out.target_action_log_probs.sum().backward()
+    target_lp.sum().backward()
     assert target.grad is not None and target.grad.abs().sum() > 0
 
 
-def test_from_gaussian_matches_reference():
+def test_gaussian_log_rhos_match_reference():
     rng = np.random.default_rng(6)
     T, B, D = 8, 3, 2
     bm, bs, tm, ts, acts = (torch.from_numpy(rng.normal(scale=0.5, size=(T, B, D))) for _ in range(5))
     _, discounts, rewards, values, bootstrap = (
         torch.from_numpy(x.astype(np.float64)) for x in random_inputs(rng, T, B)
     )
-    out = vtrace.from_gaussian(bm, bs, tm, ts, acts, discounts, rewards, values, bootstrap, lambda_=0.9)
+    log_rhos = distributions.log_prob(torch.cat([tm, ts], -1), acts, discrete=False) - distributions.log_prob(
+        torch.cat([bm, bs], -1), acts, discrete=False
+    )
+    out = vtrace.from_importance_weights(log_rhos, discounts, rewards, values, bootstrap, lambda_=0.9)
 
     def logpdf(mean, log_std, x):
         mean, log_std, x = (v.numpy() for v in (mean, log_std, x))
         var = np.exp(2 * log_std)
         return (-((x - mean) ** 2) / (2 * var) - 0.5 * np.log(2 * np.pi * var)).sum(-1)
 
-    log_rhos = logpdf(tm, ts, acts) - logpdf(bm, bs, acts)
-    np.testing.assert_allclose(out.log_rhos.numpy(), log_rhos, rtol=1e-10)
-    ref_vs, ref_pg = reference_vtrace(log_rhos, discounts, rewards, values, bootstrap, 1.0, 1.0, 1.0, 0.9)
+    ref_log_rhos = logpdf(tm, ts, acts) - logpdf(bm, bs, acts)
+    np.testing.assert_allclose(log_rhos.numpy(), ref_log_rhos, rtol=1e-10)
+    ref_vs, ref_pg = reference_vtrace(ref_log_rhos, discounts, rewards, values, bootstrap, 1.0, 1.0, 1.0, 0.9)
     np.testing.assert_allclose(out.vs.numpy(), ref_vs, rtol=1e-10)
     np.testing.assert_allclose(out.pg_advantages.numpy(), ref_pg, rtol=1e-10)
 

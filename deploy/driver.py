@@ -1,0 +1,269 @@
+"""The training driver: one loop for every backend.
+
+The loop reports, checkpoints, evaluates on held-out levels and decides when to stop; a backend only
+moves training forward and answers questions about it. Two backends implement `Backend`:
+
+- `deploy.inline.InlineBackend`: actors, learner and services in this process, stepped in turn;
+- `deploy.ray_backend.RayJob`: Ray actors that train on their own while the driver watches.
+
+Each pass of the loop: `advance` (the inline backend trains until the next report, checkpoint or
+evaluation is due; Ray just waits), `poll` a snapshot, turn it into one `metrics.jsonl` record and the
+Prometheus view, start or collect a held-out evaluation, write a checkpoint when the learner version
+crossed a multiple of `checkpoint_interval_updates`, and stop on the step budget, on stop-at-return, or
+when asked (Ctrl-C / SIGTERM). At the end the backend stops, a last record and a final checkpoint are
+written.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable
+from typing import Any, Protocol
+
+import numpy as np
+
+from levelray.contracts.config import RunConfig
+from levelray.deploy.progress import progress_line, reached_return
+from levelray.deploy.rundir import RunDir
+
+log = logging.getLogger(__name__)
+
+class Backend(Protocol):
+    """What the driver needs from a way of running the system."""
+
+    uses_ray: bool  # held-out evaluation runs as Ray tasks (True) or in this process (False)
+
+    def advance(self, until_time: float, until_version: int, stop: threading.Event) -> None:
+        """Let training go on until `until_time` (time.time()), the learner reaching `until_version`,
+        the step budget, or `stop`, whichever is first."""
+
+    def poll(self) -> dict[str, Any]:
+        """A snapshot: `learner` (`LearnerCore.stats()` plus transport fields), and where they exist
+        `supervisor` (actors), `levels` and `replay` (the services' `stats()`), `learner_restarts`."""
+
+    def policy_weights(self) -> tuple[int, Any]:
+        """`(version, weights)`: NumPy weights, or a Ray ObjectRef to them, for held-out evaluation."""
+
+    def checkpoint_state(self) -> dict[str, Any]:
+        """`{learner, counters, levels, replay}` taken between updates (levels/replay None when off)."""
+
+    def stop(self) -> None:
+        """Stop producing and consuming unrolls (before the final record and checkpoint)."""
+
+    def close(self) -> None:
+        """Release everything the backend holds."""
+
+
+class Throughput:
+    """Env steps per second between consecutive reports: the only place the rate is computed."""
+
+    def __init__(self) -> None:
+        self.start = time.time()
+        self._last: tuple[float, int] | None = None
+        self.rate = 0.0
+
+    def update(self, env_steps: int) -> float:
+        now = time.time()
+        if self._last is not None and now > self._last[0] and env_steps >= self._last[1]:
+            self.rate = (env_steps - self._last[1]) / (now - self._last[0])
+        self._last = (now, env_steps)
+        return self.rate
+
+
+def build_record(snap: dict[str, Any], *, steps_per_second: float, elapsed_s: float) -> dict[str, Any]:
+    """The `metrics.jsonl` record of a snapshot (JSON scalars and lists only)."""
+    ls, sup = snap["learner"], snap.get("supervisor", {})
+    rec: dict[str, Any] = {
+        "time": time.time(),
+        "elapsed_s": elapsed_s,
+        "env_steps": ls["env_steps"],
+        "env_steps_per_second": steps_per_second,
+        "episodes": ls["episodes"],
+        "episode_return_mean": ls["episode_return_mean"],
+        "episode_length_mean": ls["episode_length_mean"],
+        "learner_version": ls["learner_version"],
+        "samples_trained": ls["samples_trained"],
+        "policy_lag_mean": ls["policy_lag_mean"],
+        "queue_depth": ls["queue_depth"],
+        "actors_alive": sup.get("actors_alive"),
+        "actors_desired": sup.get("actors_desired"),
+        "actor_restarts": sup.get("actor_restarts"),
+        "learner_restarts": snap.get("learner_restarts", 0),
+        "dropped": ls["dropped"],
+    }
+    rec.update({f"learner_{k}": v for k, v in ls["metrics"].items() if k != "version"})
+    if "levels" in snap:
+        lv = snap["levels"]
+        rec["level_seen_fraction"] = lv["seen_fraction"]
+        rec["level_score"] = lv.get("score")
+        rec["level_top"] = lv.get("top_levels")
+        rec["level_weights"] = np.round(np.asarray(lv["weights"], dtype=float), 6).tolist()
+        if "staleness_vector" in lv:
+            rec["level_staleness"] = np.asarray(lv["staleness_vector"]).tolist()
+    if "replay" in snap:
+        rp = snap["replay"]
+        rec["replay"] = {k: rp[k] for k in ("size", "inserts", "samples", "mean_uses") if k in rp}
+        rec["replay_priority_hist"] = rp.get("priority_hist")
+    return rec
+
+
+def checkpoint_due(cfg: RunConfig, version: int, last_checkpoint_version: int) -> bool:
+    """The learner crossed a multiple of the interval since the last checkpoint."""
+    interval = cfg.checkpoint_interval_updates
+    return version // interval > max(last_checkpoint_version, 0) // interval
+
+
+def write_checkpoint(backend: Backend, run_dir: RunDir, cfg: RunConfig) -> int:
+    """One atomic checkpoint of everything that is saved; returns its learner version."""
+    state = backend.checkpoint_state()
+    version = int(state["learner"]["version"])
+    run_dir.save_checkpoint(version, state["learner"], state["counters"], level_state=state["levels"],
+                            replay_state=state["replay"], config=cfg, keep=cfg.keep_checkpoints)
+    return version
+
+
+def load_resume_state(run_dir: RunDir, device: str = "cpu") -> dict[str, Any]:
+    """The latest checkpoint as the state a backend starts from (`learner` as `LearnerCore` loads it)."""
+    ckpt = run_dir.load_latest_checkpoint(device)
+    if ckpt is None:
+        raise ValueError(f"--resume: no checkpoint in {run_dir.checkpoints}")
+    print(f"levelray: resuming from {ckpt['path']} (version {ckpt['version']})", flush=True)
+    return {
+        "learner": {"learner": ckpt["learner"], "counters": ckpt["counters"]},
+        "levels": ckpt["levels"],
+        "replay": ckpt["replay"],
+    }
+
+
+def _next_due_version(cfg: RunConfig, version: int, evaluator) -> int:
+    """The next learner version at which the loop has something to do (checkpoint or evaluation)."""
+    due = (version // cfg.checkpoint_interval_updates + 1) * cfg.checkpoint_interval_updates
+    if evaluator.enabled:
+        due = min(due, (version // evaluator.interval + 1) * evaluator.interval)
+    return due
+
+
+def run(
+    cfg: RunConfig,
+    run_dir: RunDir,
+    backend: Backend,
+    *,
+    stop: threading.Event | None = None,
+    on_report: Callable[[dict], None] | None = None,
+    metrics=None,
+) -> dict[str, Any]:
+    """Drive `backend` until the budget, stop-at-return, or `stop`; returns the last metrics record."""
+    from levelray.deploy.evaluate import PeriodicEvaluator
+
+    stop = stop or threading.Event()
+    evaluator = PeriodicEvaluator(cfg, use_ray=backend.uses_ray)
+    throughput = Throughput()
+    last_checkpoint = -1
+    last_test: dict[str, Any] = {}
+    record: dict[str, Any] = {}
+
+    def report(snap: dict[str, Any]) -> dict[str, Any]:
+        nonlocal last_test
+        rate = throughput.update(snap["learner"]["env_steps"])
+        snap["env_steps_per_second"] = rate
+        rec = build_record(snap, steps_per_second=rate, elapsed_s=time.time() - throughput.start)
+        while (result := evaluator.poll()) is not None:  # a held-out result is logged once, when it arrives
+            rec.update(result)
+            last_test = result
+        snap.update(last_test)
+        run_dir.append_metrics(rec)
+        if metrics is not None:
+            metrics.update(snap)
+        if on_report is not None:
+            on_report(rec)
+        return rec
+
+    try:
+        next_report = time.time() + cfg.report_interval_s
+        version = backend.poll()["learner"]["learner_version"]
+        while not stop.is_set():
+            backend.advance(next_report, _next_due_version(cfg, version, evaluator), stop)
+            snap = backend.poll()
+            if snap["learner"].get("error"):
+                raise RuntimeError("learner failed:\n" + snap["learner"]["error"])
+            ls = snap["learner"]
+            version = ls["learner_version"]
+            if evaluator.due(version):  # inline: plays now; Ray: starts tasks and goes on
+                weights_version, weights = backend.policy_weights()
+                evaluator.maybe_start(weights_version, weights, env_steps=ls["env_steps"])
+            finished = ls["env_steps"] >= cfg.total_steps or reached_return(cfg, ls)
+            if time.time() >= next_report or finished or evaluator.has_result:
+                record = report(snap)
+                next_report = time.time() + cfg.report_interval_s
+            if checkpoint_due(cfg, version, last_checkpoint):
+                last_checkpoint = write_checkpoint(backend, run_dir, cfg)
+            if finished:
+                break
+    finally:
+        try:
+            backend.stop()
+            record = report(backend.poll())
+            last_checkpoint = write_checkpoint(backend, run_dir, cfg)
+            print(f"levelray: final checkpoint at version {last_checkpoint}", flush=True)
+        except Exception as exc:
+            latest = run_dir.list_checkpoints()
+            print(f"levelray: could not write a final checkpoint ({type(exc).__name__}: {exc}); the latest is "
+                  f"{latest[-1] if latest else 'none'}; resume with: levelray train --resume {run_dir.path}",
+                  flush=True)
+            raise
+        finally:
+            evaluator.cancel()
+            run_dir.close()
+            backend.close()
+    return record
+
+
+def prepare_run_dir(cfg: RunConfig) -> RunDir:
+    """Check that the env exists, create the run directory and write the resolved config into it."""
+    from levelray.actors.envs import env_spec
+    from levelray.contracts.config import ConfigError
+    from levelray.deploy.rundir import default_run_dir
+
+    try:
+        env_spec(cfg.env)  # an unknown env id fails here, before anything starts
+    except ValueError as exc:
+        raise ConfigError(f"--env: {exc}") from None
+    run_dir = RunDir(cfg.run_dir or default_run_dir())
+    cfg.run_dir = str(run_dir.path)
+    run_dir.write_config(cfg)
+    return run_dir
+
+
+def train(
+    cfg: RunConfig,
+    run_dir: RunDir,
+    *,
+    resume: bool = False,
+    stop: threading.Event | None = None,
+    quiet: bool = False,
+) -> dict[str, Any]:
+    """Build the backend `cfg.backend` names and run it; the metrics endpoint serves from the start."""
+    from levelray.deploy.metrics import MetricsServer
+
+    resume_state = load_resume_state(run_dir) if resume else None
+    metrics = MetricsServer(cfg.metrics_host, cfg.metrics_port) if cfg.metrics_port else None
+    if metrics is not None:
+        print(f"levelray: metrics on http://{cfg.metrics_host}:{metrics.port}/metrics", flush=True)
+    try:
+        if cfg.backend == "inline":
+            from levelray.deploy.inline import InlineBackend
+
+            backend: Backend = InlineBackend(cfg, resume_state=resume_state)
+        else:
+            from levelray.deploy.ray_backend import RayJob
+
+            backend = RayJob.start(cfg, run_dir, resume_state=resume_state)
+        return run(cfg, run_dir, backend, stop=stop, metrics=metrics,
+                   on_report=None if quiet else lambda r: print(progress_line(r), flush=True))
+    finally:
+        if metrics is not None:
+            metrics.close()
+
+

@@ -1,0 +1,23 @@
+"""Joining a Ray cluster or starting the embedded local one: what training, evaluation and the tools share."""
+
+from __future__ import annotations
+
+import os
+
+from levelray.deploy.supervisor import NAMESPACE
+
+
+def init_ray(address: str | None, num_actors: int, *, dashboard: bool = False) -> bool:
+    """Connect to `address` or start a local Ray; returns True when this process started it."""
+    import ray
+
+    if ray.is_initialized():
+        return False
+    os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
+    if address:
+        ray.init(address=address, namespace=NAMESPACE, log_to_driver=False)
+        return False
+    cpus = max(os.cpu_count() or 1, num_actors + 1)
+    ray.init(num_cpus=cpus, namespace=NAMESPACE, include_dashboard=dashboard, dashboard_host="127.0.0.1",
+             log_to_driver=False)
+    return True

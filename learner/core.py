@@ -1,0 +1,144 @@
+"""The learner's train step and its bookkeeping, written once for both transports.
+
+`LearnerCore.train(fresh)` is everything one update does: mix replayed unrolls into the batch, take a
+V-trace gradient step, write the new priorities back to replay and send the batch's PLR inputs to the
+level service. `accept(unroll)` counts what arrives (env steps, episodes, policy lag) and drops an unroll
+too stale to learn from. The Ray learner actor (`learner.service`) wraps it in a queue and a training
+thread; the inline backend calls it directly. Neither adds maths of its own.
+
+Thread safety: counters and `stats()` are guarded by one lock, so a driver thread may read them while a
+training thread updates. `train` itself must be called from one thread at a time.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections import Counter, deque
+from typing import Any
+
+import numpy as np
+
+from levelray.contracts.clients import LevelClient, ReplayClient
+from levelray.contracts.config import RunConfig
+from levelray.contracts.spec import EnvSpec
+from levelray.contracts.trajectory import Unroll
+from levelray.learner.learner import Learner
+from levelray.learner.level_feedback import level_update_calls
+from levelray.learner.replay_mixer import ReplayMixer
+
+# Upper bounds of the policy-lag histogram (versions); the last bucket is open (+Inf).
+LAG_BUCKETS = (0, 1, 2, 4, 8, 16, 32, 64, 128, 256)
+RETURN_WINDOW = 100  # episodes in the mean return, the progress line and stop-at-return
+
+
+class LearnerCore:
+    def __init__(
+        self,
+        cfg: RunConfig,
+        spec: EnvSpec,
+        *,
+        levels: LevelClient | None = None,
+        replay: ReplayClient | None = None,
+    ):
+        self.cfg = cfg
+        self.spec = spec
+        self.learner = Learner(spec, cfg.learner, seed=cfg.seed)
+        self.levels = levels
+        self.mixer = ReplayMixer(cfg.replay, cfg.learner.batch_size, replay)
+        self.lock = threading.Lock()
+        self.env_steps = 0
+        self.episodes = 0
+        self.unrolls_received = 0
+        self.dropped: Counter[str] = Counter()
+        self.returns: deque[float] = deque(maxlen=RETURN_WINDOW)
+        self.lengths: deque[int] = deque(maxlen=RETURN_WINDOW)
+        self.lag_window: deque[float] = deque(maxlen=10 * RETURN_WINDOW)
+        self.lag_counts = np.zeros(len(LAG_BUCKETS) + 1, dtype=np.int64)
+        self.lag_sum = 0.0
+        self.last_metrics: dict[str, float] = {}
+
+    @property
+    def num_fresh(self) -> int:
+        """Fresh unrolls per update (the rest of the batch is replayed)."""
+        return self.mixer.num_fresh
+
+    @property
+    def version(self) -> int:
+        return self.learner.version
+
+    # -- arrivals --------------------------------------------------------------------------------
+    def accept(self, unroll: Unroll) -> bool:
+        """Count an arrived unroll; False when it is older than `max_policy_lag` versions (dropped:
+        V-trace's clipped importance weights make such data nearly worthless and it slows learning)."""
+        lag = self.learner.version - int(unroll["policy_version"])
+        with self.lock:
+            self.unrolls_received += 1
+            self.env_steps += int(unroll["rewards"].size)
+            returns = unroll.get("episode_returns")
+            if returns is not None and len(returns):
+                self.episodes += len(returns)
+                self.returns.extend(float(r) for r in returns)
+                self.lengths.extend(int(n) for n in unroll.get("episode_lengths", ()))
+            self.lag_counts[np.searchsorted(LAG_BUCKETS, lag)] += 1
+            self.lag_sum += lag
+            self.lag_window.append(float(lag))
+            if lag > self.cfg.learner.max_policy_lag:
+                self.dropped["policy_lag"] += 1
+                return False
+        return True
+
+    def count_malformed(self) -> None:
+        with self.lock:
+            self.dropped["malformed"] += 1
+
+    # -- the train step --------------------------------------------------------------------------
+    def train(self, fresh: list[Unroll]) -> dict[str, float]:
+        """One update on `fresh` (`num_fresh` unrolls) plus replayed ones; returns the loss metrics."""
+        batch, book = self.mixer.build_batch(fresh)
+        metrics = self.learner.update(batch)
+        outputs = self.learner.last_outputs
+        self.mixer.after_update(book, outputs["abs_td"])
+        if self.levels is not None:
+            for call in level_update_calls(
+                self.cfg.levels.strategy, batch, outputs, book["widths"], len(book["fresh"])
+            ):
+                self.levels.update_with_rollouts(**call)
+        with self.lock:
+            self.last_metrics = metrics
+        return metrics
+
+    # -- reading and saving ----------------------------------------------------------------------
+    def stats(self) -> dict[str, Any]:
+        """Counters and last losses: what the driver turns into a metrics record and Prometheus series."""
+        with self.lock:
+            return {
+                "learner_version": self.learner.version,
+                "env_steps": self.env_steps,
+                "episodes": self.episodes,
+                "unrolls_received": self.unrolls_received,
+                "samples_trained": self.learner.samples_trained,
+                "episode_return_mean": float(np.mean(self.returns)) if self.returns else None,
+                "episode_length_mean": float(np.mean(self.lengths)) if self.lengths else None,
+                "episode_returns_window": len(self.returns),
+                "policy_lag_mean": float(np.mean(self.lag_window)) if self.lag_window else 0.0,
+                "policy_lag_buckets": list(LAG_BUCKETS),
+                "policy_lag_counts": self.lag_counts.tolist(),
+                "policy_lag_sum": self.lag_sum,
+                "dropped": dict(self.dropped),
+                "metrics": dict(self.last_metrics),
+                "device": str(self.learner.device),
+                "replay_beta": self.mixer.beta(),
+            }
+
+    def state_dict(self) -> dict[str, Any]:
+        """Model, optimiser and counters: what a checkpoint holds of the learner."""
+        with self.lock:
+            counters = {"env_steps": self.env_steps, "episodes": self.episodes}
+        return {"learner": self.learner.state_dict(), "counters": counters}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        self.learner.load_state_dict(state["learner"])
+        counters = state.get("counters", {})
+        with self.lock:
+            self.env_steps = int(counters.get("env_steps", 0))
+            self.episodes = int(counters.get("episodes", 0))
