@@ -29,8 +29,9 @@ def job_status(supervisor) -> dict:
 
     status = ray.get(supervisor.status.remote(), timeout=30)
     learner = ray.get(supervisor.learner_stats.remote(), timeout=30)
-    status.update({k: learner.get(k) for k in ("learner_version", "env_steps", "env_steps_per_second",
-                                                "episode_return_mean", "policy_lag_mean", "queue_depth")})
+    status.update({k: learner.get(k) for k in ("learner_version", "env_steps", "episode_return_mean",
+                                                "policy_lag_mean", "queue_depth")})
+    status["env_steps_per_second"] = status.pop("progress", {}).get("env_steps_per_second")
     return status
 
 

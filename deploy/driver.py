@@ -49,6 +49,9 @@ class Backend(Protocol):
     def checkpoint_state(self) -> dict[str, Any]:
         """`{learner, counters, levels, replay}` taken between updates (levels/replay None when off)."""
 
+    def publish(self, record: dict[str, Any]) -> None:
+        """Hand the driver's latest record to whatever outside tools read the job through."""
+
     def stop(self) -> None:
         """Stop producing and consuming unrolls (before the final record and checkpoint)."""
 
@@ -174,6 +177,7 @@ def run(
             last_test = result
         snap.update(last_test)
         run_dir.append_metrics(rec)
+        backend.publish(rec)
         if metrics is not None:
             metrics.update(snap)
         if on_report is not None:

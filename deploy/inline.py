@@ -105,6 +105,9 @@ class InlineBackend:
             "replay": self.replay.state_dict() if self.replay is not None else None,
         }
 
+    def publish(self, record: dict[str, Any]) -> None:
+        """Nothing outside this process reads an inline job."""
+
     def stop(self) -> None:
         """Nothing runs between calls: stopping is not calling `advance` again."""
 

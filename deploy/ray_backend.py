@@ -169,6 +169,11 @@ class RayJob:
         snap["learner_restarts"] = self.learner_restarts
         return snap
 
+    def publish(self, record: dict[str, Any]) -> None:
+        """`levelray status` reads the job through the supervisor: give it the driver's rate (not waited for)."""
+        self.supervisor.set_progress.remote({"env_steps_per_second": record["env_steps_per_second"],
+                                             "time": record["time"]})
+
     def policy_weights(self) -> tuple[int, Any]:
         import ray
 

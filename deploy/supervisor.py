@@ -41,6 +41,7 @@ class Supervisor:
         self.restarts = 0
         self.lock = threading.RLock()
         self._stopping = False
+        self.progress: dict = {}
         self._monitor_interval = monitor_interval_s
         self._thread = threading.Thread(target=self._monitor, daemon=True, name="supervisor-monitor")
         self._thread.start()
@@ -125,6 +126,7 @@ class Supervisor:
             "actors_desired": self.desired,
             "actor_restarts": self.restarts,
             "actors": sorted(actors, key=lambda a: a["id"]),
+            "progress": dict(self.progress),
         }
 
     def stop_all(self) -> None:
@@ -141,6 +143,11 @@ class Supervisor:
             self._ray.wait(refs, num_returns=len(refs), timeout=10)
         for e in entries:
             self._ray.kill(e["handle"])
+
+    def set_progress(self, progress: dict) -> None:
+        """The driver's latest view of the job (e.g. env steps/s, which only the driver computes), kept
+        here so that `levelray status` from another process shows the same numbers as the progress line."""
+        self.progress = dict(progress)
 
     def learner_stats(self) -> dict:
         return self._ray.get(self.learner.stats.remote(), timeout=30)

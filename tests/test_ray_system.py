@@ -171,9 +171,13 @@ def test_scale_up_and_down_mid_run_and_status(ray_session, tmp_path, capsys):
         assert status["actors_desired"] == 1 and status["actors"][0]["id"] == 0
         wait_for(lambda: job.poll()["learner"]["env_steps"] > steps_before + 2000, 60)  # training goes on
 
+        # the driver's rate reaches `levelray status` through the supervisor
+        job.publish({"env_steps_per_second": 1234.5, "time": time.time()})
+        wait_for(lambda: ray.get(supervisor.status.remote())["progress"].get("env_steps_per_second") == 1234.5, 30)
         # the CLI commands against the same job (in-process: the session's Ray is already connected)
         assert control.cmd_status(type("A", (), {"address": "auto", "json": True})()) == 0
         out = json.loads(capsys.readouterr().out)
+        assert out["env_steps_per_second"] == 1234.5
         for key in ("actors_alive", "actors_desired", "learner_version", "env_steps", "env_steps_per_second",
                     "actors"):
             assert key in out, key
