@@ -76,7 +76,7 @@ class InlineBackend:
     def advance(self, until_time: float, until_version: int, stop: threading.Event) -> None:
         """At least one update (so a zero report interval still makes progress), then more until a limit."""
         while not stop.is_set():
-            if self.core.env_steps >= self.cfg.total_steps or reached_return(self.cfg, self.core.stats()):
+            if self.core.budget_spent or reached_return(self.cfg, self.core.stats()):
                 return
             self.train_step()
             if time.time() >= until_time or self.core.version >= until_version:

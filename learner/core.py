@@ -66,6 +66,12 @@ class LearnerCore:
     def version(self) -> int:
         return self.learner.version
 
+    @property
+    def budget_spent(self) -> bool:
+        """The run's `total_steps` have been consumed: train no further batch. Checked before a batch, so
+        the learner consumes at most one batch past the budget, whichever transport feeds it."""
+        return self.env_steps >= self.cfg.total_steps
+
     # -- arrivals --------------------------------------------------------------------------------
     def accept(self, unroll: Unroll) -> bool:
         """Count an arrived unroll; False when it is older than `max_policy_lag` versions (dropped:

@@ -162,6 +162,9 @@ class LearnerService:
     def _train_loop(self) -> None:
         try:
             while not self._stop.is_set():
+                if self.core.budget_spent:  # unrolls wait in the queue (actors block) until the driver stops
+                    self._stop.wait(0.1)
+                    continue
                 fresh = self._take_fresh(self.core.num_fresh)
                 if fresh is None:
                     return

@@ -279,3 +279,18 @@ def test_replay_on_ray_inserts_samples_and_updates(ray_session, tmp_path):
     assert replay["inserts"] >= record["learner_version"]  # two fresh unrolls per update go in
     assert replay["samples"] > 0 and replay["size"] > 0
     assert (Path(cfg.run_dir) / "services" / "replay.msgpack").exists()
+
+
+@pytest.mark.timeout(240)
+@pytest.mark.parametrize("backend", ["inline", "ray"])
+def test_total_steps_is_a_budget_the_learner_keeps(ray_session, tmp_path, backend):
+    """`--total-steps N`: the learner consumes at least N and at most one batch more, on both backends
+    (before, the Ray driver noticed the budget at its next report: seconds of actor throughput later)."""
+    cfg = cartpole_config(tmp_path, total_steps=10_000, learner__batch_size=4, actors__unrolls_per_submit=4,
+                          report_interval_s=5.0, backend=backend)
+    batch_steps = 4 * cfg.actors.envs_per_actor * cfg.actors.unroll_length  # 4 unrolls of 8 envs x 20 steps
+    record = train(cfg, RunDir(cfg.run_dir), quiet=True)
+    assert 10_000 <= record["env_steps"] < 10_000 + batch_steps, record["env_steps"]
+    if not record["dropped"].get("policy_lag"):  # every consumed step was trained on, no more
+        assert record["samples_trained"] == record["env_steps"]
+    assert RunDir(cfg.run_dir).load_latest_checkpoint()["counters"]["env_steps"] == record["env_steps"]
