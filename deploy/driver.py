@@ -187,6 +187,7 @@ def run(
     try:
         next_report = time.time() + cfg.report_interval_s
         version = backend.poll()["learner"]["learner_version"]
+        last_checkpoint = version  # a resumed run starts from a checkpoint of this version
         while not stop.is_set():
             backend.advance(next_report, _next_due_version(cfg, version, evaluator), stop)
             snap = backend.poll()
