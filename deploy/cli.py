@@ -72,6 +72,9 @@ def _parser() -> tuple[argparse.ArgumentParser, dict[str, str]]:
     train = sub.add_parser("train", help="train an agent")
     train.add_argument("--config", help="YAML file with the config tree (flags override it)")
     train.add_argument("--resume", metavar="RUN_DIR", help="continue the run in RUN_DIR from its latest checkpoint")
+    train.add_argument("--overwrite", action="store_true",
+                       help="delete an earlier run in --run-dir and start a new one there (without it, a run "
+                            "directory that holds a run is refused unless --resume)")
     train.add_argument("--quiet", action="store_true", help="no progress line")
     dests = _add_config_flags(train)
 
@@ -103,7 +106,7 @@ def cmd_train(args: argparse.Namespace, dests: dict[str, str]) -> int:
         cfg.run_dir = str(args.resume)
     from levelray.deploy.driver import prepare_run_dir, train
 
-    run_dir = prepare_run_dir(cfg)
+    run_dir = prepare_run_dir(cfg, resume=bool(args.resume), overwrite=args.overwrite)
     print(f"levelray: run directory {run_dir.path}", flush=True)
 
     stop = threading.Event()

@@ -225,8 +225,9 @@ def run(
     return record
 
 
-def prepare_run_dir(cfg: RunConfig) -> RunDir:
-    """Check that the env exists, create the run directory and write the resolved config into it."""
+def prepare_run_dir(cfg: RunConfig, *, resume: bool = False, overwrite: bool = False) -> RunDir:
+    """Check that the env exists, claim the run directory (see `RunDir.start`) and write the resolved
+    config into it."""
     from levelray.actors.envs import env_spec
     from levelray.contracts.config import ConfigError
     from levelray.deploy.rundir import default_run_dir
@@ -235,7 +236,12 @@ def prepare_run_dir(cfg: RunConfig) -> RunDir:
         env_spec(cfg.env)  # an unknown env id fails here, before anything starts
     except ValueError as exc:
         raise ConfigError(f"--env: {exc}") from None
-    run_dir = RunDir(cfg.run_dir or default_run_dir())
+    from levelray.deploy.rundir import RunDirInUse
+
+    try:
+        run_dir = RunDir.start(cfg.run_dir or default_run_dir(), resume=resume, overwrite=overwrite)
+    except RunDirInUse as exc:
+        raise ConfigError(str(exc)) from None
     cfg.run_dir = str(run_dir.path)
     run_dir.write_config(cfg)
     return run_dir

@@ -3,6 +3,11 @@
     RUN_DIR/config.yaml                 the resolved config tree
     RUN_DIR/metrics.jsonl               one JSON object per report
     RUN_DIR/checkpoints/ckpt-<version>/ learner.pt, levels.msgpack, replay.msgpack, meta.json
+    RUN_DIR/run.json                    the run's id, in every checkpoint's meta.json too
+
+A directory that holds an earlier run is only continued (`--resume`) or cleared (`--overwrite`), never
+silently mixed with a new run: `RunDir.start` refuses it otherwise. Checkpoints are pruned by the order they
+were written, never the one just written.
 
 A checkpoint is written into a hidden temporary directory, fsynced, then renamed into place, so a
 crash leaves either the whole checkpoint or none; `meta.json` (written last) lists each file's size
@@ -16,6 +21,7 @@ import json
 import os
 import shutil
 import time
+import uuid
 from pathlib import Path
 from typing import Any
 
@@ -26,6 +32,11 @@ from levelray.contracts import snapshot
 from levelray.contracts.config import RunConfig, to_dict
 
 CHECKPOINT_PREFIX = "ckpt-"
+RUN_FILES = ("config.yaml", "metrics.jsonl", "run.json", "checkpoints", "services")  # what a run leaves
+
+
+class RunDirInUse(ValueError):
+    """The run directory holds an earlier run and neither resume nor overwrite was asked for."""
 
 
 def default_run_dir() -> Path:
@@ -34,10 +45,40 @@ def default_run_dir() -> Path:
 
 class RunDir:
     def __init__(self, path: str | os.PathLike):
-        self.path = Path(path)
+        self.path = Path(path).resolve()  # services on other processes get absolute paths
         self.path.mkdir(parents=True, exist_ok=True)
         self.checkpoints = self.path / "checkpoints"
         self._metrics = None
+        self._run_id: str | None = None
+        self._written = 0
+
+    @classmethod
+    def start(cls, path: str | os.PathLike, *, resume: bool = False, overwrite: bool = False) -> RunDir:
+        """The run directory of a run that starts now. A directory holding an earlier run is refused unless
+        `resume` (continue it, same run id) or `overwrite` (delete that run's files first)."""
+        path = Path(path)
+        earlier = sorted(name for name in RUN_FILES if (path / name).exists())
+        if earlier and not resume:
+            if not overwrite:
+                raise RunDirInUse(
+                    f"--run-dir: {path} holds an earlier run ({', '.join(earlier)}); continue it with "
+                    f"--resume {path}, delete it with --overwrite, or choose another --run-dir"
+                )
+            for name in earlier:
+                target = path / name
+                shutil.rmtree(target) if target.is_dir() else target.unlink()
+        run_dir = cls(path)
+        if not resume or not (run_dir.path / "run.json").exists():
+            info = {"run_id": uuid.uuid4().hex, "created": time.time()}
+            snapshot.atomic_write_bytes(run_dir.path / "run.json", json.dumps(info).encode())
+        return run_dir
+
+    @property
+    def run_id(self) -> str | None:
+        """The id of the run this directory holds (None for a directory written before run ids)."""
+        if self._run_id is None and (self.path / "run.json").exists():
+            self._run_id = json.loads((self.path / "run.json").read_text())["run_id"]
+        return self._run_id
 
     def write_config(self, cfg: RunConfig) -> None:
         text = yaml.safe_dump(to_dict(cfg), sort_keys=False)
@@ -80,7 +121,9 @@ class RunDir:
             files["replay.msgpack"] = None
         meta = {
             "version": version,
+            "run_id": self.run_id,
             "time": time.time(),
+            "written": time.time_ns(),  # write order, for pruning
             "counters": counters,
             "config": to_dict(config) if config is not None else None,
             "files": {name: _digest(tmp / name) for name in files},
@@ -91,9 +134,19 @@ class RunDir:
             shutil.rmtree(final)
         os.replace(tmp, final)
         snapshot.fsync_dir(self.checkpoints)
-        for old in self.list_checkpoints()[:-keep]:
-            shutil.rmtree(old, ignore_errors=True)
+        for old in self._by_write_order()[:-keep]:
+            if old != final:
+                shutil.rmtree(old, ignore_errors=True)
         return final
+
+    def _by_write_order(self) -> list[Path]:
+        def written(path: Path) -> int:
+            try:
+                return int(json.loads((path / "meta.json").read_text()).get("written", 0))
+            except (OSError, ValueError):
+                return 0  # unreadable: oldest, pruned first
+
+        return sorted(self.list_checkpoints(), key=written)
 
     def list_checkpoints(self) -> list[Path]:
         if not self.checkpoints.exists():

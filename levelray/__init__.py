@@ -24,11 +24,14 @@ __version__ = "0.1.0"
 __all__ = ["ConfigError", "RunConfig", "evaluate", "train"]
 
 
-def train(config: RunConfig | dict | None = None, *, resume: bool = False, quiet: bool = True) -> dict[str, Any]:
+def train(
+    config: RunConfig | dict | None = None, *, resume: bool = False, overwrite: bool = False, quiet: bool = True
+) -> dict[str, Any]:
     """Run `levelray train` from Python: `config` is a `RunConfig` or a dict shaped like its YAML file.
 
     Returns the run's last `metrics.jsonl` record plus `run_dir`. Ctrl-C stops the run cleanly (final
-    checkpoint) as on the command line. With `resume`, `config.run_dir` names the run to continue.
+    checkpoint) as on the command line. With `resume`, `config.run_dir` names the run to continue; a run
+    directory that holds another run is refused unless `overwrite`.
     """
     import threading
 
@@ -39,7 +42,7 @@ def train(config: RunConfig | dict | None = None, *, resume: bool = False, quiet
     cfg = config if isinstance(config, RunConfig) else from_dict(config)
     if resume and not cfg.run_dir:
         raise ConfigError("resume: config.run_dir must name the run directory to continue")
-    run_dir = prepare_run_dir(cfg)
+    run_dir = prepare_run_dir(cfg, resume=resume, overwrite=overwrite)
     stop = threading.Event()
     try:
         record = run_training(cfg, run_dir, resume=resume, stop=stop, quiet=quiet)

@@ -82,3 +82,38 @@ def test_python_api_trains_and_evaluates(tmp_path):
     assert out["results"]["7000-7001"]["seeds"] == [7000, 7001]
     with pytest.raises(levelray.ConfigError, match="unknown config key"):
         levelray.train({"learner": {"learning_rat": 1e-3}})
+
+
+@pytest.mark.timeout(120)
+def test_a_run_directory_holding_a_run_is_refused_unless_resume_or_overwrite(tmp_path, capsys):
+    """Reusing --run-dir without --resume once kept the old run's higher-versioned checkpoints and
+    pruned the new run's as soon as they were written; now it is refused, and nothing there changes."""
+    run = tmp_path / "run"
+    args = [*CARTPOLE, "--num-levels", "0", "--run-dir", str(run)]
+    assert main(["train", *args, "--total-steps", "3200"]) == 0  # 10 updates
+    first = RunDir(run)
+    before = {p.name: p.stat().st_mtime_ns for p in [*run.iterdir(), *first.checkpoints.iterdir()]}
+    run_id = first.run_id
+    with pytest.raises(SystemExit) as refused:
+        main(["train", *args, "--total-steps", "640"])
+    assert refused.value.code == 2
+    err = capsys.readouterr().err
+    assert "holds an earlier run" in err and f"--resume {run}" in err and "--overwrite" in err
+    assert {p.name: p.stat().st_mtime_ns for p in [*run.iterdir(), *first.checkpoints.iterdir()]} == before
+
+    assert main(["train", *args, "--total-steps", "640", "--overwrite"]) == 0  # 2 updates, a new run
+    fresh = RunDir(run)
+    assert fresh.run_id != run_id
+    assert [p.name for p in fresh.list_checkpoints()] == ["ckpt-0000000002"]
+    assert fresh.load_latest_checkpoint()["run_id"] == fresh.run_id
+    records = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
+    assert records[-1]["env_steps"] == 640 and all(r["env_steps"] <= 640 for r in records)
+
+
+def test_checkpoints_are_pruned_by_write_order_never_the_one_just_written(tmp_path):
+    run_dir = RunDir.start(tmp_path / "run")
+    for version in (300, 200, 5):  # e.g. versions that went back after a restart from an older checkpoint
+        run_dir.save_checkpoint(version, {"version": version}, {"env_steps": version}, keep=2)
+    assert [p.name for p in run_dir.list_checkpoints()] == ["ckpt-0000000005", "ckpt-0000000200"]
+    run_dir.save_checkpoint(7, {"version": 7}, {"env_steps": 7}, keep=1)
+    assert [p.name for p in run_dir.list_checkpoints()] == ["ckpt-0000000007"]
