@@ -21,7 +21,8 @@ however long the unroll is. Conventions shared by every function here:
   `terminated[t]` / `truncated[t]` (bool) say the episode ended after that action (gymnasium's flags),
   and `[T + 1, B]` tensors hold one entry per observation `x_0 .. x_T`.
 - Everything that produces *targets* runs under `torch.no_grad()`: targets are not differentiated.
-- Bad arguments raise `ValueError` naming the argument, before any arithmetic.
+- Bad arguments raise `ValueError` naming the argument, before any arithmetic (`TypeError` for a
+  `td_steps` that is not an integer at all).
 """
 
 from __future__ import annotations
@@ -310,7 +311,8 @@ def step_weights(
 class ModelTargets:
     """Targets and masks of `n` windows for unroll steps k = 0..K; every field is `[n, K + 1]` (policy
     `[n, K + 1, A]`). Masks are floats 0/1 in the dtype of `rewards`, to multiply per-step losses
-    (`mask.bool()` to index). Targets are 0 wherever their mask is 0, so a masked term is also finite."""
+    (`mask.bool()` to index); `reward` and `value` keep the dtypes of `rewards` and `value_targets`. Targets
+    are 0 wherever their mask is 0, so unused stored data (even NaN) never reaches a loss through them."""
 
     reward: torch.Tensor  # r after a_{t+k-1}; absorbing 0 after a termination
     value: torch.Tensor  # value_targets[t + k]; 0 at and after a termination
