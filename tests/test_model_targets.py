@@ -14,6 +14,7 @@ import math
 import numpy as np
 import pytest
 import torch
+
 from levelray.learner import model_targets as mt
 from levelray.learner.vtrace import episode_end_inputs
 
