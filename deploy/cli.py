@@ -100,13 +100,17 @@ def cmd_train(args: argparse.Namespace, dests: dict[str, str]) -> int:
         cfg_path = Path(args.resume) / "config.yaml"
         if not cfg_path.exists():
             raise ConfigError(f"--resume: {args.resume} is not a run directory (no config.yaml)")
-        base = yaml.safe_load(cfg_path.read_text())
+        try:
+            base = yaml.safe_load(cfg_path.read_text())
+        except yaml.YAMLError as exc:
+            raise ConfigError(f"--resume: {cfg_path} is not valid YAML: {exc}") from None
+    saved = from_dict(base) if args.resume else None
     cfg = build_config(args, dests, base)
     if args.resume:
-        cfg.run_dir = str(args.resume)
+        cfg.run_dir = saved.run_dir = str(args.resume)
     from levelray.deploy.driver import prepare_run_dir, train
 
-    run_dir = prepare_run_dir(cfg, resume=bool(args.resume), overwrite=args.overwrite)
+    run_dir = prepare_run_dir(cfg, resume=bool(args.resume), overwrite=args.overwrite, saved=saved)
     print(f"levelray: run directory {run_dir.path}", flush=True)
 
     stop = threading.Event()

@@ -225,9 +225,44 @@ def run(
     return record
 
 
-def prepare_run_dir(cfg: RunConfig, *, resume: bool = False, overwrite: bool = False) -> RunDir:
+# What may differ from the saved config when a run is resumed: how long and how it runs, how it reports, and
+# where. Everything else is part of the saved state (the model's shape, the optimiser, the level set and PLR
+# settings, the replay buffer, the unroll format, the seed): a change there would silently break a service
+# or be ignored, so it is refused.
+RESUMABLE_KEYS = frozenset({
+    "total_steps", "stop_at_return", "run_dir", "backend", "address", "metrics_host", "metrics_port",
+    "report_interval_s", "checkpoint_interval_updates", "keep_checkpoints", "max_learner_restarts",
+    "actors.num_actors", "actors.seed_prefetch", "actors.unrolls_per_submit",
+    "learner.device", "learner.queue_size",
+    "levels.snapshot_interval_s", "replay.snapshot_interval_s", "replay.snapshot_max_item_bytes",
+    "eval.interval_updates", "eval.episodes", "eval.num_envs", "eval.greedy",
+})
+
+
+def check_resume_overrides(saved: RunConfig, new: RunConfig) -> None:
+    """Refuse, naming every key, a resume that changes a config value outside `RESUMABLE_KEYS`."""
+    from levelray.contracts.config import ConfigError, leaves
+
+    changed = []
+    for path, _f, _tp in leaves():
+        old_value, new_value = saved, new
+        for part in path.split("."):
+            old_value, new_value = getattr(old_value, part), getattr(new_value, part)
+        if old_value != new_value and path not in RESUMABLE_KEYS:
+            changed.append(f"{path} ({old_value!r} -> {new_value!r})")
+    if changed:
+        raise ConfigError(
+            f"--resume cannot change {', '.join(changed)}: the checkpoint was trained with the saved value. "
+            f"Keys that may change on resume: {', '.join(sorted(RESUMABLE_KEYS))}"
+        )
+
+
+def prepare_run_dir(
+    cfg: RunConfig, *, resume: bool = False, overwrite: bool = False, saved: RunConfig | None = None
+) -> RunDir:
     """Check that the env exists, claim the run directory (see `RunDir.start`) and write the resolved
-    config into it."""
+    config into it. On resume, `saved` is the run's own config: overrides are checked against it, and the
+    directory must hold a checkpoint, before anything is written."""
     from levelray.actors.envs import env_spec
     from levelray.contracts.config import ConfigError
     from levelray.deploy.rundir import default_run_dir
@@ -238,6 +273,14 @@ def prepare_run_dir(cfg: RunConfig, *, resume: bool = False, overwrite: bool = F
         raise ConfigError(f"--env: {exc}") from None
     from levelray.deploy.rundir import RunDirInUse
 
+    if resume:
+        if saved is not None:
+            check_resume_overrides(saved, cfg)
+        if not RunDir(cfg.run_dir).list_checkpoints():
+            raise ConfigError(
+                f"--resume: {cfg.run_dir} holds no checkpoint (the run stopped before its first one); "
+                f"start it again with --overwrite"
+            )
     try:
         run_dir = RunDir.start(cfg.run_dir or default_run_dir(), resume=resume, overwrite=overwrite)
     except RunDirInUse as exc:

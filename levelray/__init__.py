@@ -40,9 +40,16 @@ def train(
     from levelray.deploy.driver import train as run_training
 
     cfg = config if isinstance(config, RunConfig) else from_dict(config)
-    if resume and not cfg.run_dir:
-        raise ConfigError("resume: config.run_dir must name the run directory to continue")
-    run_dir = prepare_run_dir(cfg, resume=resume, overwrite=overwrite)
+    saved = None
+    if resume:
+        from pathlib import Path
+
+        import yaml
+
+        if not cfg.run_dir or not (Path(cfg.run_dir) / "config.yaml").exists():
+            raise ConfigError("resume: config.run_dir must name the run directory to continue (with its config.yaml)")
+        saved = from_dict(yaml.safe_load((Path(cfg.run_dir) / "config.yaml").read_text()))
+    run_dir = prepare_run_dir(cfg, resume=resume, overwrite=overwrite, saved=saved)
     stop = threading.Event()
     try:
         record = run_training(cfg, run_dir, resume=resume, stop=stop, quiet=quiet)

@@ -117,3 +117,34 @@ def test_checkpoints_are_pruned_by_write_order_never_the_one_just_written(tmp_pa
     assert [p.name for p in run_dir.list_checkpoints()] == ["ckpt-0000000005", "ckpt-0000000200"]
     run_dir.save_checkpoint(7, {"version": 7}, {"env_steps": 7}, keep=1)
     assert [p.name for p in run_dir.list_checkpoints()] == ["ckpt-0000000007"]
+
+
+@pytest.mark.timeout(120)
+def test_resume_refuses_changes_to_the_saved_state_before_writing_anything(tmp_path, capsys):
+    run = tmp_path / "run"
+    assert main(["train", *CARTPOLE, "--num-levels", "20", "--run-dir", str(run), "--total-steps", "640"]) == 0
+    config_before = (run / "config.yaml").read_text()
+    for flags, named in ((["--num-levels", "30"], "env.num_levels (20 -> 30)"),
+                         (["--batch-size", "4", "--level-strategy", "random"],
+                          "learner.batch_size (2 -> 4), levels.strategy ('value_l1' -> 'random')")):
+        with pytest.raises(SystemExit) as refused:
+            main(["train", "--resume", str(run), *flags, "--quiet"])
+        assert refused.value.code == 2
+        err = capsys.readouterr().err
+        assert named in err and "Keys that may change on resume" in err, err
+        assert (run / "config.yaml").read_text() == config_before  # the refused value was not written
+    # allowed overrides go through (a larger budget, another actor count)
+    assert main(["train", "--resume", str(run), "--total-steps", "1280", "--num-actors", "1", "--quiet"]) == 0
+    assert RunDir(run).load_latest_checkpoint()["counters"]["env_steps"] == 1280
+
+    # a damaged config and a run without a checkpoint are messages, not tracebacks
+    (run / "config.yaml").write_text("env: {id: [unclosed\n")
+    with pytest.raises(SystemExit) as bad_yaml:
+        main(["train", "--resume", str(run), "--quiet"])
+    assert bad_yaml.value.code == 2 and "is not valid YAML" in capsys.readouterr().err
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    (empty / "config.yaml").write_text(config_before)
+    with pytest.raises(SystemExit) as no_ckpt:
+        main(["train", "--resume", str(empty), "--quiet"])
+    assert no_ckpt.value.code == 2 and "holds no checkpoint" in capsys.readouterr().err
