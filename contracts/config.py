@@ -66,6 +66,17 @@ class LearnerConfig:
     discount: float = field(default=0.99, metadata=_flag("--discount", "discount gamma", min=0.0, max=1.0))
     lambda_: float = field(default=1.0, metadata=_flag("--lambda", "V-trace lambda", min=0.0, max=1.0))
     value_weight: float = field(default=0.5, metadata=_flag("--value-weight", "value loss weight", min=0.0))
+    value_normalization: bool = field(
+        default=False,
+        metadata=_flag(
+            "--value-normalization",
+            "PopArt: the value head learns targets normalised by running statistics (value loss and "
+            "policy-gradient advantages in those units); its outputs are preserved when they change",
+        ),
+    )
+    popart_beta: float = field(
+        default=3e-3, metadata=_flag("--popart-beta", "step size of PopArt's target statistics", min=1e-8, max=1.0)
+    )
     entropy_weight: float = field(default=0.01, metadata=_flag("--entropy-weight", "entropy bonus weight", min=0.0))
     clip_rho: float | None = field(default=1.0, metadata=_flag("--clip-rho", "V-trace rho-bar (None: no clip)"))
     clip_c: float | None = field(default=1.0, metadata=_flag("--clip-c", "V-trace c-bar (None: no clip)"))

@@ -16,6 +16,7 @@ from levelray.contracts.config import LearnerConfig
 from levelray.contracts.spec import EnvSpec
 from levelray.learner import vtrace
 from levelray.learner.losses import impala_losses
+from levelray.learner.value_normalization import PopArt, preserve_outputs_, value_output_layer
 from levelray.policy import distributions
 from levelray.policy.models import build_model
 from levelray.policy.weights import weights_to_numpy
@@ -57,6 +58,8 @@ class Learner:
             )
         else:
             raise ValueError(f"optimizer must be adam or rmsprop, got {config.optimizer!r}")
+        # PopArt (learner/value_normalization.py): the value head outputs normalised values.
+        self.value_norm = PopArt(config.popart_beta) if config.value_normalization else None
         self.version = 0
         self.samples_trained = 0
         self.last_outputs: dict[str, np.ndarray] = {}
@@ -76,12 +79,16 @@ class Learner:
         self.model.train()
         params, values = self.model(obs.reshape(T1 * B, *obs.shape[2:]))
         params, values = params.view(T1, B, -1), values.view(T1, B)
+        if self.value_norm is not None:  # reward units, with the statistics before this update
+            values = self.value_norm.unnormalize(values)
 
         rewards = self._tensor(batch["rewards"], torch.float32)
         final_values = None
         if batch.get("final_obs") is not None and len(batch["final_obs"]):
             with torch.no_grad():
                 _, v_final = self.model(self._tensor(batch["final_obs"]))
+                if self.value_norm is not None:
+                    v_final = self.value_norm.unnormalize(v_final)
             idx = self._tensor(batch["final_obs_index"], torch.long)
             final_values = torch.zeros_like(rewards)
             final_values[idx[:, 0], idx[:, 1]] = v_final
@@ -113,11 +120,17 @@ class Learner:
         if batch.get("sample_weights") is not None:
             weights = weights * self._tensor(batch["sample_weights"], torch.float32).view(1, B)
         entropies = distributions.entropy(target, self.spec.discrete)
+        value_targets, value_preds, pg_advantages = vt.vs, values[:T], vt.pg_advantages
+        if self.value_norm is not None:
+            old_stats = self.value_norm.update(vt.vs, weights > 0)
+            # normalised with the new statistics: the prediction is the rescaled head's output (see preserve_outputs_)
+            value_targets, value_preds = self.value_norm.normalize(vt.vs), self.value_norm.normalize(values[:T])
+            pg_advantages = pg_advantages / self.value_norm.sigma
         losses = impala_losses(
             target_logp,
-            vt.pg_advantages,
-            vt.vs,
-            values[:T],
+            pg_advantages,
+            value_targets,
+            value_preds,
             entropies,
             value_weight=cfg.value_weight,
             entropy_weight=cfg.entropy_weight,
@@ -125,6 +138,9 @@ class Learner:
         )
         self.optimizer.zero_grad(set_to_none=True)
         losses.total.backward()
+        if self.value_norm is not None:
+            new_stats = (self.value_norm.mu, self.value_norm.sigma)
+            preserve_outputs_(value_output_layer(self.model), old_stats, new_stats)
         grad_norm = self._clip_gradients()
         self.optimizer.step()
         self.version += 1
@@ -142,7 +158,7 @@ class Learner:
                 "params": target.detach().cpu().numpy(),
             }
             clip_rho = cfg.clip_rho if cfg.clip_rho is not None else float("inf")
-            return {
+            metrics = {
                 "loss_total": losses.total.item(),
                 "loss_policy": losses.policy.item(),
                 "loss_value": losses.value.item(),
@@ -155,6 +171,9 @@ class Learner:
                 "version": self.version,
                 "batch_steps": T * B,
             }
+            if self.value_norm is not None:
+                metrics.update(value_norm_mu=self.value_norm.mu, value_norm_sigma=self.value_norm.sigma)
+            return metrics
 
     def _clip_gradients(self) -> float:
         cfg = self.config
@@ -177,6 +196,7 @@ class Learner:
             "version": self.version,
             "samples_trained": self.samples_trained,
             "torch_rng": torch.get_rng_state(),
+            "value_normalization": self.value_norm.state_dict() if self.value_norm is not None else None,
         }
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
@@ -186,3 +206,17 @@ class Learner:
         self.samples_trained = int(state.get("samples_trained", 0))
         if "torch_rng" in state:
             torch.set_rng_state(state["torch_rng"].cpu())
+        self._load_value_normalization(state.get("value_normalization"))
+
+    def _load_value_normalization(self, saved: dict | None) -> None:
+        """Statistics from the checkpoint; a checkpoint and a learner that disagree on value normalisation
+        are reconciled by rescaling the value head, so its outputs in reward units stay the same."""
+        if self.value_norm is not None:
+            self.value_norm = PopArt(self.config.popart_beta)  # identity statistics if the checkpoint has none
+            if saved is not None:
+                self.value_norm.load_state_dict(saved)
+            return
+        if saved is not None:  # trained normalised, resumed without: fold the statistics into the head
+            stats = PopArt(self.config.popart_beta)
+            stats.load_state_dict(saved)
+            preserve_outputs_(value_output_layer(self.model), (stats.mu, stats.sigma), (0.0, 1.0), grads=False)

@@ -1,0 +1,112 @@
+"""PopArt value normalisation (van Hasselt et al. 2016, "Learning values across many orders of magnitude";
+Hessel et al. 2019, "Multi-task deep reinforcement learning with PopArt").
+
+The value head predicts a normalised value `v`; the value in reward units is `V = mu + sigma * v`, where
+`mu` and `nu` are running first and second moments of the value targets and `sigma = sqrt(nu - mu^2)`,
+clamped to [1e-4, 1e6]. Per update (`Learner.update`):
+
+1. V-trace runs on unnormalised values `mu + sigma * v` (targets `v_s` in reward units);
+2. ART: the moments move towards the batch's targets with step size beta (`update`);
+3. the value loss compares normalised targets `(v_s - mu') / sigma'` with the normalised prediction of the
+   rescaled head, and the policy-gradient advantages are divided by `sigma'` (as PopArt-IMPALA does);
+4. POP (`preserve_outputs_`): the head's last linear layer is rescaled, `W' = W sigma / sigma'` and
+   `b' = (sigma b + mu - mu') / sigma'`, so every unnormalised output is unchanged by the new statistics.
+
+Why (issue 17): CartPole's discounted targets grow to ~100 while Adam moves each weight by about lr per step.
+Without normalisation the tanh value tower reached those outputs by saturating its last hidden layer (98% of
+units at |h| > 0.99 after ~300 updates at lr 1e-3): a constant output, explained variance 0 from then on,
+and advantages carrying the whole target spread. With PopArt the head's targets stay near unit scale.
+
+The step size is bias-corrected like Adam's moments: the t-th update uses `beta / (1 - (1 - beta)^t)`, so
+the first batch sets the statistics (instead of pulling them from the arbitrary start 0 and 1 by beta) and
+later ones are an exponential moving average with step size beta. Statistics live in float64 (Python
+floats); before the first update they are the identity (`mu = 0`, `sigma = 1`).
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import torch
+from torch import nn
+
+SIGMA_MIN, SIGMA_MAX = 1e-4, 1e6
+
+
+class PopArt:
+    """Running moments of value targets; `normalize` / `unnormalize` between reward units and the head's."""
+
+    def __init__(self, beta: float, sigma_min: float = SIGMA_MIN, sigma_max: float = SIGMA_MAX):
+        if not 0.0 < beta <= 1.0:
+            raise ValueError(f"beta must be in (0, 1], got {beta}")
+        self.beta = float(beta)
+        self.sigma_min, self.sigma_max = float(sigma_min), float(sigma_max)
+        self.mu, self.nu, self.count = 0.0, 1.0, 0
+
+    @property
+    def sigma(self) -> float:
+        return _sigma(self.mu, self.nu, self.sigma_min, self.sigma_max)
+
+    def normalize(self, x: torch.Tensor) -> torch.Tensor:
+        return (x - self.mu) / self.sigma
+
+    def unnormalize(self, x: torch.Tensor) -> torch.Tensor:
+        return x * self.sigma + self.mu
+
+    @torch.no_grad()
+    def update(self, targets: torch.Tensor, mask: torch.Tensor | None = None) -> tuple[float, float]:
+        """Move the moments towards the mean and mean square of `targets` (where `mask` is true).
+        Returns the previous `(mu, sigma)`, which `preserve_outputs_` needs."""
+        old = (self.mu, self.sigma)
+        x = targets.detach().to(torch.float64)
+        if mask is not None:
+            x = x[mask.bool()]
+        if x.numel() == 0:
+            return old
+        self.count += 1
+        # beta / (1 - (1 - beta)^t), the denominator without cancellation for small beta
+        step = self.beta / -math.expm1(self.count * math.log1p(-self.beta)) if self.beta < 1.0 else 1.0
+        self.mu += step * (x.mean().item() - self.mu)
+        self.nu += step * (x.square().mean().item() - self.nu)
+        return old
+
+    def state_dict(self) -> dict[str, Any]:
+        return {"mu": self.mu, "nu": self.nu, "count": self.count, "beta": self.beta}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        self.mu, self.nu, self.count = float(state["mu"]), float(state["nu"]), int(state["count"])
+
+
+def _sigma(mu: float, nu: float, lo: float = SIGMA_MIN, hi: float = SIGMA_MAX) -> float:
+    return min(max(math.sqrt(max(nu - mu * mu, 0.0)), lo), hi)
+
+
+@torch.no_grad()
+def preserve_outputs_(
+    layer: nn.Linear, old: tuple[float, float], new: tuple[float, float], *, grads: bool = True
+) -> None:
+    """Rescale `layer` in place so that `new_mu + new_sigma * layer(h) == old_mu + old_sigma * layer_before(h)`
+    for every input h. With `grads`, existing gradients become gradients with respect to the rescaled
+    parameters (multiplied by new_sigma / old_sigma): the loss computed before the rescale through the
+    expression `(old_sigma * v + old_mu - new_mu) / new_sigma` then gives exactly the rescaled head's gradient."""
+    (mu0, s0), (mu1, s1) = old, new
+    if (mu0, s0) == (mu1, s1):
+        return
+    w, b = layer.weight, layer.bias
+    w.copy_((w.to(torch.float64) * (s0 / s1)).to(w.dtype))
+    b.copy_(((b.to(torch.float64) * s0 + (mu0 - mu1)) / s1).to(b.dtype))
+    if grads:
+        for p in (w, b):
+            if p.grad is not None:
+                p.grad.mul_(s1 / s0)
+
+
+def value_output_layer(model: nn.Module) -> nn.Linear:
+    """The linear layer that outputs the value: `model.value` itself, or the last layer of that Sequential."""
+    head = getattr(model, "value", None)
+    if isinstance(head, nn.Sequential):
+        head = head[-1]
+    if not isinstance(head, nn.Linear) or head.out_features != 1:
+        raise ValueError(f"value normalisation needs a model whose value head ends in a Linear(…, 1), got {head!r}")
+    return head
