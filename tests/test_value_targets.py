@@ -132,10 +132,24 @@ def check_episode_ends(unrolls):
     return n_term, n_trunc
 
 
-@pytest.mark.parametrize("value_scale", [1.0, 100.0], ids=["init_values", "values_x100"])
-@pytest.mark.parametrize("off_policy", [False, True], ids=["on_policy", "off_policy"])
-def test_learner_vtrace_on_real_cartpole_unrolls_matches_float64_reference(monkeypatch, off_policy, value_scale):
-    learner = Learner(learner_spec(), LearnerConfig(learning_rate=0.0), seed=0)
+CASES = [  # (off_policy, value_scale, value_normalization)
+    (False, 1.0, False),
+    (False, 100.0, False),
+    (True, 1.0, False),
+    (True, 100.0, False),
+    (True, 1.0, True),
+]
+
+
+@pytest.mark.parametrize(
+    "off_policy, value_scale, popart", CASES, ids=["on", "on_x100", "off", "off_x100", "off_popart"]
+)
+def test_learner_vtrace_on_real_cartpole_unrolls_matches_float64_reference(
+    monkeypatch, off_policy, value_scale, popart
+):
+    learner = Learner(learner_spec(), LearnerConfig(learning_rate=0.0, value_normalization=popart), seed=0)
+    if popart:  # statistics far from the identity: V-trace must see mu + sigma * head output, final values too
+        learner.value_norm.mu, learner.value_norm.nu, learner.value_norm.count = 60.0, 60.0**2 + 15.0**2, 10
     with torch.no_grad():  # values of the size a trained CartPole value head outputs (up to ~100)
         learner.model.value[-1].weight.mul_(value_scale)
         learner.model.value[-1].bias.fill_(0.5 * value_scale)
@@ -164,11 +178,14 @@ def test_learner_vtrace_on_real_cartpole_unrolls_matches_float64_reference(monke
     def forward32(x):  # the learner's own float32 network, its outputs taken to float64
         with torch.no_grad():
             p, v = model_before(torch.from_numpy(np.asarray(x, dtype=np.float32)))
+        if popart:  # statistics before the update (the update moves them)
+            v = v.double() * 15.0 + 60.0
         return p.double().numpy(), v.double().numpy()
 
     # The float32 network is the float64 one to rounding (weights x100 amplify float32 rounding in its layers).
     p32, v32 = forward32(batch["obs"].reshape(-1, 4))
     p64, v64 = forward64(model_before, batch["obs"].reshape(-1, 4))
+    v64 = v64 * 15.0 + 60.0 if popart else v64
     np.testing.assert_allclose(v32, v64, rtol=1e-5, atol=2e-5 * value_scale)
     np.testing.assert_allclose(p32, p64, rtol=1e-5, atol=1e-5)
     vs_ref, pg_ref, values_ref, rhos = reference_targets(forward32, batch, learner.config.discount)
