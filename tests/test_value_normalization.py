@@ -231,3 +231,25 @@ def test_value_output_layer_of_both_models():
     assert value_output_layer(cnn) is cnn.value
     with pytest.raises(ValueError, match="value head"):
         value_output_layer(torch.nn.Linear(3, 2))
+
+
+def test_impala_cnn_learner_with_normalisation_preserves_outputs():
+    from levelray.contracts.spec import EnvSpec
+
+    spec = EnvSpec((64, 64, 3), "uint8", True, num_actions=15)
+    rng = np.random.default_rng(6)
+    batch = make_batch(rng, T=3, B=2, spec=VEC)
+    batch["obs"] = rng.integers(0, 256, size=(4, 2, 64, 64, 3), dtype=np.uint8)
+    batch["actions"] = rng.integers(0, 15, size=(3, 2))
+    batch["behaviour_params"] = rng.normal(size=(3, 2, 15)).astype(np.float32)
+    batch["rewards"] = batch["rewards"] * 3 + 10
+    learner = Learner(spec, LearnerConfig(value_normalization=True, popart_beta=0.5, learning_rate=0.0), seed=0)
+    probe = torch.from_numpy(batch["obs"][:, 0])
+    for _ in range(2):
+        with torch.no_grad():
+            before = learner.value_norm.unnormalize(learner.model(probe)[1].double())
+        learner.update(batch)
+        with torch.no_grad():
+            after = learner.value_norm.unnormalize(learner.model(probe)[1].double())
+        torch.testing.assert_close(after, before, rtol=1e-5, atol=1e-5 * learner.value_norm.sigma)
+    assert learner.value_norm.count == 2 and learner.value_norm.mu > 5
