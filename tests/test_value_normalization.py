@@ -6,11 +6,11 @@ import copy
 import numpy as np
 import pytest
 import torch
+
 from levelray.contracts.config import LearnerConfig
 from levelray.learner import vtrace
 from levelray.learner.learner import Learner
 from levelray.learner.value_normalization import PopArt, preserve_outputs_, value_output_layer
-
 from tests.test_learner import VEC, make_batch
 
 
@@ -224,7 +224,7 @@ def test_learner_state_dict_carries_statistics_and_resume_without_normalisation_
 
 def test_value_output_layer_of_both_models():
     from levelray.contracts.spec import EnvSpec
-    from levelray.learner.models import build_model
+    from levelray.policy.models import build_model
 
     assert value_output_layer(build_model(VEC)).out_features == 1
     cnn = build_model(EnvSpec((64, 64, 3), "uint8", True, num_actions=15))

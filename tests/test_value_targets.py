@@ -12,6 +12,7 @@ import copy
 import numpy as np
 import pytest
 import torch
+
 from levelray.actors.envs import make_env_vector
 from levelray.actors.rollout import RolloutWorker
 from levelray.contracts.config import EnvConfig, LearnerConfig
