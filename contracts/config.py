@@ -184,7 +184,9 @@ class RunConfig:
     checkpoint_interval_updates: int = field(
         default=500, metadata=_flag("--checkpoint-interval", "learner updates between checkpoints", min=1)
     )
-    keep_checkpoints: int = field(default=3, metadata=_flag("--keep-checkpoints", "checkpoints kept", min=1))
+    keep_checkpoints: int = field(
+        default=3, metadata=_flag("--keep-checkpoints", "checkpoints kept (at least 2: a fallback must exist)", min=2)
+    )
     max_learner_restarts: int = field(
         default=3, metadata=_flag("--max-learner-restarts", "restarts of a dead learner from its checkpoint", min=0)
     )

@@ -112,7 +112,10 @@ class RunDir:
         shutil.rmtree(tmp, ignore_errors=True)
         tmp.mkdir()
         files = {"learner.pt": None}
-        torch.save(learner_state, tmp / "learner.pt")
+        with open(tmp / "learner.pt", "wb") as f:  # fsynced like every other file of a checkpoint
+            torch.save(learner_state, f)
+            f.flush()
+            os.fsync(f.fileno())
         if level_state is not None:
             snapshot.save(tmp / "levels.msgpack", level_state)
             files["levels.msgpack"] = None

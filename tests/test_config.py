@@ -48,6 +48,7 @@ def test_round_trip_through_yaml():
         (["--num-actors", "two"], None, "actors.num_actors: expected int"),
         (["--level-strategy", "best"], None, "levels.strategy: expected one of"),
         (["--learning-rate", "-1"], None, "learner.learning_rate: must be >= 0"),
+        (["--keep-checkpoints", "1"], None, "keep_checkpoints: must be >= 2"),
         (["--learning-rate", "nan"], None, "learner.learning_rate: expected float"),
         ([], "learner: {learning_rat: 1}\n", "unknown config key learner.learning_rat"),
         ([], "actors: 3\n", "actors: expected a mapping"),
