@@ -22,6 +22,7 @@ import yaml
 from prometheus_client.parser import text_string_to_metric_families
 
 from levelray.contracts.config import RunConfig
+from levelray.deploy.driver import train
 from levelray.deploy.rundir import RunDir
 from tests.support import free_port
 from tests.support import wait_for as shared_wait_for
@@ -104,7 +105,7 @@ def test_real_prometheus_scrapes_a_training_job(ray_session, tmp_path):
     stop = threading.Event()
     errors: list[BaseException] = []
 
-    def train():
+    def run_job():
         try:
             train(cfg, RunDir(cfg.run_dir), stop=stop, quiet=True)
         except BaseException as exc:  # reported by the main thread
@@ -115,7 +116,7 @@ def test_real_prometheus_scrapes_a_training_job(ray_session, tmp_path):
         [binary, f"--config.file={tmp_path / 'prometheus.yml'}", f"--storage.tsdb.path={tmp_path / 'tsdb'}",
          f"--web.listen-address=127.0.0.1:{prom_port}", "--storage.tsdb.retention.time=1h"],
         stdout=log, stderr=subprocess.STDOUT, cwd=tempfile.gettempdir())
-    thread = threading.Thread(target=train, daemon=True)
+    thread = threading.Thread(target=run_job, daemon=True)
     thread.start()
     api = f"http://127.0.0.1:{prom_port}/api/v1"
 
