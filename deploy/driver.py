@@ -27,6 +27,7 @@ import numpy as np
 from levelray.contracts.config import RunConfig
 from levelray.deploy.progress import progress_line, reached_return
 from levelray.deploy.rundir import RunDir
+from levelray.learner.core import monotone_counters
 
 log = logging.getLogger(__name__)
 
@@ -133,8 +134,10 @@ def load_resume_state(run_dir: RunDir, device: str = "cpu") -> dict[str, Any]:
     if ckpt is None:
         raise ValueError(f"--resume: no checkpoint in {run_dir.checkpoints}")
     print(f"levelray: resuming from {ckpt['path']} (version {ckpt['version']})", flush=True)
+    # A run killed after its last checkpoint reported more than the checkpoint holds: count on from there.
+    counters = monotone_counters(ckpt["counters"], run_dir.last_metrics_record())
     return {
-        "learner": {"learner": ckpt["learner"], "counters": ckpt["counters"]},
+        "learner": {"learner": ckpt["learner"], "counters": counters},
         "levels": ckpt["levels"],
         "replay": ckpt["replay"],
     }

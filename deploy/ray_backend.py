@@ -25,6 +25,7 @@ from levelray.deploy.components import level_service_kwargs, replay_kwargs
 from levelray.deploy.ray_cluster import init_ray
 from levelray.deploy.rundir import RunDir
 from levelray.deploy.supervisor import NAMESPACE, SUPERVISOR_NAME, Supervisor
+from levelray.learner.core import monotone_counters
 
 log = logging.getLogger(__name__)
 
@@ -79,6 +80,7 @@ class RayJob:
                 snapshot_interval_s=max(cfg.replay.snapshot_interval_s, 1e-3),
                 initial_state=resume_state.get("replay"))
         self.learner_restarts = 0
+        self.last_learner_stats: dict[str, Any] | None = None  # counters to restart a dead learner from
         self.learner = self._start_learner(resume_state.get("learner"))
         try:
             ray.get_actor(SUPERVISOR_NAME, namespace=NAMESPACE)
@@ -131,7 +133,8 @@ class RayJob:
                 f"the job stops here. Resume with: levelray train --resume {self.run_dir.path}"
             )
         ckpt = self.run_dir.load_latest_checkpoint()
-        state = {"learner": ckpt["learner"], "counters": ckpt["counters"]} if ckpt is not None else None
+        state = {"learner": ckpt["learner"] if ckpt is not None else None,
+                 "counters": monotone_counters(ckpt["counters"] if ckpt is not None else None, self.last_learner_stats)}
         log.warning("learner died (%s); restarting it from %s", cause,
                     ckpt["path"] if ckpt is not None else "scratch (no checkpoint yet)")
         with contextlib.suppress(Exception):
@@ -155,6 +158,7 @@ class RayJob:
         except ray.exceptions.RayActorError as exc:
             self.restart_learner(f"{type(exc).__name__}")
             learner = ray.get(self.learner.stats.remote(), timeout=120)
+        self.last_learner_stats = learner
         refs = {"supervisor": self.supervisor.status.remote()}
         if self.level_service is not None:
             refs["levels"] = self.level_service.stats.remote()

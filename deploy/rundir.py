@@ -89,6 +89,31 @@ class RunDir:
             self._metrics = open(self.path / "metrics.jsonl", "a", buffering=1)  # noqa: SIM115
         self._metrics.write(json.dumps(record, allow_nan=False, default=float) + "\n")
 
+    def last_metrics_record(self) -> dict[str, Any] | None:
+        """The last complete record of `metrics.jsonl` (None if there is none). A process killed while
+        writing leaves a partial last line: it is skipped."""
+        path = self.path / "metrics.jsonl"
+        if not path.exists():
+            return None
+        window = 1 << 16  # records are a few kB (more with many levels): widen the tail until one parses
+        with open(path, "rb") as f:
+            size = f.seek(0, os.SEEK_END)
+            while True:
+                f.seek(max(0, size - window))
+                lines = f.read().splitlines()
+                if size > window:
+                    lines = lines[1:]  # the first line of a tail may be cut
+                for line in reversed(lines):
+                    try:
+                        record = json.loads(line)
+                    except ValueError:
+                        continue
+                    if isinstance(record, dict):
+                        return record
+                if window >= size:
+                    return None
+                window *= 4
+
     def close(self) -> None:
         if self._metrics is not None:
             self._metrics.close()

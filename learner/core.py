@@ -139,12 +139,51 @@ class LearnerCore:
     def state_dict(self) -> dict[str, Any]:
         """Model, optimiser and counters: what a checkpoint holds of the learner."""
         with self.lock:
-            counters = {"env_steps": self.env_steps, "episodes": self.episodes}
+            counters = {
+                "env_steps": self.env_steps,
+                "episodes": self.episodes,
+                "unrolls_received": self.unrolls_received,
+                "learner_version": self.learner.version,
+                "samples_trained": self.learner.samples_trained,
+                "dropped": dict(self.dropped),
+            }
         return {"learner": self.learner.state_dict(), "counters": counters}
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
-        self.learner.load_state_dict(state["learner"])
-        counters = state.get("counters", {})
+        """Model and optimiser from `state["learner"]` (None: keep the fresh ones), counters from
+        `state["counters"]`. The learner version is the larger of the model's and the counters': a restart
+        that was given counters seen after the checkpoint (see `monotone_counters`) goes on counting from
+        there."""
+        if state.get("learner") is not None:
+            self.learner.load_state_dict(state["learner"])
+        counters = state.get("counters") or {}
         with self.lock:
             self.env_steps = int(counters.get("env_steps", 0))
             self.episodes = int(counters.get("episodes", 0))
+            self.unrolls_received = int(counters.get("unrolls_received", 0))
+            self.dropped = Counter({k: int(v) for k, v in (counters.get("dropped") or {}).items()})
+            self.learner.version = max(self.learner.version, int(counters.get("learner_version", 0)))
+            self.learner.samples_trained = max(self.learner.samples_trained, int(counters.get("samples_trained", 0)))
+
+
+COUNTER_KEYS = ("env_steps", "episodes", "unrolls_received", "learner_version", "samples_trained")
+
+
+def monotone_counters(saved: dict[str, Any] | None, seen: dict[str, Any] | None) -> dict[str, Any]:
+    """Counters to restart from: the checkpoint's (`saved`), raised to the highest values the job already
+    reported (`seen`: a learner's last `stats()` or the last `metrics.jsonl` record).
+
+    A checkpoint is older than the job's last report, so restoring its counters would make env steps,
+    episodes and updates step back: `metrics.jsonl` would go backwards and Prometheus would see a counter
+    reset (a spike in `rate()`). The steps between the checkpoint and the death were really collected and
+    are counted; the model restarts from the checkpoint, so its version number skips ahead, which keeps
+    checkpoint names and policy lag monotone too."""
+    saved, seen = dict(saved or {}), seen or {}
+    for key in COUNTER_KEYS:
+        if seen.get(key) is not None:
+            saved[key] = max(int(saved.get(key, 0)), int(seen[key]))
+    dropped = dict(saved.get("dropped") or {})
+    for reason, n in (seen.get("dropped") or {}).items():
+        dropped[reason] = max(int(dropped.get(reason, 0)), int(n))
+    saved["dropped"] = dropped
+    return saved

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import subprocess
@@ -99,10 +100,14 @@ def test_dead_learner_restarts_from_the_latest_checkpoint(ray_session, tmp_path)
     try:
         wait_for(lambda: job.poll()["learner"]["learner_version"] >= 5, 90)
         saved = write_checkpoint(job, job.run_dir, cfg)
+        # the job reports past the checkpoint before the learner dies: what it reported must not step back
+        before = wait_for(lambda: (ls := job.poll()["learner"])["learner_version"] > saved + 3 and ls, 90)
         ray.kill(job.learner)
         snap = job.poll()  # notices the dead learner and restarts it from the checkpoint
         assert snap["learner_restarts"] == 1
-        assert snap["learner"]["learner_version"] >= saved
+        for key in ("env_steps", "episodes", "learner_version", "samples_trained", "unrolls_received"):
+            assert snap["learner"][key] >= before[key], (key, snap["learner"][key], before[key])
+        assert snap["learner"]["learner_version"] > saved
         wait_for(lambda: job.poll()["learner"]["learner_version"] > saved + 5, 90)  # actors rebound, training on
         status = ray.get(job.supervisor.status.remote())
         assert status["actors_alive"] == 2 and status["actor_restarts"] == 0
@@ -168,3 +173,49 @@ def test_multi_node_losing_a_worker_node_brings_the_actors_back(tmp_path):
                           text=True, timeout=280)
     assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-4000:]
     assert "MULTINODE OK" in proc.stdout
+
+
+@pytest.mark.timeout(240)
+def test_counters_never_step_back_across_a_kill_and_resume(tmp_path):
+    """A real `levelray train` process killed with SIGKILL after reporting past its last checkpoint, then
+    resumed: env steps, episodes and updates in metrics.jsonl never go backwards."""
+    run = tmp_path / "run"
+    cmd = [sys.executable, "-m", "levelray.deploy.cli", "train", "--backend", "inline", "--env", "CartPole-v1",
+           "--num-levels", "0", "--num-actors", "1", "--envs-per-actor", "4", "--batch-size", "1",
+           "--checkpoint-interval", "50", "--metrics-port", "0", "--report-interval", "0.2", "--quiet"]
+    proc = subprocess.Popen([*cmd, "--total-steps", "100000000", "--run-dir", str(run)], cwd=REPO,
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        def past_checkpoint():
+            ckpt = RunDir(run).list_checkpoints()
+            last = RunDir(run).last_metrics_record()
+            return ckpt and last and last["learner_version"] > int(ckpt[-1].name.rsplit("-", 1)[-1]) + 10 and last
+
+        killed_at = wait_for(past_checkpoint, 120)
+        proc.send_signal(signal.SIGKILL)
+        proc.wait(timeout=30)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    killed_at = RunDir(run).last_metrics_record()  # the record the killed process wrote last
+    resumed = subprocess.run([*cmd, "--resume", str(run), "--total-steps", str(killed_at["env_steps"] + 5000)],
+                             cwd=REPO, capture_output=True, text=True, timeout=180)
+    assert resumed.returncode == 0, resumed.stdout + resumed.stderr
+    records = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
+    assert records[-1]["env_steps"] >= killed_at["env_steps"] + 5000
+    for key in ("env_steps", "episodes", "learner_version", "samples_trained"):
+        values = [r[key] for r in records]
+        assert all(a <= b for a, b in zip(values[:-1], values[1:], strict=True)), (key, values)
+
+
+def test_monotone_counters_takes_the_higher_of_checkpoint_and_last_report():
+    from levelray.learner.core import monotone_counters
+
+    saved = {"env_steps": 1000, "episodes": 10, "learner_version": 7, "dropped": {"policy_lag": 2}}
+    seen = {"env_steps": 1600, "episodes": 9, "learner_version": 12, "samples_trained": 400,
+            "unrolls_received": None, "dropped": {"policy_lag": 1, "malformed": 3}}
+    out = monotone_counters(saved, seen)
+    assert out == {"env_steps": 1600, "episodes": 10, "learner_version": 12, "samples_trained": 400,
+                   "dropped": {"policy_lag": 2, "malformed": 3}}
+    assert saved["env_steps"] == 1000  # inputs untouched
+    assert monotone_counters(None, None) == {"dropped": {}}
