@@ -94,6 +94,11 @@ class LearnerConfig:
         default=100, metadata=_flag("--max-policy-lag", "drop unrolls older than this many versions", min=0)
     )
     queue_size: int = field(default=32, metadata=_flag("--queue-size", "learner inbound queue (unrolls)", min=1))
+    max_nonfinite_updates: int = field(
+        default=10,
+        metadata=_flag("--max-nonfinite-updates",
+                       "stop the job after this many updates in a row with a NaN/Inf loss or gradient", min=1),
+    )
     device: str = field(default="auto", metadata=_flag("--device", "torch device: auto, cpu, cuda"))
 
 

@@ -17,6 +17,7 @@ from pathlib import Path
 import yaml
 
 from levelray.contracts.config import ConfigError, RunConfig, flag_name, from_dict, leaves, set_path
+from levelray.deploy.errors import JobFailed
 
 
 def _default_text(value) -> str:
@@ -155,6 +156,9 @@ def main(argv: list[str] | None = None) -> int:
             return control.cmd_status(args)
     except ConfigError as exc:
         parser.exit(2, f"levelray: error: {exc}\n")
+    except JobFailed as exc:  # the job ran and could not go on: its final checkpoint is written
+        print(f"levelray: error: {exc}", file=sys.stderr, flush=True)
+        return 1
     return 2
 
 

@@ -25,9 +25,10 @@ from typing import Any, Protocol
 import numpy as np
 
 from levelray.contracts.config import RunConfig
+from levelray.deploy.errors import JobFailed
 from levelray.deploy.progress import progress_line, reached_return
 from levelray.deploy.rundir import RunDir
-from levelray.learner.core import monotone_counters
+from levelray.learner.core import TrainingDiverged, monotone_counters
 
 log = logging.getLogger(__name__)
 
@@ -95,6 +96,7 @@ def build_record(snap: dict[str, Any], *, steps_per_second: float, elapsed_s: fl
         "actors_desired": sup.get("actors_desired"),
         "actor_restarts": sup.get("actor_restarts"),
         "learner_restarts": snap.get("learner_restarts", 0),
+        "nonfinite_updates": ls.get("nonfinite_updates", 0),
         "dropped": ls["dropped"],
     }
     rec.update({f"learner_{k}": v for k, v in ls["metrics"].items() if k != "version"})
@@ -192,10 +194,13 @@ def run(
         version = backend.poll()["learner"]["learner_version"]
         last_checkpoint = version  # a resumed run starts from a checkpoint of this version
         while not stop.is_set():
-            backend.advance(next_report, _next_due_version(cfg, version, evaluator), stop)
+            try:
+                backend.advance(next_report, _next_due_version(cfg, version, evaluator), stop)
+            except TrainingDiverged as exc:  # the inline learner; on Ray it arrives as the learner's error
+                raise JobFailed(str(exc)) from None
             snap = backend.poll()
             if snap["learner"].get("error"):
-                raise RuntimeError("learner failed:\n" + snap["learner"]["error"])
+                raise JobFailed("learner failed: " + snap["learner"]["error"])
             ls = snap["learner"]
             version = ls["learner_version"]
             if evaluator.due(version):  # inline: plays now; Ray: starts tasks and goes on
@@ -236,7 +241,7 @@ RESUMABLE_KEYS = frozenset({
     "total_steps", "stop_at_return", "run_dir", "backend", "address", "metrics_host", "metrics_port",
     "report_interval_s", "checkpoint_interval_updates", "keep_checkpoints", "max_learner_restarts",
     "actors.num_actors", "actors.seed_prefetch", "actors.unrolls_per_submit",
-    "learner.device", "learner.queue_size",
+    "learner.device", "learner.queue_size", "learner.max_nonfinite_updates",
     "levels.snapshot_interval_s", "replay.snapshot_interval_s", "replay.snapshot_max_item_bytes",
     "eval.interval_updates", "eval.episodes", "eval.num_envs", "eval.greedy",
 })

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import math
 import os
 import shutil
 import time
@@ -25,6 +26,7 @@ import uuid
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import torch
 import yaml
 
@@ -87,7 +89,7 @@ class RunDir:
     def append_metrics(self, record: dict[str, Any]) -> None:
         if self._metrics is None:
             self._metrics = open(self.path / "metrics.jsonl", "a", buffering=1)  # noqa: SIM115
-        self._metrics.write(json.dumps(record, allow_nan=False, default=float) + "\n")
+        self._metrics.write(json.dumps(_finite(record), allow_nan=False, default=float) + "\n")
 
     def last_metrics_record(self) -> dict[str, Any] | None:
         """The last complete record of `metrics.jsonl` (None if there is none). A process killed while
@@ -192,6 +194,20 @@ class RunDir:
         if errors:
             raise ValueError("no usable checkpoint in " + str(self.checkpoints) + ": " + "; ".join(errors))
         return None
+
+
+def _finite(value: Any) -> Any:
+    """`value` with every NaN/Inf float replaced by None (JSON null): JSON has no NaN, and a diverging
+    loss must be recorded, not crash the writer."""
+    if isinstance(value, float):
+        return value if math.isfinite(value) else None
+    if isinstance(value, dict):
+        return {k: _finite(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_finite(v) for v in value]
+    if isinstance(value, np.ndarray | np.generic):
+        return _finite(value.tolist())
+    return value
 
 
 def load_checkpoint(path: Path, device: str = "cpu") -> dict[str, Any]:

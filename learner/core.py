@@ -22,13 +22,17 @@ from levelray.contracts.clients import LevelClient, ReplayClient
 from levelray.contracts.config import RunConfig
 from levelray.contracts.spec import EnvSpec
 from levelray.contracts.trajectory import Unroll
-from levelray.learner.learner import Learner
+from levelray.learner.learner import Learner, NonFiniteUpdate
 from levelray.learner.level_feedback import level_update_calls
 from levelray.learner.replay_mixer import ReplayMixer
 
 # Upper bounds of the policy-lag histogram (versions); the last bucket is open (+Inf).
 LAG_BUCKETS = (0, 1, 2, 4, 8, 16, 32, 64, 128, 256)
 RETURN_WINDOW = 100  # episodes in the mean return, the progress line and stop-at-return
+
+
+class TrainingDiverged(RuntimeError):
+    """`max_nonfinite_updates` updates in a row had a NaN/Inf loss or gradient: the run stops."""
 
 
 class LearnerCore:
@@ -56,6 +60,9 @@ class LearnerCore:
         self.lag_counts = np.zeros(len(LAG_BUCKETS) + 1, dtype=np.int64)
         self.lag_sum = 0.0
         self.last_metrics: dict[str, float] = {}
+        self.nonfinite_updates = 0  # skipped updates, in all
+        self.nonfinite_in_a_row = 0
+        self.last_nonfinite: str | None = None
 
     @property
     def num_fresh(self) -> int:
@@ -101,7 +108,12 @@ class LearnerCore:
     def train(self, fresh: list[Unroll]) -> dict[str, float]:
         """One update on `fresh` (`num_fresh` unrolls) plus replayed ones; returns the loss metrics."""
         batch, book = self.mixer.build_batch(fresh)
-        metrics = self.learner.update(batch)
+        try:
+            metrics = self.learner.update(batch)
+        except NonFiniteUpdate as exc:
+            self._count_nonfinite(str(exc))
+            return {}
+        self.nonfinite_in_a_row = 0
         outputs = self.learner.last_outputs
         self.mixer.after_update(book, outputs["abs_td"])
         if self.levels is not None:
@@ -112,6 +124,20 @@ class LearnerCore:
         with self.lock:
             self.last_metrics = metrics
         return metrics
+
+    def _count_nonfinite(self, what: str) -> None:
+        """A skipped update: no priorities or level scores from it (they would be NaN too)."""
+        with self.lock:
+            self.nonfinite_updates += 1
+            self.nonfinite_in_a_row += 1
+            self.last_nonfinite = what
+        limit = self.cfg.learner.max_nonfinite_updates
+        if self.nonfinite_in_a_row >= limit:
+            raise TrainingDiverged(
+                f"training diverged: {self.nonfinite_in_a_row} updates in a row had a NaN/Inf loss or gradient "
+                f"(--max-nonfinite-updates {limit}); none of them changed the model, so the latest checkpoint "
+                f"and the final one hold the last good model. Last: {what}"
+            )
 
     # -- reading and saving ----------------------------------------------------------------------
     def stats(self) -> dict[str, Any]:
@@ -131,6 +157,8 @@ class LearnerCore:
                 "policy_lag_counts": self.lag_counts.tolist(),
                 "policy_lag_sum": self.lag_sum,
                 "dropped": dict(self.dropped),
+                "nonfinite_updates": self.nonfinite_updates,
+                "last_nonfinite": self.last_nonfinite,
                 "metrics": dict(self.last_metrics),
                 "device": str(self.learner.device),
                 "replay_beta": self.mixer.beta(),
@@ -145,6 +173,7 @@ class LearnerCore:
                 "unrolls_received": self.unrolls_received,
                 "learner_version": self.learner.version,
                 "samples_trained": self.learner.samples_trained,
+                "nonfinite_updates": self.nonfinite_updates,
                 "dropped": dict(self.dropped),
             }
         return {"learner": self.learner.state_dict(), "counters": counters}
@@ -161,12 +190,13 @@ class LearnerCore:
             self.env_steps = int(counters.get("env_steps", 0))
             self.episodes = int(counters.get("episodes", 0))
             self.unrolls_received = int(counters.get("unrolls_received", 0))
+            self.nonfinite_updates = int(counters.get("nonfinite_updates", 0))
             self.dropped = Counter({k: int(v) for k, v in (counters.get("dropped") or {}).items()})
             self.learner.version = max(self.learner.version, int(counters.get("learner_version", 0)))
             self.learner.samples_trained = max(self.learner.samples_trained, int(counters.get("samples_trained", 0)))
 
 
-COUNTER_KEYS = ("env_steps", "episodes", "unrolls_received", "learner_version", "samples_trained")
+COUNTER_KEYS = ("env_steps", "episodes", "unrolls_received", "learner_version", "samples_trained", "nonfinite_updates")
 
 
 def monotone_counters(saved: dict[str, Any] | None, seen: dict[str, Any] | None) -> dict[str, Any]:

@@ -24,6 +24,10 @@ from levelray.policy.weights import weights_to_numpy
 log = logging.getLogger(__name__)
 
 
+class NonFiniteUpdate(ArithmeticError):
+    """An update whose loss or gradient was NaN/Inf: it was skipped and the model is unchanged."""
+
+
 def pick_device(requested: str = "auto") -> torch.device:
     if requested == "auto":
         requested = "cuda" if torch.cuda.is_available() else "cpu"
@@ -73,6 +77,7 @@ class Learner:
         `advantages` (v_s - V(x_s), for PLR scores), `abs_td` (|v_s - V(x_s)|, for replay priorities),
         `values [T+1, B]` and `logits`/`params [T, B, P]`."""
         cfg = self.config
+        norm_state = self.value_norm.state_dict() if self.value_norm is not None else None
         obs = self._tensor(batch["obs"])
         T1, B = obs.shape[:2]
         T = T1 - 1
@@ -137,11 +142,16 @@ class Learner:
             weights=weights,
         )
         self.optimizer.zero_grad(set_to_none=True)
-        losses.total.backward()
+        grad_norm = float("nan")
+        if torch.isfinite(losses.total):
+            losses.total.backward()
+            grad_norm = self._gradient_norm()
+        if not np.isfinite(grad_norm):
+            self._skip_update(norm_state, losses, grad_norm)
         if self.value_norm is not None:
             new_stats = (self.value_norm.mu, self.value_norm.sigma)
             preserve_outputs_(value_output_layer(self.model), old_stats, new_stats)
-        grad_norm = self._clip_gradients()
+        self._clip_gradients(grad_norm)
         self.optimizer.step()
         self.version += 1
         self.samples_trained += T * B
@@ -175,15 +185,36 @@ class Learner:
                 metrics.update(value_norm_mu=self.value_norm.mu, value_norm_sigma=self.value_norm.sigma)
             return metrics
 
-    def _clip_gradients(self) -> float:
+    def _gradient_norm(self) -> float:
+        """The global L2 norm of the gradients (before clipping)."""
+        grads = [p.grad for p in self.model.parameters() if p.grad is not None]
+        return float(torch.nn.utils.get_total_norm(grads))
+
+    def _clip_gradients(self, norm: float) -> None:
         cfg = self.config
         params = [p for p in self.model.parameters() if p.grad is not None]
-        if cfg.grad_clip_type == "norm":
-            return float(torch.nn.utils.clip_grad_norm_(params, cfg.grad_clip))
-        norm = float(torch.nn.utils.get_total_norm([p.grad for p in params]))
-        if cfg.grad_clip_type == "value":
+        if cfg.grad_clip_type == "norm":  # as clip_grad_norm_, with the norm already computed
+            torch.nn.utils.clip_grads_with_norm_(params, cfg.grad_clip, torch.tensor(norm))
+        elif cfg.grad_clip_type == "value":
             torch.nn.utils.clip_grad_value_(params, cfg.grad_clip)
-        return norm
+
+    def _skip_update(self, norm_state: dict | None, losses, grad_norm: float) -> None:
+        """Leave the model, optimiser, PopArt statistics and version as they were, and say what diverged.
+
+        A NaN/Inf step would poison Adam's moments and every weight at once; skipping it keeps the last
+        good model, and the caller decides when too many skips in a row mean the run has diverged."""
+        self.optimizer.zero_grad(set_to_none=True)
+        if norm_state is not None:
+            self.value_norm.load_state_dict(norm_state)
+        parts = {"loss_total": losses.total, "loss_policy": losses.policy, "loss_value": losses.value,
+                 "entropy": losses.entropy}
+        values = {k: float(v.detach()) for k, v in parts.items()}
+        values["grad_norm"] = grad_norm
+        bad = [k for k, v in values.items() if not np.isfinite(v)]
+        raise NonFiniteUpdate(
+            f"non-finite {', '.join(bad)} at learner version {self.version} (update skipped): "
+            + ", ".join(f"{k}={v:.4g}" for k, v in values.items())
+        )
 
     def get_weights(self) -> tuple[int, dict[str, np.ndarray]]:
         return self.version, weights_to_numpy(self.model)

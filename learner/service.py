@@ -25,7 +25,7 @@ from levelray.contracts.config import from_dict
 from levelray.contracts.levels import training_range
 from levelray.contracts.spec import EnvSpec
 from levelray.contracts.trajectory import TrajectoryError, Unroll, validate_unroll
-from levelray.learner.core import LearnerCore
+from levelray.learner.core import LearnerCore, TrainingDiverged
 
 log = logging.getLogger(__name__)
 
@@ -169,8 +169,11 @@ class LearnerService:
                 if fresh is None:
                     return
                 with self.update_lock:
-                    self.core.train(fresh)
-                    self._publish()
+                    if self.core.train(fresh):  # {}: a skipped non-finite update, nothing new to publish
+                        self._publish()
+        except TrainingDiverged as exc:  # the message says it all; no traceback to read
+            self.error = str(exc)
+            log.error("%s", self.error)
         except Exception:  # surfaced through stats() so the driver can stop with the cause
             self.error = traceback.format_exc()
             log.error("learner thread failed:\n%s", self.error)
