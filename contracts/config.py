@@ -67,7 +67,7 @@ class LearnerConfig:
     lambda_: float = field(default=1.0, metadata=_flag("--lambda", "V-trace lambda", min=0.0, max=1.0))
     value_weight: float = field(default=0.5, metadata=_flag("--value-weight", "value loss weight", min=0.0))
     value_normalization: bool = field(
-        default=False,
+        default=True,
         metadata=_flag(
             "--value-normalization",
             "PopArt: the value head learns targets normalised by running statistics (value loss and "

@@ -142,16 +142,16 @@ class Learner:
             weights=weights,
         )
         self.optimizer.zero_grad(set_to_none=True)
-        grad_norm = float("nan")
+        raw_grad_norm = float("nan")
         if torch.isfinite(losses.total):
             losses.total.backward()
-            grad_norm = self._gradient_norm()
-        if not np.isfinite(grad_norm):
-            self._skip_update(norm_state, losses, grad_norm)
+            raw_grad_norm = self._gradient_norm()
+        if not np.isfinite(raw_grad_norm):  # before anything below changes weights or statistics
+            self._skip_update(norm_state, losses, raw_grad_norm)
         if self.value_norm is not None:
             new_stats = (self.value_norm.mu, self.value_norm.sigma)
             preserve_outputs_(value_output_layer(self.model), old_stats, new_stats)
-        self._clip_gradients(grad_norm)
+        grad_norm = self._clip_gradients()
         self.optimizer.step()
         self.version += 1
         self.samples_trained += T * B
@@ -190,13 +190,15 @@ class Learner:
         grads = [p.grad for p in self.model.parameters() if p.grad is not None]
         return float(torch.nn.utils.get_total_norm(grads))
 
-    def _clip_gradients(self, norm: float) -> None:
+    def _clip_gradients(self) -> float:
         cfg = self.config
         params = [p for p in self.model.parameters() if p.grad is not None]
-        if cfg.grad_clip_type == "norm":  # as clip_grad_norm_, with the norm already computed
-            torch.nn.utils.clip_grads_with_norm_(params, cfg.grad_clip, torch.tensor(norm))
-        elif cfg.grad_clip_type == "value":
+        if cfg.grad_clip_type == "norm":
+            return float(torch.nn.utils.clip_grad_norm_(params, cfg.grad_clip))
+        norm = self._gradient_norm()
+        if cfg.grad_clip_type == "value":
             torch.nn.utils.clip_grad_value_(params, cfg.grad_clip)
+        return norm
 
     def _skip_update(self, norm_state: dict | None, losses, grad_norm: float) -> None:
         """Leave the model, optimiser, PopArt statistics and version as they were, and say what diverged.

@@ -211,14 +211,14 @@ def test_learner_state_dict_carries_statistics_and_resume_without_normalisation_
     assert (a.value_norm.mu, a.value_norm.nu) == (b.value_norm.mu, b.value_norm.nu)
 
     probe = rng.normal(size=(16, 4)).astype(np.float32)
-    plain = Learner(VEC, LearnerConfig(), seed=1)
+    plain = Learner(VEC, LearnerConfig(value_normalization=False), seed=1)
     plain.load_state_dict(a.state_dict())
     with torch.no_grad():
         folded = plain.model(torch.from_numpy(probe))[1].numpy()
     np.testing.assert_allclose(folded, unnormalised_values(a, probe), rtol=1e-5, atol=1e-4)
     # and a checkpoint from a learner without normalisation starts a normalised one at identity statistics
     c = normalised_learner()
-    c.load_state_dict(Learner(VEC, LearnerConfig(), seed=2).state_dict())
+    c.load_state_dict(Learner(VEC, LearnerConfig(value_normalization=False), seed=2).state_dict())
     assert (c.value_norm.mu, c.value_norm.sigma, c.value_norm.count) == (0.0, 1.0, 0)
 
 
