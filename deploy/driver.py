@@ -215,17 +215,23 @@ def run(
             if finished:
                 break
     finally:
+        # The checkpoint first, then stopping: `ray job stop` (and Kubernetes) send SIGKILL a few seconds
+        # after SIGTERM (RAY_JOB_STOP_WAIT_TIME_S, default 3 s), and waiting for actors can take longer.
+        # On Ray the actors keep sending while it is written; the last updates after it are what a resume
+        # loses, and the counters are monotone either way.
         try:
-            backend.stop()
+            try:
+                last_checkpoint = write_checkpoint(backend, run_dir, cfg)
+                print(f"levelray: final checkpoint at version {last_checkpoint}", flush=True)
+            except Exception as exc:
+                latest = run_dir.list_checkpoints()
+                print(f"levelray: could not write a final checkpoint ({type(exc).__name__}: {exc}); the latest "
+                      f"is {latest[-1] if latest else 'none'}; resume with: levelray train --resume "
+                      f"{run_dir.path}", flush=True)
+                raise
+            finally:
+                backend.stop()
             record = report(backend.poll())
-            last_checkpoint = write_checkpoint(backend, run_dir, cfg)
-            print(f"levelray: final checkpoint at version {last_checkpoint}", flush=True)
-        except Exception as exc:
-            latest = run_dir.list_checkpoints()
-            print(f"levelray: could not write a final checkpoint ({type(exc).__name__}: {exc}); the latest is "
-                  f"{latest[-1] if latest else 'none'}; resume with: levelray train --resume {run_dir.path}",
-                  flush=True)
-            raise
         finally:
             evaluator.cancel()
             run_dir.close()

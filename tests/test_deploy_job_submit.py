@@ -154,10 +154,15 @@ def test_ray_job_submit_then_status_and_scale_from_other_processes():
         assert "auth" in (refused.stdout + refused.stderr).lower(), refused.stderr[-2000:]
         mark("refused without the token")
 
-        # `ray job stop` sends SIGTERM: the driver stops the actors and writes a final checkpoint.
+        # `ray job stop` sends SIGTERM, and SIGKILL 3 s later (RAY_JOB_STOP_WAIT_TIME_S, left at Ray's
+        # default here): the driver writes its final checkpoint first, so a new one is on disk afterwards.
+        checkpoints = root / "run" / "checkpoints"
+        before = set(checkpoints.iterdir()) if checkpoints.exists() else set()
         run([RAY, "job", "stop", "--address", dashboard, job_id], env, timeout=120)
         logs = job_logs()
         assert "final checkpoint" in logs, logs[-3000:]
+        new = set(checkpoints.iterdir()) - before
+        assert any(p.name.startswith("ckpt-") and (p / "meta.json").exists() for p in new), (new, logs[-3000:])
         job_id = None
         mark("job stopped")
     finally:
