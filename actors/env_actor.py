@@ -25,6 +25,11 @@ class SeedPrefetcher:
 
     Holds about `per_env * num_envs` seeds; asks for more when under half full. Seeds are handed out
     in the order the service gave them, to envs in the order they ask.
+
+    Only `fill` (once, when the actor starts) waits for the service. During the step loop nothing does:
+    a slow or restarting service would otherwise stall every env of the actor at each episode end. When
+    the buffer is empty the env gets None (a uniform draw from the level set, as PLR's own exploration
+    would) and the fallback is counted, visible in `levelray status`.
     """
 
     def __init__(self, level_service, num_envs: int, per_env: int):
@@ -36,36 +41,39 @@ class SeedPrefetcher:
         self.buffer: deque[int] = deque()
         self.pending = None
         self.requests = 0
-        self.blocking_waits = 0
+        self.uniform_fallbacks = 0
         self.service_errors = 0
-        self._last_error: str | None = None
+        self.last_error: str | None = None
 
     def _request(self) -> None:
         if self.pending is None:
             self.pending = self.service.sample_seeds.remote(self.capacity - len(self.buffer))
             self.requests += 1
 
-    def _collect(self, block: bool) -> None:
+    def _collect(self, timeout_s: float) -> None:
         if self.pending is None:
             return
-        ready, _ = self._ray.wait([self.pending], timeout=30 if block else 0)
+        ready, _ = self._ray.wait([self.pending], timeout=timeout_s)
         if ready:
             try:
                 self.buffer.extend(int(s) for s in self._ray.get(self.pending))
             except self._ray.exceptions.RayError as exc:  # the service is restarting
                 self.service_errors += 1
-                self._last_error = f"{type(exc).__name__}"
+                self.last_error = f"{type(exc).__name__}"
             self.pending = None
 
+    def fill(self, timeout_s: float = 10.0) -> None:
+        """Wait (at most `timeout_s`) for a first buffer, so the first episodes play the service's seeds."""
+        self._request()
+        self._collect(timeout_s)
+
     def __call__(self, env_index: int) -> int | None:
-        """The next seed; None (a uniform draw from the level set) while the service is unreachable."""
-        self._collect(block=False)
+        """The next seed; None (a uniform draw from the level set) when none is buffered."""
+        self._collect(0)
         if not self.buffer:
             self._request()
-            self.blocking_waits += 1
-            self._collect(block=True)
-            if not self.buffer:
-                return None
+            self.uniform_fallbacks += 1
+            return None
         seed = self.buffer.popleft()
         if len(self.buffer) < self.capacity // 2:
             self._request()
@@ -99,6 +107,8 @@ class EnvActor:
         self.prefetcher = (
             SeedPrefetcher(level_service, K, cfg.actors.seed_prefetch) if level_service else None
         )
+        if self.prefetcher is not None:
+            self.prefetcher.fill()
         envs = make_env_vector(cfg.env, K, self.prefetcher, seed=seed)
         self.worker = RolloutWorker(
             envs,
@@ -164,7 +174,7 @@ class EnvActor:
             "policy_version": self.worker.policy_version,
             "weight_fetches": self.weight_fetches,
             "learner_lost": self.learner_lost,
-            "seed_blocking_waits": self.prefetcher.blocking_waits if self.prefetcher else 0,
+            "seed_uniform_fallbacks": self.prefetcher.uniform_fallbacks if self.prefetcher else 0,
             "level_service_errors": self.prefetcher.service_errors if self.prefetcher else 0,
         }
 

@@ -219,3 +219,34 @@ def test_monotone_counters_takes_the_higher_of_checkpoint_and_last_report():
                    "dropped": {"policy_lag": 2, "malformed": 3}}
     assert saved["env_steps"] == 1000  # inputs untouched
     assert monotone_counters(None, None) == {"dropped": {}}
+
+
+@pytest.mark.timeout(120)
+def test_a_hung_level_service_never_stalls_an_actor(ray_session):
+    """The level service's process is stopped (SIGSTOP: a real hang, not a mock). The actor's episode ends
+    play uniform levels instead of waiting on it (before: up to 30 s per episode end), and say so."""
+    ray = ray_session
+    from levelray.actors.env_actor import EnvActor
+    from levelray.contracts.config import to_dict
+    from levelray.deploy.components import level_service_kwargs
+    from levelray.level_service.service import LevelService
+
+    cfg = job_config(Path("/nonexistent"))
+    cfg.actors.envs_per_actor = 4
+    cfg.actors.seed_prefetch = 2
+    service = LevelService.options(num_cpus=0).remote(np.arange(50), level_service_kwargs(cfg))
+    actor = ray.remote(num_cpus=1, max_concurrency=4)(EnvActor).remote(0, to_dict(cfg), None, service, seed=3)
+    pid = ray.get(service.__ray_call__.remote(lambda self: os.getpid()))
+    try:
+        first = ray.get(actor.collect.remote(1), timeout=60)[0]
+        assert set(first["level_seeds"][0].tolist()) <= set(range(50))  # the service's seeds at the start
+        os.kill(pid, signal.SIGSTOP)
+        # 20 x 20 steps x 4 envs: ~80 episode ends, under a second; one blocking wait used to take 30 s
+        unrolls = ray.get(actor.collect.remote(20), timeout=60)
+        ended = sum(int((u["terminated"] | u["truncated"]).sum()) for u in unrolls)
+        info = ray.get(actor.info.remote(), timeout=30)
+        assert ended > 8 and info["seed_uniform_fallbacks"] > 0, (ended, info)
+    finally:
+        os.kill(pid, signal.SIGCONT)
+        ray.kill(actor)
+        ray.kill(service)
