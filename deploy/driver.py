@@ -103,6 +103,7 @@ def build_record(snap: dict[str, Any], *, steps_per_second: float, elapsed_s: fl
     if "levels" in snap:
         lv = snap["levels"]
         rec["level_seen_fraction"] = lv["seen_fraction"]
+        rec["level_snapshot_errors"] = lv.get("snapshot_errors", 0)
         rec["level_score"] = lv.get("score")
         rec["level_top"] = lv.get("top_levels")
         rec["level_weights"] = np.round(np.asarray(lv["weights"], dtype=float), 6).tolist()
@@ -110,7 +111,7 @@ def build_record(snap: dict[str, Any], *, steps_per_second: float, elapsed_s: fl
             rec["level_staleness"] = np.asarray(lv["staleness_vector"]).tolist()
     if "replay" in snap:
         rp = snap["replay"]
-        rec["replay"] = {k: rp[k] for k in ("size", "inserts", "samples", "mean_uses") if k in rp}
+        rec["replay"] = {k: rp[k] for k in ("size", "inserts", "samples", "mean_uses", "snapshot_errors") if k in rp}
         rec["replay_priority_hist"] = rp.get("priority_hist")
     return rec
 

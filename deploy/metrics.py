@@ -43,6 +43,7 @@ METRICS = {
     "levelray_level_staleness": ("gauge", "Level staleness, mean and max"),
     "levelray_level_top_weight": ("gauge", "Replay probability of the 10 most likely levels, by rank and seed"),
     "levelray_replay_size": ("gauge", "Unrolls in the replay buffer"),
+    "levelray_service_snapshot_errors_total": ("counter", "Periodic service snapshots that failed, by service"),
     "levelray_replay_inserts_total": ("counter", "Unrolls inserted into replay"),
     "levelray_replay_samples_total": ("counter", "Unrolls sampled from replay"),
     "levelray_replay_priority": ("gauge", "Replay priorities: the maximum, and item counts per priority bin"),
@@ -139,6 +140,12 @@ class JobCollector:
         for reason in sorted({"policy_lag", "malformed", *learner.get("dropped", {})}):
             dropped.add_metric([reason], float(learner.get("dropped", {}).get(reason, 0)))
         yield dropped
+        snapshot_errors = CounterMetricFamily(
+            "levelray_service_snapshot_errors", METRICS["levelray_service_snapshot_errors_total"][1],
+            labels=["service"])
+        for service, stats in (("levels", levels), ("replay", replay)):
+            snapshot_errors.add_metric([service], float(stats.get("snapshot_errors") or 0))
+        yield snapshot_errors
         prio = GaugeMetricFamily("levelray_replay_priority", METRICS["levelray_replay_priority"][1],
                                  labels=["stat", "upper"])
         prio.add_metric(["max", ""], value(replay.get("max_priority"), nan))

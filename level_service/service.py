@@ -25,6 +25,7 @@ comes back with the state of its last snapshot.
 
 from __future__ import annotations
 
+import logging
 import math
 import time
 from pathlib import Path
@@ -34,6 +35,8 @@ import numpy as np
 
 from levelray.contracts import snapshot
 from levelray.level_service.sampler import LevelSampler
+
+log = logging.getLogger(__name__)
 
 __all__ = ["LevelServiceCore", "LevelService", "SNAPSHOT_FORMAT"]
 
@@ -75,6 +78,8 @@ class LevelServiceCore:
         else:
             self._sampler = fresh
         self._last_snapshot = time.monotonic()
+        self._snapshot_errors = 0
+        self._last_snapshot_error: str | None = None
 
     # ------------------------------------------------------------------ snapshots
     def _restore(self, path: str, seeds: np.ndarray) -> LevelSampler:
@@ -117,8 +122,19 @@ class LevelServiceCore:
         return self._snapshot_path
 
     def _maybe_snapshot(self) -> None:
-        if self._snapshot_path is not None and time.monotonic() - self._last_snapshot >= self._interval:
+        """The periodic snapshot. A failing write (disk full, volume gone) must not fail the call it rides
+        on: that would turn PLR off / stall replay for every caller. It is counted, logged and in `stats()`,
+        and tried again after the next interval; an explicit `snapshot()` (at a checkpoint) still raises."""
+        if self._snapshot_path is None or time.monotonic() - self._last_snapshot < self._interval:
+            return
+        try:
             self.snapshot()
+        except OSError as exc:
+            self._last_snapshot = time.monotonic()
+            self._snapshot_errors += 1
+            self._last_snapshot_error = f"{type(exc).__name__}: {exc}"
+            log.warning("level service: periodic snapshot to %s failed (%s); serving on, retrying in %.0f s",
+                        self._snapshot_path, self._last_snapshot_error, self._interval)
 
     # ------------------------------------------------------------------ API
     def sample_seeds(self, n: int) -> list[int]:
@@ -204,6 +220,8 @@ class LevelServiceCore:
             "num_sample_calls": self._num_sample_calls,
             "num_update_calls": self._num_update_calls,
             "num_snapshots": self._num_snapshots,
+            "snapshot_errors": self._snapshot_errors,
+            "last_snapshot_error": self._last_snapshot_error,
         }
         counts = s.counters()  # num_samples, num_episodes (committed scores), pending/dropped fragments
         counts["num_rollout_batches"] = counts.pop("num_update_calls")

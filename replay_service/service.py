@@ -21,6 +21,7 @@ Behaviour
 
 from __future__ import annotations
 
+import logging
 import threading
 import time
 from pathlib import Path
@@ -32,6 +33,8 @@ import ray
 from levelray.contracts import snapshot as snap
 from levelray.replay_service.core import PrioritizedReplay
 from levelray.replay_service.rate_limiter import NotReadyError, RateLimiter
+
+log = logging.getLogger(__name__)
 
 __all__ = ["ReplayServiceCore", "ReplayService"]
 
@@ -79,6 +82,8 @@ class ReplayServiceCore:
         self._sample_calls = 0
         self._not_ready = 0
         self._snapshots = 0
+        self._snapshot_errors = 0
+        self._last_snapshot_error: str | None = None
         self._restored_from: str | None = None
         if self._snapshot_path is not None and Path(self._snapshot_path).exists():
             self._restore(self._snapshot_path)
@@ -193,6 +198,8 @@ class ReplayServiceCore:
                 "max_priority": r.max_priority,
                 "rate_limiter": None if lim is None else lim.state_dict(),
                 "snapshots": self._snapshots,
+                "snapshot_errors": self._snapshot_errors,
+                "last_snapshot_error": self._last_snapshot_error,
                 "restored_from": self._restored_from,
             }
 
@@ -208,11 +215,19 @@ class ReplayServiceCore:
             return str(path)
 
     def _maybe_snapshot(self) -> None:
-        if (
-            self._snapshot_path is not None
-            and time.monotonic() - self._last_snapshot >= self._snapshot_interval_s
-        ):
+        """The periodic snapshot. A failing write (disk full, volume gone) must not fail the call it rides
+        on: that would turn PLR off / stall replay for every caller. It is counted, logged and in `stats()`,
+        and tried again after the next interval; an explicit `snapshot()` (at a checkpoint) still raises."""
+        if self._snapshot_path is None or time.monotonic() - self._last_snapshot < self._snapshot_interval_s:
+            return
+        try:
             self.snapshot()
+        except OSError as exc:
+            self._last_snapshot = time.monotonic()
+            self._snapshot_errors += 1
+            self._last_snapshot_error = f"{type(exc).__name__}: {exc}"
+            log.warning("replay service: periodic snapshot to %s failed (%s); serving on, retrying in %.0f s",
+                        self._snapshot_path, self._last_snapshot_error, self._snapshot_interval_s)
 
     def ping(self) -> bool:
         return True

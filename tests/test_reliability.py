@@ -250,3 +250,32 @@ def test_a_hung_level_service_never_stalls_an_actor(ray_session):
         os.kill(pid, signal.SIGCONT)
         ray.kill(actor)
         ray.kill(service)
+
+
+def test_a_failing_periodic_snapshot_keeps_the_services_serving(tmp_path):
+    """The snapshot directory is unusable (a file where the directory should be: every write fails with a
+    real OSError, as on a full or vanished volume). Before: the call that triggered the periodic snapshot
+    raised, so actors got no seeds and PLR silently turned into uniform sampling. After: the call answers,
+    the failure is counted and named in stats(), and the next interval tries again."""
+    from levelray.level_service.service import LevelServiceCore
+    from levelray.replay_service.service import ReplayServiceCore
+
+    blocker = tmp_path / "not-a-dir"
+    blocker.write_text("")
+    levels = LevelServiceCore(range(20), {"rng": 0}, snapshot_path=str(blocker / "levels.msgpack"),
+                              snapshot_interval_s=1e-6)
+    seeds = levels.sample_seeds(5)
+    assert len(seeds) == 5 and set(seeds) <= set(range(20))
+    levels.update_seed_scores(np.zeros(2, dtype=np.int64), np.array(seeds[:2]), np.ones(2), np.full(2, 10))
+    stats = levels.stats()
+    assert stats["snapshot_errors"] >= 2 and "not-a-dir" in stats["last_snapshot_error"]
+    assert stats["num_seen"] == 2  # the scores were taken
+    with pytest.raises(OSError):  # an explicit snapshot (a checkpoint's) still fails loudly
+        levels.snapshot()
+
+    replay = ReplayServiceCore(16, seed=0, snapshot_path=str(blocker / "replay.msgpack"), snapshot_interval_s=1e-6)
+    ids = replay.insert([{"obs": np.zeros(3, dtype=np.float32)} for _ in range(4)], np.ones(4))
+    replay.update_priorities(ids, np.full(4, 2.0))
+    stats = replay.stats()
+    assert stats["size"] == 4 and stats["snapshot_errors"] >= 2
+    assert "not-a-dir" in stats["last_snapshot_error"]
