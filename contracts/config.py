@@ -139,7 +139,9 @@ class ReplayConfig:
     beta_anneal_updates: int = field(
         default=10000, metadata=_flag("--replay-beta-anneal", "updates to anneal beta to 1", min=1)
     )
-    max_use: int | None = field(default=16, metadata=_flag("--replay-max-use", "times an unroll may be replayed"))
+    max_use: int | None = field(
+        default=16, metadata=_flag("--replay-max-use", "times an unroll may be replayed", min=1)
+    )
     eta: float = field(default=0.9, metadata=_flag("--replay-eta", "priority = eta*max + (1-eta)*mean |td|"))
     min_size: int = field(default=8, metadata=_flag("--replay-min-size", "unrolls before replay starts", min=1))
     snapshot_max_item_bytes: int = field(
