@@ -2,7 +2,8 @@
 
 A YAML file and CLI flags fill it (flags override the file); the resolved tree is written into the
 run directory. Every leaf has a CLI flag: the name in its metadata, or `--<section>-<field>`.
-Unknown keys, wrong types and out-of-range values are rejected with the dotted path of the field.
+Unknown keys, wrong types and out-of-range values are rejected with the dotted path of the field; what needs
+several fields (or the machine) is checked once the tree is filled, by `contracts.validate`.
 """
 
 from __future__ import annotations
@@ -94,7 +95,7 @@ class LearnerConfig:
         default=100, metadata=_flag("--max-policy-lag", "drop unrolls older than this many versions", min=0)
     )
     queue_size: int = field(default=32, metadata=_flag("--queue-size", "learner inbound queue (unrolls)", min=1))
-    device: str = field(default="auto", metadata=_flag("--device", "torch device: auto, cpu, cuda"))
+    device: str = field(default="auto", metadata=_flag("--device", "torch device: auto, cpu, cuda or cuda:N"))
 
 
 @dataclass
