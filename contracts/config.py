@@ -2,7 +2,8 @@
 
 A YAML file and CLI flags fill it (flags override the file); the resolved tree is written into the
 run directory. Every leaf has a CLI flag: the name in its metadata, or `--<section>-<field>`.
-Unknown keys, wrong types and out-of-range values are rejected with the dotted path of the field.
+Unknown keys, wrong types and out-of-range values are rejected with the dotted path of the field; what needs
+several fields (or the machine) is checked once the tree is filled, by `contracts.validate`.
 """
 
 from __future__ import annotations
@@ -99,7 +100,7 @@ class LearnerConfig:
         metadata=_flag("--max-nonfinite-updates",
                        "stop the job after this many updates in a row with a NaN/Inf loss or gradient", min=1),
     )
-    device: str = field(default="auto", metadata=_flag("--device", "torch device: auto, cpu, cuda"))
+    device: str = field(default="auto", metadata=_flag("--device", "torch device: auto, cpu, cuda or cuda:N"))
 
 
 @dataclass
@@ -144,7 +145,9 @@ class ReplayConfig:
     beta_anneal_updates: int = field(
         default=10000, metadata=_flag("--replay-beta-anneal", "updates to anneal beta to 1", min=1)
     )
-    max_use: int | None = field(default=16, metadata=_flag("--replay-max-use", "times an unroll may be replayed"))
+    max_use: int | None = field(
+        default=16, metadata=_flag("--replay-max-use", "times an unroll may be replayed", min=1)
+    )
     eta: float = field(default=0.9, metadata=_flag("--replay-eta", "priority = eta*max + (1-eta)*mean |td|"))
     min_size: int = field(default=8, metadata=_flag("--replay-min-size", "unrolls before replay starts", min=1))
     snapshot_max_item_bytes: int = field(

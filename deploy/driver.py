@@ -17,6 +17,7 @@ written.
 from __future__ import annotations
 
 import logging
+import sys
 import threading
 import time
 from collections.abc import Callable
@@ -275,12 +276,23 @@ def check_resume_overrides(saved: RunConfig, new: RunConfig) -> None:
 def prepare_run_dir(
     cfg: RunConfig, *, resume: bool = False, overwrite: bool = False, saved: RunConfig | None = None
 ) -> RunDir:
-    """Check that the env exists, claim the run directory (see `RunDir.start`) and write the resolved
-    config into it. On resume, `saved` is the run's own config: overrides are checked against it, and the
-    directory must hold a checkpoint, before anything is written."""
-    from levelray.actors.envs import env_spec
-    from levelray.contracts.config import ConfigError
+    """Check the whole config (`contracts.validate`) and that the env exists, claim the run directory (see
+    `RunDir.start`) and write the resolved config into it: the one place both the command line and
+    `levelray.train` pass through before anything starts, whichever the backend. On resume, `saved` is the
+    run's own config: overrides are checked against it, and the directory must hold a checkpoint, before
+    anything is written."""
+    from levelray.contracts.config import ConfigError, leaves
+    from levelray.contracts.validate import validate
     from levelray.deploy.rundir import default_run_dir
+
+    if resume and saved is not None:
+        check_resume_overrides(saved, cfg)
+    # A resumed run keeps what its checkpoint was trained with: a problem only in such fields is a warning.
+    fixed = {path for path, _f, _tp in leaves()} - RESUMABLE_KEYS if resume else ()
+    for problem in validate(cfg, fixed=fixed):
+        print(f"levelray: warning: {problem} (kept: the run being resumed was trained with it)", file=sys.stderr,
+              flush=True)
+    from levelray.actors.envs import env_spec  # after the checks: it imports the env libraries (~1 s)
 
     try:
         env_spec(cfg.env)  # an unknown env id fails here, before anything starts
@@ -288,14 +300,11 @@ def prepare_run_dir(
         raise ConfigError(f"--env: {exc}") from None
     from levelray.deploy.rundir import RunDirInUse
 
-    if resume:
-        if saved is not None:
-            check_resume_overrides(saved, cfg)
-        if not RunDir(cfg.run_dir).list_checkpoints():
-            raise ConfigError(
-                f"--resume: {cfg.run_dir} holds no checkpoint (the run stopped before its first one); "
-                f"start it again with --overwrite"
-            )
+    if resume and not RunDir(cfg.run_dir).list_checkpoints():
+        raise ConfigError(
+            f"--resume: {cfg.run_dir} holds no checkpoint (the run stopped before its first one); "
+            f"start it again with --overwrite"
+        )
     try:
         run_dir = RunDir.start(cfg.run_dir or default_run_dir(), resume=resume, overwrite=overwrite)
     except RunDirInUse as exc:

@@ -19,8 +19,9 @@ import threading
 import time
 from typing import Any
 
-from levelray.contracts.config import RunConfig, to_dict
+from levelray.contracts.config import ConfigError, RunConfig, to_dict
 from levelray.contracts.levels import training_seeds
+from levelray.contracts.validate import MIN_RAY_REPORT_INTERVAL_S
 from levelray.deploy.components import level_service_kwargs, replay_kwargs
 from levelray.deploy.ray_cluster import init_ray
 from levelray.deploy.rundir import RunDir
@@ -29,7 +30,19 @@ from levelray.learner.core import monotone_counters
 
 log = logging.getLogger(__name__)
 
-MIN_POLL_INTERVAL_S = 0.1
+MIN_POLL_INTERVAL_S = MIN_RAY_REPORT_INTERVAL_S  # a shorter --report-interval is refused on this backend
+
+
+def check_cluster_device(cfg: RunConfig) -> None:
+    """`--device cuda` needs a GPU in the cluster: the learner asks Ray for one only when the cluster has
+    one, and without it would fail in its constructor, on every restart. (`contracts.validate` checked this
+    machine's GPUs before Ray started; joining a cluster with `--address`, only Ray can tell.)"""
+    import ray
+
+    if cfg.learner.device.startswith("cuda") and ray.cluster_resources().get("GPU", 0) < 1:
+        where = f"the Ray cluster at {cfg.address}" if cfg.address else "the embedded Ray"
+        raise ConfigError(f"learner.device = {cfg.learner.device!r}, but {where} has no GPU; use --device auto "
+                          f"(a GPU when the cluster has one) or --device cpu")
 
 
 class RayJob:
@@ -104,6 +117,7 @@ class RayJob:
 
         started = init_ray(cfg.address, cfg.actors.num_actors + eval_workers(cfg))
         try:
+            check_cluster_device(cfg)
             job = cls(cfg, run_dir, resume_state=resume_state)
         except BaseException:
             if started:

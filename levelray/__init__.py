@@ -31,7 +31,8 @@ def train(
 
     Returns the run's last `metrics.jsonl` record plus `run_dir`. Ctrl-C stops the run cleanly (final
     checkpoint) as on the command line. With `resume`, `config.run_dir` names the run to continue; a run
-    directory that holds another run is refused unless `overwrite`.
+    directory that holds another run is refused unless `overwrite`. The config is checked first
+    (`contracts.validate`): a problem raises `ConfigError` naming its fields, before anything is written.
     """
     import threading
 

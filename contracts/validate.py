@@ -1,0 +1,224 @@
+"""Checks of a whole run config, made once before anything starts (`deploy.driver.prepare_run_dir`, which the
+command line and `levelray.train` both call before the run directory is claimed, for either backend).
+
+A leaf's own type, choices and bounds are checked where it is set (`contracts.config.coerce_value`); they are
+checked again here because a `RunConfig` built in Python never went through that. What else is refused, each
+problem named by the dotted paths of its fields:
+
+- `replay.replay_ratio × learner.batch_size` that is not a whole number. The learner replays
+  `round(ratio × batch)` unrolls per batch (`learner.replay_mixer`, Python's round: halves go to the even
+  number), so a fractional product silently trains with another ratio; below one half it replays nothing,
+  and where it rounds up to the whole batch the learner fails on its first batch.
+- `learner.device` other than auto, cpu, cuda or cuda:N; cuda where the learner's machine has no CUDA GPU
+  (or not that many); cuda:N with N >= 1 on the Ray backend, whose learner actor sees its one GPU as cuda:0.
+  Joining a cluster (`address`), the learner may run on another machine: `RayJob.start` checks the
+  cluster's GPUs once it is connected.
+- Clip thresholds that turn learning off or around: `learner.clip_rho` and `learner.clip_pg_rho` <= 0,
+  `learner.clip_c` < 0 (0 is allowed: c-bar = 0 cuts every trace, the one-step targets lambda = 0 also
+  gives), `learner.grad_clip` = 0 unless `learner.grad_clip_type` is none.
+- Intervals below a floor: the report interval on the Ray backend, the level and replay service snapshot
+  intervals (see the constants below for why those floors).
+- `replay.min_size` above `replay.capacity` while replay is on: the buffer could never be sampled.
+
+`actors.unroll_length` (T >= 1 as a leaf) is not checked against anything: no other section needs more.
+V-trace, every PLR score (one_step_td_error uses the bootstrap row) and replay work with T = 1, and the
+n-step targets in `learner.model_targets` are not driven by any config field. `checkpoint_interval_updates`
+keeps its floor of one update: an update takes from about a millisecond (CartPole MLP) to a second (IMPALA
+CNN, large batch), so no count is too small for every run, and short runs need small ones.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import re
+from collections.abc import Collection
+from dataclasses import dataclass
+
+from levelray.contracts.config import ConfigError, RunConfig, coerce_value, leaves
+
+# The Ray driver never polls the job more often than this (`deploy.ray_backend` waits at least this long
+# between polls: each one is a remote call to the learner, the supervisor and both services), so a shorter
+# report interval there is not what the run would do. The inline backend has no such floor: there 0 means a
+# record after every update, which short test runs use.
+MIN_RAY_REPORT_INTERVAL_S = 0.1
+# A service writes its snapshot inside a call (no background thread), blocking every caller meanwhile.
+# Measured here: the replay snapshot at the default --replay-snapshot-bytes (64 MiB of procgen unrolls) took
+# 0.18-0.27 s, so at a 1 s interval the replay service already spends about a fifth of its time writing (the
+# learner's sample calls wait behind it), and below that it approaches writing after every call. The level
+# snapshot takes ~1 ms (10,000 levels), but a shorter interval saves nothing worth an fsync per call: a
+# restarted service loses under a second of score updates either way.
+MIN_SNAPSHOT_INTERVAL_S = 1.0
+_DEVICE = re.compile(r"auto|cpu|cuda(?::(\d+))?")
+_WHOLE_TOLERANCE = 1e-9  # 0.1 * 30 is 3.0000000000000004 in floating point
+
+
+@dataclass(frozen=True)
+class Problem:
+    paths: tuple[str, ...]  # the dotted names of the fields involved
+    message: str  # names them too
+
+    def __str__(self) -> str:
+        return self.message
+
+
+def _leaf_problems(cfg: RunConfig) -> list[Problem]:
+    """Every leaf through `coerce_value` again (written back: a Python-built config ends up as the CLI's)."""
+    found = []
+    for path, f, tp in leaves():
+        *parents, last = path.split(".")
+        obj = cfg
+        for part in parents:
+            obj = getattr(obj, part)
+        try:
+            setattr(obj, last, coerce_value(path, tp, getattr(obj, last), dict(f.metadata)))
+        except ConfigError as exc:
+            found.append(Problem((path,), str(exc)))
+    return found
+
+
+def _replay_problems(cfg: RunConfig) -> list[Problem]:
+    ratio, batch, found = cfg.replay.replay_ratio, cfg.learner.batch_size, []
+    product = ratio * batch
+    if not _whole(product):
+        replayed = int(round(product))  # what learner.replay_mixer.ReplayMixer does
+        if replayed == 0:
+            effect = "so the replay buffer would be filled and never sampled"
+        elif replayed >= batch:
+            effect = "leaving no fresh unroll: the learner would fail on its first batch"
+        else:
+            effect = f"an effective ratio of {replayed / batch:.3g} instead of {ratio:g}"
+        hints = []
+        batches = [b for b in range(batch + 1, 4097) if _whole(ratio * b)]
+        if batches:
+            hints.append(f"--batch-size {batches[0]}")
+        # ratios k/batch that survive being typed with 4 significant digits, nearest first
+        ratios = [text for k in range(1, batch) if _whole(float(text := f"{k / batch:.4g}") * batch)
+                  and float(text) <= 0.95]
+        if ratios:
+            hints.append("--replay-ratio " + " or ".join(sorted(ratios, key=lambda r: abs(float(r) - ratio))[:2]))
+        found.append(Problem(
+            ("replay.replay_ratio", "learner.batch_size"),
+            f"replay.replay_ratio × learner.batch_size = {ratio:g} × {batch} = {product:g} is not a whole number "
+            f"of replayed unrolls per batch: the learner would replay round({product:g}) = {replayed} of {batch}, "
+            f"{effect}; choose values "
+            f"whose product is an integer" + (f" (e.g. {', or '.join(hints)})" if hints else ""),
+        ))
+    if ratio > 0 and cfg.replay.min_size > cfg.replay.capacity:
+        found.append(Problem(
+            ("replay.min_size", "replay.capacity"),
+            f"replay.min_size = {cfg.replay.min_size} is above replay.capacity = {cfg.replay.capacity}: the "
+            f"buffer never holds enough unrolls to be sampled, so nothing would be replayed",
+        ))
+    return found
+
+
+def _whole(x: float) -> bool:
+    return math.isclose(x, round(x), rel_tol=0.0, abs_tol=_WHOLE_TOLERANCE)
+
+
+def _device_problems(cfg: RunConfig) -> list[Problem]:
+    device = cfg.learner.device
+    match = _DEVICE.fullmatch(device)
+    if match is None:
+        return [Problem(("learner.device",),
+                        f"learner.device: expected auto, cpu, cuda or cuda:N, got {device!r}")]
+    if not device.startswith("cuda"):
+        return []
+    index = int(match.group(1) or 0)
+    if cfg.backend == "ray" and index > 0 and not os.environ.get("RAY_EXPERIMENTAL_NOSET_CUDA_VISIBLE_DEVICES"):
+        return [Problem(
+            ("learner.device", "backend"),
+            f"learner.device = {device!r} with backend ray: Ray gives the learner actor one GPU and sets "
+            f"CUDA_VISIBLE_DEVICES to it, so the actor sees it as cuda:0 and has no {device}; use --device cuda "
+            f"(Ray picks the GPU), or --backend inline to pick one on this machine",
+        )]
+    if cfg.backend == "ray" and cfg.address:
+        return []  # the learner may run on another node: checked against the cluster in RayJob.start
+    import torch
+
+    where = "this machine" + (" (where the embedded Ray runs the learner)" if cfg.backend == "ray" else "")
+    if not torch.cuda.is_available():
+        return [Problem(
+            ("learner.device",),
+            f"learner.device = {device!r}, but {where} has no CUDA GPU (torch.cuda.is_available() is False); "
+            f"use --device auto (a GPU when there is one) or --device cpu",
+        )]
+    count = torch.cuda.device_count()
+    if index >= count:
+        return [Problem(
+            ("learner.device",),
+            f"learner.device = {device!r}, but {where} has {count} CUDA device(s), cuda:0 to cuda:{count - 1}",
+        )]
+    return []
+
+
+def _clip_problems(cfg: RunConfig) -> list[Problem]:
+    lr, found = cfg.learner, []
+    for name, lowest, effect in (
+        ("clip_rho", "> 0", "V-trace clamps the importance ratios at it: 0 makes every value target the current "
+                            "value (no value learning), a negative one reverses the TD errors"),
+        ("clip_pg_rho", "> 0", "the policy-gradient advantages are scaled by the clamped ratios: 0 zeroes them "
+                               "(no policy learning), a negative one reverses them"),
+        ("clip_c", ">= 0", "a negative c-bar makes the traces negative (0 is allowed: one-step targets)"),
+    ):
+        value = getattr(lr, name)
+        if value is not None and (value <= 0 if lowest == "> 0" else value < 0):
+            found.append(Problem((f"learner.{name}",),
+                                 f"learner.{name} must be {lowest} or none (no clip), got {value:g}: {effect}"))
+    if lr.grad_clip_type != "none" and lr.grad_clip <= 0:
+        found.append(Problem(
+            ("learner.grad_clip", "learner.grad_clip_type"),
+            f"learner.grad_clip = {lr.grad_clip:g} with learner.grad_clip_type {lr.grad_clip_type} clips every "
+            f"gradient to zero, so nothing would be learned; use a positive threshold, or --grad-clip-type none",
+        ))
+    return found
+
+
+def _interval_problems(cfg: RunConfig) -> list[Problem]:
+    found = []
+    if cfg.backend == "ray" and cfg.report_interval_s < MIN_RAY_REPORT_INTERVAL_S:
+        found.append(Problem(
+            ("report_interval_s", "backend"),
+            f"report_interval_s = {cfg.report_interval_s:g} is below {MIN_RAY_REPORT_INTERVAL_S:g} s, the most "
+            f"often the Ray backend polls the job (faster polling only loads its actors); use at least "
+            f"{MIN_RAY_REPORT_INTERVAL_S:g}, or --backend inline where 0 writes a record after every update",
+        ))
+    for path, value, why in (
+        ("levels.snapshot_interval_s", cfg.levels.snapshot_interval_s,
+         "an fsync inside nearly every call, to save less than a second of score updates"),
+        ("replay.snapshot_interval_s", cfg.replay.snapshot_interval_s,
+         "a snapshot of the default 64 MiB of unrolls takes ~0.2 s, so the service would spend much of its "
+         "time writing while the learner's sample calls wait"),
+    ):
+        if value < MIN_SNAPSHOT_INTERVAL_S:
+            found.append(Problem(
+                (path,),
+                f"{path} = {value:g} is below {MIN_SNAPSHOT_INTERVAL_S:g} s: the service writes its snapshot "
+                f"inside a call, blocking its callers: {why}",
+            ))
+    return found
+
+
+def problems(cfg: RunConfig) -> list[Problem]:
+    """Everything wrong with `cfg`; leaf problems alone when there are any (the rest assume sound leaves)."""
+    found = _leaf_problems(cfg)
+    if found:
+        return found
+    return [*_replay_problems(cfg), *_device_problems(cfg), *_clip_problems(cfg), *_interval_problems(cfg)]
+
+
+def validate(cfg: RunConfig, *, fixed: Collection[str] = ()) -> list[Problem]:
+    """Raise `ConfigError` naming every problem of `cfg`, one per line.
+
+    `fixed`: dotted paths whose values cannot be changed (a resumed run's, which its checkpoint was trained
+    with). A problem that involves only such fields is returned instead of raised: refusing it would leave
+    the run impossible to resume. Returns those (an empty list for a sound config)."""
+    found = problems(cfg)
+    kept = [p for p in found if p.paths and all(path in fixed for path in p.paths)]
+    refused = [p for p in found if p not in kept]
+    if len(refused) == 1:
+        raise ConfigError(refused[0].message)
+    if refused:
+        raise ConfigError(f"{len(refused)} problems in the config:\n" + "\n".join(f"  - {p}" for p in refused))
+    return kept
