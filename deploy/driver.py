@@ -181,7 +181,8 @@ def run(
         rec = build_record(snap, steps_per_second=rate, elapsed_s=time.time() - throughput.start)
         while (result := evaluator.poll()) is not None:  # a held-out result is logged once, when it arrives
             rec.update(result)
-            last_test = result
+            if "test_return_mean" in result:  # a failed one (`test_error`) keeps the last good point
+                last_test = result
         snap.update(last_test)
         run_dir.append_metrics(rec)
         backend.publish(rec)

@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import logging
 import math
 import os
 import re
@@ -37,6 +38,8 @@ import numpy as np
 
 from levelray.contracts.config import ConfigError, RunConfig, from_dict, to_dict
 from levelray.contracts.levels import MAX_SEED, training_range
+
+log = logging.getLogger(__name__)
 
 LEVEL_SET_RE = re.compile(r"^(\d+)-(\d+)$")
 
@@ -288,6 +291,7 @@ class PeriodicEvaluator:
         self._pending: tuple[int, int | None, list] | None = None
         self._finished: deque[dict] = deque()
         self.last_result: dict | None = None
+        self.failures = 0
 
     @property
     def enabled(self) -> bool:
@@ -308,15 +312,26 @@ class PeriodicEvaluator:
             return
         self._last_started = int(version)
         e = self.cfg.eval
-        if self.use_ray:
-            refs = _start_on_ray(self.cfg, weights_or_ref, self.seeds, self.episodes, greedy=e.greedy,
-                                 num_envs=e.num_envs, seed=self.cfg.seed + int(version), num_workers=None,
-                                 num_cpus=self.num_cpus)
-            self._pending = (int(version), env_steps, refs)
-        else:
-            raw = play_episodes(self.cfg, weights_or_ref, self.seeds, self.episodes, greedy=e.greedy,
-                                num_envs=e.num_envs, seed=self.cfg.seed + int(version))
-            self._finished.append(self._result(int(version), env_steps, raw))
+        try:
+            if self.use_ray:
+                refs = _start_on_ray(self.cfg, weights_or_ref, self.seeds, self.episodes, greedy=e.greedy,
+                                     num_envs=e.num_envs, seed=self.cfg.seed + int(version), num_workers=None,
+                                     num_cpus=self.num_cpus)
+                self._pending = (int(version), env_steps, refs)
+            else:
+                raw = play_episodes(self.cfg, weights_or_ref, self.seeds, self.episodes, greedy=e.greedy,
+                                    num_envs=e.num_envs, seed=self.cfg.seed + int(version))
+                self._finished.append(self._result(int(version), env_steps, raw))
+        except Exception as exc:  # noqa: BLE001 - whatever broke, training goes on (see _failed)
+            self._failed(int(version), exc)
+
+    def _failed(self, version: int, exc: BaseException) -> None:
+        """A held-out evaluation that failed (a crashed task, a broken env) is reported, not raised: it
+        measures training, it must not end it. The next one starts at the next interval as usual."""
+        self.failures += 1
+        message = f"{type(exc).__name__}: {str(exc).strip().splitlines()[-1][:500] if str(exc).strip() else ''}"
+        log.warning("held-out evaluation at version %d failed (%s); training goes on", version, message)
+        self._finished.append({"test_error": message, "test_version": version, "eval_failures": self.failures})
 
     def _result(self, version: int, env_steps: int | None, raw: dict) -> dict:
         s = summarize(raw)
@@ -340,7 +355,10 @@ class PeriodicEvaluator:
             ready, _ = ray.wait(refs, num_returns=len(refs), timeout=0)
             if len(ready) == len(refs):
                 self._pending = None
-                self._finished.append(self._result(version, env_steps, _merge(ray.get(refs))))
+                try:
+                    self._finished.append(self._result(version, env_steps, _merge(ray.get(refs))))
+                except Exception as exc:  # noqa: BLE001 - a task crashed or was cancelled
+                    self._failed(version, exc)
 
     @property
     def has_result(self) -> bool:

@@ -176,3 +176,37 @@ def test_ray_evaluation_matches_inline(cartpole_run, ray_session):
         assert time.time() < deadline
         time.sleep(0.1)
     assert res["test_version"] == 5 and res["test_episodes"] == 4 and not ev.running
+
+
+@pytest.mark.timeout(180)
+def test_a_failed_evaluation_is_reported_and_the_next_one_runs(cartpole_run, ray_session):
+    """Before: an evaluation that raised (a crashed Ray task, weights the env's network cannot take) ended
+    training. After: `poll()` reports it as `test_error` once, and the next interval evaluates as usual."""
+    ckpt = resolve_checkpoint(cartpole_run)
+    cfg, weights = ckpt["cfg"], checkpoint_weights(ckpt)
+    cfg.eval.interval_updates, cfg.eval.episodes, cfg.eval.num_envs = 5, 2, 2
+    broken = {k: v[..., :1] for k, v in weights.items()}  # wrong shapes: the policy cannot be built
+    ev = PeriodicEvaluator(cfg, use_ray=False)
+    ev.maybe_start(5, broken)
+    failed = ev.poll()
+    assert failed["test_version"] == 5 and failed["eval_failures"] == 1 and "Error" in failed["test_error"]
+    ev.maybe_start(10, weights)
+    assert ev.poll()["test_episodes"] == 2
+
+    # on Ray: the evaluation tasks are killed while they run (a real task failure)
+    ev = PeriodicEvaluator(cfg, use_ray=True)
+    ev.maybe_start(5, ray_session.put(weights))
+    for ref in ev._pending[2]:
+        ray_session.cancel(ref, force=True)
+    failed = wait_for_result(ev)
+    assert failed["test_version"] == 5 and "test_error" in failed and ev.failures == 1
+    ev.maybe_start(10, ray_session.put(weights))
+    assert wait_for_result(ev)["test_episodes"] == 2
+
+
+def wait_for_result(ev: PeriodicEvaluator, timeout: float = 120) -> dict:
+    deadline = time.time() + timeout
+    while (res := ev.poll()) is None:
+        assert time.time() < deadline, "no evaluation result"
+        time.sleep(0.1)
+    return res
