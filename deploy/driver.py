@@ -98,6 +98,10 @@ def build_record(snap: dict[str, Any], *, steps_per_second: float, elapsed_s: fl
         "actor_restarts": sup.get("actor_restarts"),
         "learner_restarts": snap.get("learner_restarts", 0),
         "nonfinite_updates": ls.get("nonfinite_updates", 0),
+        # service calls the learner made that failed (Ray backend; the inline services raise instead)
+        "replay_failures": ls.get("replay_failures", 0),
+        "replay_write_failures": ls.get("replay_write_failures", {}),
+        "level_update_errors": ls.get("level_update_errors", 0),
         "dropped": ls["dropped"],
     }
     rec.update({f"learner_{k}": v for k, v in ls["metrics"].items() if k != "version"})

@@ -30,17 +30,59 @@ from levelray.learner.core import LearnerCore, TrainingDiverged
 log = logging.getLogger(__name__)
 
 
+class PendingWrites:
+    """Fire-and-forget calls to a service whose failures are still counted: the learner never waits for a
+    write, but each reply is collected (without blocking) before the next call, and a refused or lost one
+    is counted by kind and logged."""
+
+    def __init__(self, what: str):
+        import ray
+
+        self._ray, self.what = ray, what
+        self._pending: list[tuple[str, object]] = []
+        self.failures: dict[str, int] = {}
+
+    def add(self, kind: str, ref) -> None:
+        self.collect()
+        self._pending.append((kind, ref))
+
+    def collect(self) -> None:
+        if not self._pending:
+            return
+        refs = [ref for _, ref in self._pending]
+        done, _ = self._ray.wait(refs, num_returns=len(refs), timeout=0)
+        done_set = set(done)
+        still = []
+        for kind, ref in self._pending:
+            if ref not in done_set:
+                still.append((kind, ref))
+                continue
+            try:
+                self._ray.get(ref)
+            except self._ray.exceptions.RayError as exc:
+                self.failures[kind] = self.failures.get(kind, 0) + 1
+                log.warning("%s %s failed: %s", self.what, kind, str(exc).strip().splitlines()[-1][:300])
+        self._pending = still
+
+
 class RemoteReplay:
     """`ReplayClient` over the replay service's Ray actor: `sample` waits, writes do not.
 
     While the replay service restarts (it comes back from its snapshot), `sample` returns None and
-    the learner trains on fresh unrolls only; the failures are counted."""
+    the learner trains on fresh unrolls only; the failures are counted, and so are inserts and priority
+    updates that the service refused or lost (`write_failures`)."""
 
     def __init__(self, handle):
         import ray
 
         self._ray, self.handle = ray, handle
         self.failures = 0
+        self.writes = PendingWrites("replay")
+
+    @property
+    def write_failures(self) -> dict[str, int]:
+        self.writes.collect()
+        return dict(self.writes.failures)
 
     def sample(self, batch_size, beta):
         try:
@@ -52,10 +94,10 @@ class RemoteReplay:
             return None
 
     def insert(self, items, priorities=None):
-        self.handle.insert.remote(items, priorities)
+        self.writes.add("insert", self.handle.insert.remote(items, priorities))
 
     def update_priorities(self, ids, priorities):
-        self.handle.update_priorities.remote(ids, priorities)
+        self.writes.add("update_priorities", self.handle.update_priorities.remote(ids, priorities))
 
 
 class RemoteLevels:
@@ -63,26 +105,16 @@ class RemoteLevels:
     stall on PLR bookkeeping), but a refused one is logged and counted when its reply arrives."""
 
     def __init__(self, handle):
-        import ray
+        self.handle = handle
+        self.writes = PendingWrites("level service")
 
-        self._ray, self.handle = ray, handle
-        self._pending: list = []
-        self.failures = 0
+    @property
+    def failures(self) -> int:
+        self.writes.collect()
+        return sum(self.writes.failures.values())
 
     def update_with_rollouts(self, seeds, dones, **inputs) -> None:
-        self._collect()
-        self._pending.append(self.handle.update_with_rollouts.remote(seeds, dones, **inputs))
-
-    def _collect(self) -> None:
-        if not self._pending:
-            return
-        done, self._pending = self._ray.wait(self._pending, num_returns=len(self._pending), timeout=0)
-        for ref in done:
-            try:
-                self._ray.get(ref)
-            except self._ray.exceptions.RayError as exc:
-                self.failures += 1
-                log.warning("level service refused a score update: %s", str(exc).splitlines()[-1][:300])
+        self.writes.add("score update", self.handle.update_with_rollouts.remote(seeds, dones, **inputs))
 
 
 class LearnerService:
@@ -186,6 +218,7 @@ class LearnerService:
             "node": self._ray.get_runtime_context().get_node_id(),
             "level_update_errors": self.levels.failures if self.levels is not None else 0,
             "replay_failures": self.replay.failures if self.replay is not None else 0,
+            "replay_write_failures": self.replay.write_failures if self.replay is not None else {},
             "error": self.error,
             "time": time.time(),
         }

@@ -279,3 +279,24 @@ def test_a_failing_periodic_snapshot_keeps_the_services_serving(tmp_path):
     stats = replay.stats()
     assert stats["size"] == 4 and stats["snapshot_errors"] >= 2
     assert "not-a-dir" in stats["last_snapshot_error"]
+
+
+@pytest.mark.timeout(120)
+def test_refused_replay_writes_are_counted_not_lost_silently(ray_session):
+    """The learner's replay inserts and priority updates are fire-and-forget; before, a refused one vanished
+    without a trace. Now each reply is collected without blocking and failures are counted by kind."""
+    from levelray.learner.service import RemoteReplay
+    from levelray.replay_service.service import ReplayService
+
+    handle = ReplayService.options(num_cpus=0).remote(16, seed=0)
+    try:
+        replay = RemoteReplay(handle)
+        good = [{"obs": np.zeros(3, dtype=np.float32)} for _ in range(2)]
+        replay.insert(good, np.ones(2))
+        replay.insert(good, np.array([1.0, -1.0]))  # a negative priority: refused by the service
+        replay.update_priorities(np.array([0, 1]), np.array([np.nan, 1.0]))  # NaN: refused
+        failures = wait_for(lambda: (f := replay.write_failures) and sum(f.values()) >= 2 and f, 60)
+        assert failures == {"insert": 1, "update_priorities": 1}
+        assert ray_session.get(handle.stats.remote())["size"] == 2  # the good insert landed, nothing else
+    finally:
+        ray_session.kill(handle)
