@@ -39,3 +39,40 @@ def test_learner_actor_requests_a_gpu_only_when_the_cluster_has_one(monkeypatch,
     job.spec = type("Spec", (), {"to_dict": lambda self: {}})()
     assert job._start_learner(None) == "learner-handle"
     assert asked == [expected]
+
+
+def test_a_restarted_learner_asks_again_for_what_the_cluster_has_now(monkeypatch, tmp_path):
+    """The GPU node that held the learner is gone (that is often why it died): the restart must ask Ray for
+    no GPU, or it would stay pending forever. Ray's resource view, the actor class and the actor calls are
+    MOCKED (no GPU or second node here); the restart logic and the run directory are the real ones."""
+    import ray
+
+    import levelray.learner.service as service
+    from levelray.contracts.config import RunConfig
+    from levelray.deploy.rundir import RunDir
+
+    resources = {"CPU": 8.0, "GPU": 1.0}
+    asked = []
+
+    class Recorder:
+        def remote(self, *args):
+            return f"learner-{len(asked)}"
+
+    class Supervisor:
+        class set_learner:  # noqa: N801 - mirrors an actor method
+            @staticmethod
+            def remote(handle):
+                return handle
+
+    monkeypatch.setattr(ray, "cluster_resources", lambda: dict(resources))
+    monkeypatch.setattr(ray, "kill", lambda handle: None)
+    monkeypatch.setattr(ray, "get", lambda ref, timeout=None: ref)
+    monkeypatch.setattr(service, "learner_actor_class", lambda num_gpus: asked.append(num_gpus) or Recorder())
+    job = ray_backend.RayJob.__new__(ray_backend.RayJob)
+    job.cfg, job.cfg_dict, job.level_service, job.replay_service = RunConfig(), {}, None, None
+    job.spec = type("Spec", (), {"to_dict": lambda self: {}})()
+    job.run_dir, job.supervisor, job.learner_restarts, job.last_learner_stats = RunDir(tmp_path), Supervisor(), 0, None
+    job.learner = job._start_learner(None)
+    resources["GPU"] = 0.0  # the GPU node is lost with the learner
+    job.restart_learner("RayActorError")
+    assert asked == [1, 0] and job.learner == "learner-2" and job.learner_restarts == 1
