@@ -300,3 +300,16 @@ def test_refused_replay_writes_are_counted_not_lost_silently(ray_session):
         assert ray_session.get(handle.stats.remote())["size"] == 2  # the good insert landed, nothing else
     finally:
         ray_session.kill(handle)
+
+
+@pytest.mark.timeout(420)
+def test_short_chaos_run_keeps_counters_checkpoints_and_training(ray_session, tmp_path):
+    """`benchmarks/chaos.py` in short: one SIGKILL each of an env actor, the learner, the level service and
+    the replay service during a minute of CartPole; every check of the full run must hold."""
+    from benchmarks.chaos import run_chaos
+
+    out = run_chaos(tmp_path / "run", seconds=60, kills=4, warmup_s=8, snapshot_interval_s=2.0,
+                    checkpoint_interval=20, resume_steps=2000, log=lambda *_: None)
+    assert out["kills_by_kind"] == {"actor": 1, "learner": 1, "levels": 1, "replay": 1}, out["events"]
+    assert out["learner_restarts"] >= 1 and out["actor_restarts"] >= 1, out
+    assert all(out["checks"].values()), out
