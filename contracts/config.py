@@ -189,6 +189,9 @@ class RunConfig:
     report_interval_s: float = field(
         default=5.0, metadata=_flag("--report-interval", "seconds between progress reports", min=0.0)
     )
+    tensorboard: bool = field(
+        default=True, metadata=_flag("--tensorboard", "write TensorBoard event files into the run directory")
+    )
     checkpoint_interval_updates: int = field(
         default=500, metadata=_flag("--checkpoint-interval", "learner updates between checkpoints", min=1)
     )

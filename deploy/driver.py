@@ -174,6 +174,11 @@ def run(
     stop = stop or threading.Event()
     evaluator = PeriodicEvaluator(cfg, use_ray=backend.uses_ray)
     throughput = Throughput()
+    tensorboard = None
+    if cfg.tensorboard:
+        from levelray.deploy.tensorboard import TensorBoardWriter
+
+        tensorboard = TensorBoardWriter(run_dir.path)
     last_checkpoint = -1
     last_test: dict[str, Any] = {}
     record: dict[str, Any] = {}
@@ -189,6 +194,8 @@ def run(
                 last_test = result
         snap.update(last_test)
         run_dir.append_metrics(rec)
+        if tensorboard is not None:
+            tensorboard.write(rec)
         backend.publish(rec)
         if metrics is not None:
             metrics.update(snap)
@@ -242,6 +249,8 @@ def run(
         finally:
             evaluator.cancel()
             run_dir.close()
+            if tensorboard is not None:
+                tensorboard.close()
             backend.close()
     return record
 
@@ -252,7 +261,7 @@ def run(
 # or be ignored, so it is refused.
 RESUMABLE_KEYS = frozenset({
     "total_steps", "stop_at_return", "run_dir", "backend", "address", "metrics_host", "metrics_port",
-    "report_interval_s", "checkpoint_interval_updates", "keep_checkpoints", "max_learner_restarts",
+    "report_interval_s", "tensorboard", "checkpoint_interval_updates", "keep_checkpoints", "max_learner_restarts",
     "actors.num_actors", "actors.seed_prefetch", "actors.unrolls_per_submit",
     "learner.device", "learner.queue_size", "learner.max_nonfinite_updates",
     "levels.snapshot_interval_s", "replay.snapshot_interval_s", "replay.snapshot_max_item_bytes",

@@ -294,3 +294,15 @@ def test_total_steps_is_a_budget_the_learner_keeps(ray_session, tmp_path, backen
     if not record["dropped"].get("policy_lag"):  # every consumed step was trained on, no more
         assert record["samples_trained"] == record["env_steps"]
     assert RunDir(cfg.run_dir).load_latest_checkpoint()["counters"]["env_steps"] == record["env_steps"]
+    # TensorBoard event files are written by the shared driver loop, so both backends have them
+    events = read_tensorboard(cfg.run_dir)
+    assert events["learner_version"][-1] == (record["env_steps"], record["learner_version"])
+
+
+def read_tensorboard(run_dir) -> dict[str, list[tuple[int, float]]]:
+    """Every scalar series of the run directory's event files: name -> [(env steps, value)]."""
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    acc = EventAccumulator(str(run_dir), size_guidance={"scalars": 0})
+    acc.Reload()
+    return {tag: [(e.step, e.value) for e in acc.Scalars(tag)] for tag in acc.Tags()["scalars"]}
