@@ -177,6 +177,11 @@ class RunConfig:
     levels: LevelConfig = field(default_factory=LevelConfig)
     replay: ReplayConfig = field(default_factory=ReplayConfig)
     eval: EvalConfig = field(default_factory=EvalConfig)
+    preset: str = field(
+        default="auto",
+        metadata=_flag("--preset", "defaults for the env's family (contracts/presets.py): auto picks one by the env "
+                       "id, none keeps the general defaults", choices=("auto", "none", "procgen", "classic_control")),
+    )
     backend: str = field(default="ray", metadata=_flag("--backend", "ray or single-process", choices=("ray", "inline")))
     address: str | None = field(default=None, metadata=_flag("--address", "Ray cluster: auto or HOST:PORT"))
     run_dir: str | None = field(default=None, metadata=_flag("--run-dir", "run directory (default runs/<time>)"))

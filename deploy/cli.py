@@ -61,9 +61,15 @@ def build_config(args: argparse.Namespace, dests: dict[str, str], base: dict | N
         if data is not None and not isinstance(data, dict):
             raise ConfigError(f"--config: {args.config} must hold a mapping of config sections")
     cfg = from_dict(data)
+    flags = set()
     for dest, path in dests.items():
         if hasattr(args, dest):
             set_path(cfg, path, getattr(args, dest))
+            flags.add(path)
+    if base is None:  # a new run; a resumed one has its resolved config already
+        from levelray.contracts.presets import apply_preset, dict_paths
+
+        apply_preset(cfg, dict_paths(data) | flags)
     return cfg
 
 

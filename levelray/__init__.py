@@ -31,9 +31,12 @@ def train(
 
     Returns the run's last `metrics.jsonl` record plus `run_dir`. Ctrl-C stops the run cleanly (final
     checkpoint) as on the command line. With `resume`, `config.run_dir` names the run to continue; a run
-    directory that holds another run is refused unless `overwrite`. The config is checked first
+    directory that holds another run is refused unless `overwrite`. Keys left at their defaults (fields of a
+    `RunConfig` equal to `RunConfig()`'s, keys absent from a dict) take the env family's preset
+    (`contracts/presets.py`); `config` itself is not changed. The config is checked first
     (`contracts.validate`): a problem raises `ConfigError` naming its fields, before anything is written.
     """
+    import copy
     import threading
 
     from levelray.contracts.config import from_dict
@@ -41,6 +44,11 @@ def train(
     from levelray.deploy.driver import train as run_training
 
     cfg = config if isinstance(config, RunConfig) else from_dict(config)
+    if not resume:  # the env family's defaults for every key the caller left alone
+        from levelray.contracts.presets import apply_preset, changed_paths, dict_paths
+
+        cfg = copy.deepcopy(cfg)
+        apply_preset(cfg, changed_paths(cfg) if isinstance(config, RunConfig) else dict_paths(config))
     saved = None
     if resume:
         from pathlib import Path

@@ -1,0 +1,112 @@
+"""Defaults per environment family, the way RL Zoo and RLlib's tuned examples ship them.
+
+`levelray train --env CartPole-v1` with no other flag should train CartPole well, and `--env procgen:bigfish`
+procgen well; one set of defaults cannot do both (a CartPole learner is idle at procgen's batch size and
+procgen's network is wasted on four numbers). So the config resolves `preset: auto` to the env's family
+and fills every key the user did not set (by flag, YAML or, from Python, a dict key or a changed field)
+from that family's table below. The resolved config, with the preset's name, is what `config.yaml` holds.
+
+Only measured presets are here (see `benchmarks/RESULTS.md`); a family without one (MuJoCo/Box2D-style
+continuous control, ...) runs on the general defaults of `contracts.config` and says so (`preset: none`).
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+from levelray.contracts.config import ConfigError, RunConfig, leaves, set_path
+
+CLASSIC_CONTROL = ("CartPole-", "Acrobot-", "MountainCar-")
+
+
+def _actors_for_this_machine() -> int:
+    """One env actor per core: measured best on 2 cores (the learner shares a core with an actor)."""
+    return max(1, os.cpu_count() or 1)
+
+
+# dotted config path -> value, or a function of nothing that gives it (machine-dependent values)
+PRESETS: dict[str, dict[str, Any]] = {
+    # The PLR / procgen setting this project was built around: IMPALA CNN, 16 envs per actor.
+    "procgen": {
+        "actors.num_actors": _actors_for_this_machine,
+        "actors.envs_per_actor": 16,
+        "actors.unroll_length": 20,
+        "actors.unrolls_per_submit": 1,
+        "learner.model": "impala_cnn",
+        "learner.batch_size": 2,
+        "learner.learning_rate": 5e-4,
+        "learner.entropy_weight": 0.01,
+    },
+    # benchmarks/bench_vs_rllib.py, benchmarks/cartpole_value_scale.py: 8 unrolls per update keep the
+    # learner ahead of fast NumPy actors (policy lag ~2.5 versions); 4 unrolls per Ray call amortise it.
+    "classic_control": {
+        "actors.num_actors": _actors_for_this_machine,
+        "actors.envs_per_actor": 8,
+        "actors.unroll_length": 20,
+        "actors.unrolls_per_submit": 4,
+        "learner.model": "mlp",
+        "learner.hidden_sizes": [64, 64],
+        "learner.batch_size": 8,
+        "learner.learning_rate": 1e-3,
+        "learner.entropy_weight": 0.01,
+    },
+}
+PRESET_NAMES = ("auto", "none", *PRESETS)
+
+
+def family(env_id: str) -> str:
+    """The preset an env id resolves to under `auto` ("none" when no measured preset fits it)."""
+    if env_id.startswith("procgen:"):
+        return "procgen"
+    if env_id.startswith(CLASSIC_CONTROL):
+        return "classic_control"
+    return "none"
+
+
+def changed_paths(cfg: RunConfig) -> set[str]:
+    """Dotted paths whose value differs from `RunConfig()`'s: what a config built in Python has set."""
+    default, out = RunConfig(), set()
+    for path, _f, _tp in leaves():
+        a, b = cfg, default
+        for part in path.split("."):
+            a, b = getattr(a, part), getattr(b, part)
+        if a != b:
+            out.add(path)
+    return out
+
+
+def dict_paths(data: dict | None, prefix: str = "") -> set[str]:
+    """Dotted paths of the leaves a YAML mapping sets."""
+    out: set[str] = set()
+    for key, value in (data or {}).items():
+        path = f"{prefix}{key}"
+        out |= dict_paths(value, f"{path}.") if isinstance(value, dict) else {path}
+    return out
+
+
+def apply_preset(cfg: RunConfig, explicit: set[str]) -> str:
+    """Resolve `cfg.preset` (`auto`: by the env's family) and fill every key not in `explicit` from it.
+    Returns the preset's name, which is also left in `cfg.preset`."""
+    name = family(cfg.env.id) if cfg.preset == "auto" else cfg.preset
+    if name not in PRESETS and name != "none":
+        raise ConfigError(f"preset must be one of {', '.join(PRESET_NAMES)}, got {cfg.preset!r}")
+    for path, value in PRESETS.get(name, {}).items():
+        if path not in explicit:
+            set_path(cfg, path, value() if callable(value) else value)
+    cfg.preset = name
+    return name
+
+
+def preset_table() -> list[dict[str, Any]]:
+    """Rows for README's presets table: every key a preset sets, with each preset's value."""
+    keys = sorted({k for p in PRESETS.values() for k in p})
+    rows = []
+    for key in keys:
+        row = {"key": key}
+        for name, values in PRESETS.items():
+            v = values.get(key, "-")
+            row[name] = "cores" if callable(v) else v
+        rows.append(row)
+    return rows
+

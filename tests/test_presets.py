@@ -1,0 +1,72 @@
+"""Presets: `preset: auto` fills every key the user did not set from the env family's measured defaults."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pytest
+
+from levelray.contracts.config import ConfigError, RunConfig, leaves
+from levelray.contracts.presets import PRESET_NAMES, PRESETS, apply_preset, changed_paths, family, preset_table
+from levelray.deploy.cli import _parser, build_config
+
+README = Path(__file__).resolve().parents[1] / "README.md"
+
+
+def cli_config(*argv: str, base: dict | None = None) -> RunConfig:
+    parser, dests = _parser()
+    return build_config(parser.parse_args(["train", *argv]), dests, base)
+
+
+def test_family_by_env_id():
+    assert family("procgen:bigfish") == "procgen"
+    assert [family(e) for e in ("CartPole-v1", "Acrobot-v1", "MountainCar-v0")] == ["classic_control"] * 3
+    assert family("Pendulum-v1") == "none" and family("LunarLander-v3") == "none"
+
+
+def test_the_config_field_offers_every_preset():
+    (field,) = [f for p, f, _ in leaves() if p == "preset"]
+    assert tuple(field.metadata["choices"]) == PRESET_NAMES
+
+
+def test_cli_fills_only_what_the_user_left_alone(tmp_path):
+    cfg = cli_config("--env", "CartPole-v1", "--batch-size", "2")
+    assert cfg.preset == "classic_control"
+    assert cfg.learner.batch_size == 2  # the flag wins
+    assert (cfg.learner.learning_rate, cfg.actors.unrolls_per_submit, cfg.actors.envs_per_actor) == (1e-3, 4, 8)
+    yaml_file = tmp_path / "run.yaml"
+    yaml_file.write_text("env: {id: CartPole-v1}\nlearner: {learning_rate: 0.0005}\n")
+    cfg = cli_config("--config", str(yaml_file))
+    assert cfg.learner.learning_rate == 5e-4 and cfg.learner.batch_size == 8  # YAML wins where it says
+    cfg = cli_config("--env", "CartPole-v1", "--learning-rate", "0.001", "--preset", "none")
+    assert cfg.preset == "none" and cfg.learner.batch_size == RunConfig().learner.batch_size
+    cfg = cli_config("--env", "procgen:coinrun")
+    assert cfg.preset == "procgen" and cfg.learner.model == "impala_cnn" and cfg.actors.envs_per_actor == 16
+
+
+def test_a_resumed_run_keeps_its_resolved_config():
+    base = {"env": {"id": "CartPole-v1"}, "preset": "classic_control", "learner": {"batch_size": 3}}
+    cfg = cli_config(base=base)
+    assert cfg.learner.batch_size == 3 and cfg.learner.learning_rate == RunConfig().learner.learning_rate
+
+
+def test_python_configs_keep_the_fields_they_changed():
+    cfg = RunConfig()
+    cfg.env.id, cfg.learner.learning_rate = "CartPole-v1", 3e-4
+    assert changed_paths(cfg) == {"env.id", "learner.learning_rate"}
+    assert apply_preset(cfg, changed_paths(cfg)) == "classic_control"
+    assert cfg.learner.learning_rate == 3e-4 and cfg.learner.batch_size == 8
+    cfg.preset = "atari"
+    with pytest.raises(ConfigError, match="preset must be one of"):
+        apply_preset(cfg, set())
+
+
+def test_readme_presets_table_is_the_code():
+    text = README.read_text()
+    section = text.split("### Presets", 1)[1].split("###", 1)[0]
+    rows = {m.group(1): (m.group(2).strip(), m.group(3).strip())
+            for m in re.finditer(r"^\| `([a-z_.]+)` \| ([^|]+) \| ([^|]+) \|$", section, re.M)}
+    expected = {r["key"]: (str(r["procgen"]), str(r["classic_control"])) for r in preset_table()}
+    assert rows == expected
+    assert set(PRESETS) == {"procgen", "classic_control"}
