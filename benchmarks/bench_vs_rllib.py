@@ -7,13 +7,12 @@ Both systems get the same env copies (2 actors/runners x 8 envs) and run one aft
 subprocess (so each starts and stops its own local Ray), until the mean episode return reaches 475 or the
 training time budget ends:
 
-- levelray: `.venv/bin/levelray train --env CartPole-v1 --num-levels 0 --num-actors 2 --envs-per-actor 8
-  --batch-size 8 --unrolls-per-submit 4 --learning-rate 1e-3 ... --stop-at-return 475 --report-interval 1`,
-  read back from the run directory's `metrics.jsonl`. Stopped with SIGINT when the budget ends (it writes a
-  final checkpoint). Each actor sends 4 unrolls per call (Ray's per-call cost is paid once per 640 steps)
-  and the learner takes 8 unrolls (1,280 steps) per update, which keeps it ahead of the actors on 2 cores
-  (policy lag ~2.5 versions; with 4 per update it falls behind, lag 6-7). lr 2e-3 reaches 475 sooner but
-  the policy collapsed before it in 2 of 5 runs; `--levelray-args "..."` appends flags that override these.
+- levelray: `.venv/bin/levelray train --env CartPole-v1 ... --stop-at-return 475 --report-interval 1` with
+  no tuning flag: the classic-control preset (`contracts/presets.py`) gives one actor per core (2 here) x 8
+  envs, 4 unrolls per Ray call (Ray's per-call cost is paid once per 640 steps), 8 unrolls (1,280 steps) per
+  update, which keeps the learner ahead of the actors on 2 cores (policy lag ~2.5 versions), lr 1e-3, no level
+  service. Read back from the run directory's `metrics.jsonl`; stopped with SIGINT when the budget ends (it
+  writes a final checkpoint). `--levelray-args "..."` appends flags that override the preset.
 - RLlib 2.60 IMPALA, new API stack, in its own venv (`benchmarks/.venv-rllib`, created on first use: torch
   2.13.0 CPU first, then `ray[rllib]==2.60.0 gymnasium==1.2.2 "numpy<2" pyarrow==21.0.0`: RLlib 2.60 pins
   gymnasium 1.2.2, whose CartPole-v1 is the same task as 1.4.0's, and newer pyarrow needs numpy 2).
@@ -430,10 +429,8 @@ def main() -> None:
                      "load_at_start": os.getloadavg()}
     if not args.skip_levelray:
         results["levelray"] = run_levelray(
-            "levelray", ["--env", "CartPole-v1", "--num-levels", "0", "--num-actors", str(NUM_ACTORS),
-                         "--envs-per-actor", str(ENVS_PER_ACTOR), "--batch-size", "8", "--unrolls-per-submit", "4",
-                         "--learning-rate", "1e-3",
-                         "--total-steps", "100000000", *shlex.split(args.levelray_args)], budget, stop_at_target=True)
+            "levelray", ["--env", "CartPole-v1", "--total-steps", "100000000", *shlex.split(args.levelray_args)],
+            budget, stop_at_target=True)
     if not args.skip_rllib:
         results["rllib"] = run_rllib(budget, Path(args.rllib_venv))
     if do_procgen:

@@ -41,6 +41,7 @@ PRESETS: dict[str, dict[str, Any]] = {
     # benchmarks/bench_vs_rllib.py, benchmarks/cartpole_value_scale.py: 8 unrolls per update keep the
     # learner ahead of fast NumPy actors (policy lag ~2.5 versions); 4 unrolls per Ray call amortise it.
     "classic_control": {
+        "env.num_levels": 0,  # levels (reset seeds) do not make CartPole harder: no level service
         "actors.num_actors": _actors_for_this_machine,
         "actors.envs_per_actor": 8,
         "actors.unroll_length": 20,
