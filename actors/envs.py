@@ -7,6 +7,7 @@ Two kinds, one interface (`EnvVector`):
   a seed never seen is built once with a 1-env `ProcgenGym3Env(num_levels=1, start_level=seed)`.
   Envs are never re-created per episode.
 - gymnasium (any registered id): K envs stepped in a loop; the level is the `reset(seed=...)` seed.
+  CartPole's K envs step as one NumPy array instead (`CartPoleVector`, same episodes and levels).
 
 `level_source(env_index) -> int | None` picks the next level of an env when its episode ends (None:
 a uniform draw from the training level set). Every step reports the level the env really played:
@@ -255,6 +256,63 @@ class GymnasiumVector(EnvVector):
             env.close()
 
 
+class CartPoleVector(EnvVector):
+    """K CartPoles stepped as one NumPy array: gymnasium's `CartPoleVectorEnv` for the dynamics, with each
+    env's episodes started here so they are exactly those of `GymnasiumVector`.
+
+    A CartPole episode is its initial state, which `CartPoleEnv.reset(seed=level)` draws as
+    `default_rng(level).uniform(-0.05, 0.05, 4)`; this class draws the same state for the same level and
+    writes it into the vector's state, so levels, PLR and held-out seeds mean what they mean for the
+    looped envs (a test steps both side by side). The vector's own autoreset (on the step *after* an
+    episode ended, with reward 0 and the action ignored) never fires: an ended env is restarted at once,
+    as the `EnvVector` contract has it. Measured end to end in `benchmarks/RESULTS.md`.
+    """
+
+    IDS = ("CartPole-v0", "CartPole-v1")
+
+    def __init__(self, env_id: str, num_envs: int, cfg: EnvConfig, level_source: LevelSource | None = None,
+                 seed: int = 0):
+        import gymnasium as gym
+        from gymnasium.envs.classic_control.cartpole import CartPoleVectorEnv
+
+        max_steps = cfg.max_episode_steps or gym.spec(env_id).max_episode_steps
+        self.env = CartPoleVectorEnv(num_envs=num_envs, max_episode_steps=max_steps)
+        self.env.reset(seed=seed)
+        self.num_envs = num_envs
+        self._choose = _LevelChooser(cfg, level_source, np.random.default_rng(seed))
+        self._levels = np.zeros(num_envs, dtype=np.int64)
+        single = gym.make(env_id, disable_env_checker=True)
+        self.spec = _gymnasium_spec(single, env_id)
+        single.close()
+
+    def _start(self, envs) -> None:
+        env = self.env
+        for k in envs:
+            level = self._choose(int(k))
+            env.state[:, k] = np.random.default_rng(level).uniform(low=-0.05, high=0.05, size=(4,))
+            self._levels[k] = level
+        env.steps[envs] = 0
+        env.prev_done[envs] = False
+
+    def reset(self) -> np.ndarray:
+        self._start(np.arange(self.num_envs))
+        return self.env.state.T.astype(np.float32)
+
+    def step(self, actions: np.ndarray) -> StepResult:
+        played = self._levels.copy()
+        obs, rewards, terminated, truncated, _ = self.env.step(np.asarray(actions, dtype=np.int64))
+        truncated = truncated & ~terminated
+        ended = np.flatnonzero(terminated | truncated)
+        final_obs = {int(k): obs[k].copy() for k in np.flatnonzero(truncated)}
+        if len(ended):
+            self._start(ended)
+            obs = self.env.state.T.astype(np.float32)
+        return StepResult(obs, rewards.astype(np.float32, copy=False), terminated, truncated, played, final_obs)
+
+    def current_levels(self) -> np.ndarray:
+        return self._levels.copy()
+
+
 def _gymnasium_spec(env, env_id: str) -> EnvSpec:
     from gymnasium import spaces
 
@@ -302,6 +360,8 @@ def make_env_vector(cfg: EnvConfig, num_envs: int, level_source: LevelSource | N
         close = difflib.get_close_matches(env_id, ids, n=3)
         hint = f" Did you mean {', '.join(close)}?" if close else ""
         raise ValueError(f"unknown environment id {env_id!r}.{hint} Available: {', '.join(ids)}")
+    if cfg.native_vector and env_id in CartPoleVector.IDS:
+        return CartPoleVector(env_id, num_envs, cfg, level_source, seed)
     return GymnasiumVector(env_id, num_envs, cfg, level_source, seed)
 
 

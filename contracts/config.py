@@ -37,6 +37,10 @@ class EnvConfig:
     max_episode_steps: int | None = field(
         default=None, metadata=_flag("--max-episode-steps", "gymnasium time limit override (truncation)", min=1)
     )
+    native_vector: bool = field(
+        default=True,
+        metadata=_flag("--native-vector", "step CartPole's K envs as one NumPy array (same episodes, same levels)"),
+    )
 
 
 @dataclass

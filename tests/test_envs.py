@@ -94,3 +94,34 @@ def test_continuous_gymnasium_env():
 def test_unknown_env_id_lists_what_exists(env_id, match):
     with pytest.raises(ValueError, match=match):
         make_env_vector(EnvConfig(id=env_id), 1)
+
+
+@pytest.mark.parametrize("max_episode_steps", [None, 30])
+def test_native_cartpole_vector_plays_exactly_the_looped_envs_episodes(max_episode_steps):
+    """CartPoleVector (one NumPy array for K envs) against GymnasiumVector (K gymnasium envs in a loop), the
+    same levels and actions: every observation, reward, end flag, level and final observation is equal, over
+    hundreds of episode ends (with a short time limit, truncations too)."""
+    from levelray.actors.envs import CartPoleVector, GymnasiumVector
+    from levelray.contracts.config import EnvConfig
+
+    cfg = dict(id="CartPole-v1", num_levels=50, max_episode_steps=max_episode_steps)
+    native = make_env_vector(EnvConfig(**cfg), 6, seed=3)
+    looped = make_env_vector(EnvConfig(**cfg, native_vector=False), 6, seed=3)
+    assert isinstance(native, CartPoleVector) and isinstance(looped, GymnasiumVector)
+    assert native.spec == looped.spec
+    np.testing.assert_array_equal(native.reset(), looped.reset())
+    rng = np.random.default_rng(0)
+    ends = truncations = 0
+    for _ in range(2000):
+        actions = rng.integers(0, 2, 6)
+        a, b = native.step(actions), looped.step(actions)
+        for name in ("obs", "rewards", "terminated", "truncated", "level_seeds"):
+            np.testing.assert_array_equal(getattr(a, name), getattr(b, name), err_msg=name)
+        assert a.obs.dtype == b.obs.dtype == np.float32 and a.rewards.dtype == np.float32
+        assert a.final_obs.keys() == b.final_obs.keys()
+        for k in a.final_obs:
+            np.testing.assert_array_equal(a.final_obs[k], b.final_obs[k])
+        ends += int(a.terminated.sum() + a.truncated.sum())
+        truncations += int(a.truncated.sum())
+    assert ends > 300 and (truncations > 50 if max_episode_steps else True)
+    np.testing.assert_array_equal(native.current_levels(), looped.current_levels())
