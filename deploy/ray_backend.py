@@ -157,6 +157,18 @@ class RayJob:
         self.learner_restarts += 1
         ray.get(self.supervisor.set_learner.remote(self.learner), timeout=120)
 
+    def _ask_learner(self, method: str, timeout: float):
+        """Call the learner and wait; a dead learner is restarted first (from the latest checkpoint) and asked
+        again. Every driver call goes through here: the learner can die during any of them (a checkpoint
+        being written included), and that must cost the job a restart, not end it."""
+        import ray
+
+        try:
+            return ray.get(getattr(self.learner, method).remote(), timeout=timeout)
+        except ray.exceptions.RayActorError as exc:
+            self.restart_learner(f"{type(exc).__name__} during {method}()")
+            return ray.get(getattr(self.learner, method).remote(), timeout=max(timeout, 120))
+
     # -- Backend -------------------------------------------------------------------------------
     def advance(self, until_time: float, until_version: int, stop: threading.Event) -> None:
         """The actors train on their own: wait for the next report (or `stop`); polling the actors more
@@ -167,11 +179,7 @@ class RayJob:
         """One report: merged stats of every part of the job (restarting a dead learner first)."""
         import ray
 
-        try:
-            learner = ray.get(self.learner.stats.remote(), timeout=60)
-        except ray.exceptions.RayActorError as exc:
-            self.restart_learner(f"{type(exc).__name__}")
-            learner = ray.get(self.learner.stats.remote(), timeout=120)
+        learner = self._ask_learner("stats", timeout=60)
         self.last_learner_stats = learner
         refs = {"supervisor": self.supervisor.status.remote()}
         if self.level_service is not None:
@@ -193,16 +201,14 @@ class RayJob:
                                              "time": record["time"]})
 
     def policy_weights(self) -> tuple[int, Any]:
-        import ray
-
-        version, (weights_ref,) = ray.get(self.learner.latest_weights.remote(), timeout=60)
+        version, (weights_ref,) = self._ask_learner("latest_weights", timeout=60)
         return version, weights_ref
 
     def checkpoint_state(self) -> dict[str, Any]:
         """Learner state and counters, level and replay state; the services also write their snapshots."""
         import ray
 
-        state = ray.get(self.learner.state.remote(), timeout=120)
+        state = self._ask_learner("state", timeout=120)
         state["levels"] = state["replay"] = None
         if self.level_service is not None:
             state["levels"] = ray.get(self.level_service.state_dict.remote(), timeout=120)

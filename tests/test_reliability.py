@@ -95,7 +95,7 @@ def _try(fn):
 @pytest.mark.timeout(300)
 def test_dead_learner_restarts_from_the_latest_checkpoint(ray_session, tmp_path):
     ray = ray_session
-    cfg = job_config(tmp_path, max_learner_restarts=1)
+    cfg = job_config(tmp_path, max_learner_restarts=2)
     job = RayJob(cfg, RunDir(cfg.run_dir))
     try:
         wait_for(lambda: job.poll()["learner"]["learner_version"] >= 5, 90)
@@ -111,6 +111,12 @@ def test_dead_learner_restarts_from_the_latest_checkpoint(ray_session, tmp_path)
         wait_for(lambda: job.poll()["learner"]["learner_version"] > saved + 5, 90)  # actors rebound, training on
         status = ray.get(job.supervisor.status.remote())
         assert status["actors_alive"] == 2 and status["actor_restarts"] == 0
+        # the learner dies while a checkpoint is being written (found by benchmarks/chaos.py: it ended the
+        # job): the checkpoint restarts it and is written
+        ray.kill(job.learner)
+        version = write_checkpoint(job, job.run_dir, cfg)
+        assert job.learner_restarts == 2 and version >= saved
+        assert RunDir(cfg.run_dir).load_latest_checkpoint()["version"] == version
         # past max_learner_restarts the job stops with a message that says how to resume
         ray.kill(job.learner)
         with pytest.raises(RuntimeError, match=f"levelray train --resume {cfg.run_dir}"):
