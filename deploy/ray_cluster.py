@@ -18,6 +18,8 @@ def init_ray(address: str | None, num_actors: int, *, dashboard: bool = False) -
         ray.init(address=address, namespace=NAMESPACE, log_to_driver=False)
         return False
     cpus = max(os.cpu_count() or 1, num_actors + 1)
-    ray.init(num_cpus=cpus, namespace=NAMESPACE, include_dashboard=dashboard, dashboard_host="127.0.0.1",
-             log_to_driver=False)
+    # address="local": a new Ray of its own, even where a `ray start` cluster runs on this machine or
+    # RAY_ADDRESS is set (plain ray.init() would join that one, and refuse num_cpus for it).
+    ray.init(address="local", num_cpus=cpus, namespace=NAMESPACE, include_dashboard=dashboard,
+             dashboard_host="127.0.0.1", log_to_driver=False)
     return True

@@ -213,8 +213,10 @@ def test_ctrl_c_leaves_a_checkpoint(tmp_path):
     cmd = [sys.executable, "-m", "levelray.deploy.cli", "train", "--env", "CartPole-v1", "--num-levels", "0",
            "--num-actors", "1", "--envs-per-actor", "4", "--batch-size", "1", "--total-steps", "100000000",
            "--metrics-port", "0", "--report-interval", "0.5", "--run-dir", str(run)]
+    # Without --address the job starts a Ray of its own, whatever cluster RAY_ADDRESS (here: nothing listens
+    # there) or a `ray start` on this machine points at (before, ray.init joined it and refused num_cpus).
     proc = subprocess.Popen(cmd, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                            env={**os.environ, "PYTHONUNBUFFERED": "1"})
+                            env={**os.environ, "PYTHONUNBUFFERED": "1", "RAY_ADDRESS": "127.0.0.1:9"})
     lines = []
     try:
         for line in proc.stdout:
