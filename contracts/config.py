@@ -25,7 +25,8 @@ def _flag(name: str, help: str, **kw) -> dict:
 class EnvConfig:
     id: str = field(
         default="procgen:bigfish",
-        metadata=_flag("--env", "environment: procgen:<game> or any gymnasium id (e.g. CartPole-v1)"),
+        metadata=_flag("--env", "environment: procgen:<game>, minigrid:<name> (e.g. minigrid:DoorKey-8x8) "
+                                  "or any gymnasium id (e.g. CartPole-v1)"),
     )
     distribution_mode: str = field(
         default="easy", metadata=_flag("--distribution-mode", "procgen distribution mode", choices=("easy", "hard"))
@@ -35,7 +36,9 @@ class EnvConfig:
     )
     start_level: int = field(default=0, metadata=_flag("--start-level", "first seed of the training level set", min=0))
     max_episode_steps: int | None = field(
-        default=None, metadata=_flag("--max-episode-steps", "gymnasium time limit override (truncation)", min=1)
+        default=None,
+        metadata=_flag("--max-episode-steps", "gymnasium time limit override (truncation; MiniGrid's max_steps)",
+                       min=1),
     )
 
 
