@@ -91,7 +91,8 @@ class LearnerConfig:
     grad_clip: float = field(default=40.0, metadata=_flag("--grad-clip", "gradient clip threshold", min=0.0))
     model: str = field(
         default="auto",
-        metadata=_flag("--model", "network: auto picks impala_cnn for images", choices=("auto", "impala_cnn", "mlp")),
+        metadata=_flag("--model", "network: auto picks impala_cnn for images, minigrid_cnn for minigrid:<name>, "
+                       "mlp otherwise", choices=("auto", "impala_cnn", "minigrid_cnn", "mlp")),
     )
     hidden_sizes: list[int] = field(default_factory=lambda: [64, 64], metadata=_flag("--hidden-sizes", "MLP sizes"))
     max_policy_lag: int = field(
