@@ -1,6 +1,6 @@
 """Vectors of environments whose every copy plays a level chosen from outside.
 
-Two kinds, one interface (`EnvVector`):
+Three kinds, one interface (`EnvVector`):
 - procgen (`procgen:<game>`): one `ProcgenGym3Env` of K envs. Upstream procgen has no per-env seed
   call, so a chosen level is started by injecting its start state into that env's slot
   (`get_state`/`set_state`, ~2 ms per injection for 16 envs here). Start states are cached by seed;
@@ -8,6 +8,10 @@ Two kinds, one interface (`EnvVector`):
   Envs are never re-created per episode.
 - gymnasium (any registered id): K envs stepped in a loop; the level is the `reset(seed=...)` seed.
   CartPole's K envs step as one NumPy array instead (`CartPoleVector`, same episodes and levels).
+- MiniGrid (`minigrid:<name>`, e.g. `minigrid:DoorKey-8x8`): gymnasium envs as above (the level is the
+  reset seed, which draws the whole layout), each wrapped by `actors.minigrid_env.MiniGridObs`: the
+  symbolic view as one uint8 `[7, 7, 4]` array (`contracts.spec.MINIGRID_OBS`), success = reached the
+  goal, MiniGrid's own `max_steps` as truncation.
 
 `level_source(env_index) -> int | None` picks the next level of an env when its episode ends (None:
 a uniform draw from the training level set). Every step reports the level the env really played:
@@ -16,6 +20,7 @@ procgen's own `level_seed`, or the seed the gymnasium env was reset with.
 
 from __future__ import annotations
 
+import dataclasses
 import difflib
 from collections import OrderedDict
 from collections.abc import Callable
@@ -24,7 +29,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from levelray.contracts.config import EnvConfig
-from levelray.contracts.spec import EnvSpec
+from levelray.contracts.spec import MINIGRID_OBS, EnvSpec
 
 PROCGEN_GAMES = (
     "bigfish",
@@ -44,6 +49,7 @@ PROCGEN_GAMES = (
     "plunder",
     "starpilot",
 )
+MINIGRID_PREFIX = "minigrid:"  # actors.minigrid_env.PREFIX; not imported from there: minigrid loads in ~1 s
 LevelSource = Callable[[int], "int | None"]
 
 
@@ -192,13 +198,20 @@ class GymnasiumVector(EnvVector):
         cfg: EnvConfig,
         level_source: LevelSource | None = None,
         seed: int = 0,
+        make_env: Callable[[], object] | None = None,
     ):
-        import gymnasium as gym
+        """`make_env`: builds one env copy (default: `gym.make(env_id)` with the config's time limit)."""
+        if make_env is None:
+            import gymnasium as gym
 
-        kwargs = {"disable_env_checker": True}  # the checker wraps every step; the spec is checked below
-        if cfg.max_episode_steps is not None:
-            kwargs["max_episode_steps"] = cfg.max_episode_steps
-        self.envs = [gym.make(env_id, **kwargs) for _ in range(num_envs)]
+            kwargs = {"disable_env_checker": True}  # the checker wraps every step; the spec is checked below
+            if cfg.max_episode_steps is not None:
+                kwargs["max_episode_steps"] = cfg.max_episode_steps
+
+            def make_env():
+                return gym.make(env_id, **kwargs)
+
+        self.envs = [make_env() for _ in range(num_envs)]
         self.num_envs = num_envs
         self._choose = _LevelChooser(cfg, level_source, np.random.default_rng(seed))
         self._levels = np.zeros(num_envs, dtype=np.int64)
@@ -313,6 +326,21 @@ class CartPoleVector(EnvVector):
         return self._levels.copy()
 
 
+class MiniGridVector(GymnasiumVector):
+    """`minigrid:<name>`: see the module doc and `actors.minigrid_env`. `cfg.max_episode_steps` replaces
+    MiniGrid's own `max_steps` (rather than adding a second time limit on top of it)."""
+
+    def __init__(
+        self, name: str, num_envs: int, cfg: EnvConfig, level_source: LevelSource | None = None, seed: int = 0
+    ):
+        from levelray.actors import minigrid_env
+
+        self.gym_id = minigrid_env.gymnasium_id(name)
+        super().__init__(self.gym_id, num_envs, cfg, level_source, seed,
+                         make_env=lambda: minigrid_env.make(self.gym_id, cfg.max_episode_steps))
+        self.spec = dataclasses.replace(self.spec, obs_encoding=MINIGRID_OBS)
+
+
 def _gymnasium_spec(env, env_id: str) -> EnvSpec:
     from gymnasium import spaces
 
@@ -340,7 +368,7 @@ def _gymnasium_spec(env, env_id: str) -> EnvSpec:
 def available_env_ids() -> list[str]:
     import gymnasium as gym
 
-    return [f"procgen:{g}" for g in PROCGEN_GAMES] + sorted(gym.envs.registry.keys())
+    return [f"procgen:{g}" for g in PROCGEN_GAMES] + ["minigrid:<name>"] + sorted(gym.envs.registry.keys())
 
 
 def make_env_vector(cfg: EnvConfig, num_envs: int, level_source: LevelSource | None = None, seed: int = 0) -> EnvVector:
@@ -353,6 +381,14 @@ def make_env_vector(cfg: EnvConfig, num_envs: int, level_source: LevelSource | N
             hint = f" Did you mean {', '.join('procgen:' + c for c in close)}?" if close else ""
             raise ValueError(f"unknown procgen game {game!r}.{hint} Games: {', '.join(PROCGEN_GAMES)}")
         return ProcgenVector(game, num_envs, cfg, level_source, seed)
+    if env_id.startswith(MINIGRID_PREFIX):
+        return MiniGridVector(env_id[len(MINIGRID_PREFIX):], num_envs, cfg, level_source, seed)
+    if env_id.startswith("MiniGrid-"):
+        from levelray.actors import minigrid_env
+
+        name = minigrid_env.canonical_name(minigrid_env.gymnasium_id(env_id[len("MiniGrid-"):]))
+        raise ValueError(f"{env_id!r} is a MiniGrid env: use --env {name} (levelray encodes MiniGrid's dict "
+                         f"observation into one array only under that name)")
     import gymnasium as gym
 
     if env_id not in gym.envs.registry:

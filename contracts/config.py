@@ -25,7 +25,8 @@ def _flag(name: str, help: str, **kw) -> dict:
 class EnvConfig:
     id: str = field(
         default="procgen:bigfish",
-        metadata=_flag("--env", "environment: procgen:<game> or any gymnasium id (e.g. CartPole-v1)"),
+        metadata=_flag("--env", "environment: procgen:<game>, minigrid:<name> (e.g. minigrid:DoorKey-8x8) "
+                                  "or any gymnasium id (e.g. CartPole-v1)"),
     )
     distribution_mode: str = field(
         default="easy", metadata=_flag("--distribution-mode", "procgen distribution mode", choices=("easy", "hard"))
@@ -35,7 +36,9 @@ class EnvConfig:
     )
     start_level: int = field(default=0, metadata=_flag("--start-level", "first seed of the training level set", min=0))
     max_episode_steps: int | None = field(
-        default=None, metadata=_flag("--max-episode-steps", "gymnasium time limit override (truncation)", min=1)
+        default=None,
+        metadata=_flag("--max-episode-steps", "gymnasium time limit override (truncation; MiniGrid's max_steps)",
+                       min=1),
     )
     native_vector: bool = field(
         default=True,
@@ -92,7 +95,8 @@ class LearnerConfig:
     grad_clip: float = field(default=40.0, metadata=_flag("--grad-clip", "gradient clip threshold", min=0.0))
     model: str = field(
         default="auto",
-        metadata=_flag("--model", "network: auto picks impala_cnn for images", choices=("auto", "impala_cnn", "mlp")),
+        metadata=_flag("--model", "network: auto picks impala_cnn for images, minigrid_cnn for minigrid:<name>, "
+                       "mlp otherwise", choices=("auto", "impala_cnn", "minigrid_cnn", "mlp")),
     )
     hidden_sizes: list[int] = field(default_factory=lambda: [64, 64], metadata=_flag("--hidden-sizes", "MLP sizes"))
     max_policy_lag: int = field(

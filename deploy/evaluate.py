@@ -5,7 +5,8 @@ Level sets (`--levels`, comma-separated):
 - `train`: the config's training levels `[start_level, start_level + num_levels)`, in a random order
   drawn from `--seed` (cycled when there are more episodes than levels).
 - `test`: held-out levels, the "full distribution" of the PLR paper: distinct random seeds from
-  `[0, 2**31 - 1)` outside the training range (procgen levels; gymnasium `reset(seed=...)` seeds).
+  `[0, 2**31 - 1)` outside the training range (procgen levels; gymnasium and MiniGrid `reset(seed=...)`
+  seeds).
   With an unbounded training set (`num_levels == 0`) nothing is held out; the result says so
   (`held_out: false`).
 - `A-B`: the explicit seeds A to B, both included, in order.
@@ -16,7 +17,8 @@ not over-represented. Every returned seed is the level the env reported playing.
 
 Success rate: procgen's `prev_level_complete` (every procgen game sets it on its win condition: the
 quota of fish in BigFish, the coin in CoinRun, ...); gymnasium: `info["is_success"]` at the episode's
-last step where the env defines it, else None.
+last step where the env defines it, else None; MiniGrid: the agent reached the goal (terminated with a
+positive reward, which `actors.minigrid_env` reports as `is_success`).
 
 `PeriodicEvaluator` runs the same evaluation on held-out levels during training, every
 `cfg.eval.interval_updates` learner versions (on Ray as remote tasks, inline synchronously).

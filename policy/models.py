@@ -1,6 +1,7 @@
-"""Policy/value networks: the IMPALA ResNet for images, an MLP for vectors.
+"""Policy/value networks: the IMPALA ResNet for images, a small grid network for MiniGrid's symbolic view,
+an MLP for vectors.
 
-Both map observations `[N, *obs_shape]` to `(policy_params [N, P], value [N])`. Images arrive as uint8
+All map observations `[N, *obs_shape]` to `(policy_params [N, P], value [N])`. Images arrive as uint8
 `[N, H, W, C]` and are scaled inside the model, so actors ship 1 byte per pixel.
 """
 
@@ -12,7 +13,7 @@ import torch
 from torch import nn
 from torch.nn import functional as F
 
-from levelray.contracts.spec import EnvSpec
+from levelray.contracts.spec import MINIGRID_TABLE_SIZES, EnvSpec
 
 
 class _ResidualBlock(nn.Module):
@@ -106,16 +107,88 @@ class MLP(nn.Module):
         return self.policy_params(obs), self.value(obs.flatten(1).float()).squeeze(-1)
 
 
+class MiniGridNet(nn.Module):
+    """For MiniGrid's symbolic view (`contracts.spec.MINIGRID_OBS`, uint8 `[7, 7, 4]`).
+
+    Each cell's object, colour and state index has a learned embedding (one table, offset per channel,
+    `embed_dim` each, concatenated), then three 2×2 convolutions of 16, 32 and 64 channels with a 2×2
+    max-pool after the first, as in the MiniGrid models of the PLR code (rl-starter-files' ACModel): a 7×7
+    view ends as 64 features. The agent's direction (channel 3) has its own embedding, concatenated to them.
+    Separate policy and value towers (`hidden` tanh units, then the output layer) read those features;
+    `value` is a Sequential ending in `Linear(hidden, 1)`, what PopArt's `value_output_layer` expects.
+
+    Indices beyond `MINIGRID_TABLE_SIZES` are clamped to the last row of their table.
+    """
+
+    def __init__(self, spec: EnvSpec, embed_dim: int = 8, hidden: int = 64):
+        super().__init__()
+        if not spec.discrete:
+            raise ValueError("model minigrid_cnn supports discrete actions only")
+        if len(spec.obs_shape) != 3 or spec.obs_shape[2] != len(MINIGRID_TABLE_SIZES) or spec.obs_dtype != "uint8":
+            raise ValueError(f"model minigrid_cnn needs MiniGrid's uint8 [H, W, 4] observations, got "
+                             f"{spec.obs_dtype} {list(spec.obs_shape)}")
+        h, w, _ = spec.obs_shape
+        sizes = torch.tensor(MINIGRID_TABLE_SIZES)
+        # not in the state dict: constants, and actors load exactly the learner's parameters
+        self.register_buffer("offsets", torch.cumsum(sizes, 0) - sizes, persistent=False)
+        self.register_buffer("max_index", sizes - 1, persistent=False)
+        self.embed = nn.Embedding(int(sizes.sum()), embed_dim)
+        self.conv = nn.Sequential(
+            nn.Conv2d(3 * embed_dim, 16, 2), nn.ReLU(), nn.MaxPool2d(2),
+            nn.Conv2d(16, 32, 2), nn.ReLU(),
+            nn.Conv2d(32, 64, 2), nn.ReLU(),
+        )
+        with torch.no_grad():
+            try:
+                conv_out = self.conv(torch.zeros(1, 3 * embed_dim, h, w)).numel()
+            except RuntimeError:
+                raise ValueError(f"model minigrid_cnn needs a view of at least 7×7 cells, got {h}×{w}") from None
+        features = conv_out + embed_dim
+
+        def tower(out_dim: int, out_gain: float) -> nn.Sequential:
+            out = nn.Linear(hidden, out_dim)
+            nn.init.orthogonal_(out.weight, gain=out_gain)
+            nn.init.zeros_(out.bias)
+            return nn.Sequential(nn.Linear(features, hidden), nn.Tanh(), out)
+
+        self.policy = tower(spec.num_actions, 0.01)
+        self.value = tower(1, 1.0)
+
+    def _features(self, obs: torch.Tensor) -> torch.Tensor:
+        idx = torch.minimum(obs.long(), self.max_index) + self.offsets  # [N, H, W, 4] rows of `embed`
+        cells = self.embed(idx[..., :3]).flatten(3)  # [N, H, W, 3 * embed_dim]
+        x = self.conv(cells.permute(0, 3, 1, 2)).flatten(1)
+        return torch.cat([x, self.embed(idx[:, 0, 0, 3])], dim=1)
+
+    def forward(self, obs: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        x = self._features(obs)
+        return self.policy(x), self.value(x).squeeze(-1)
+
+    def policy_params(self, obs: torch.Tensor) -> torch.Tensor:
+        """The policy tower alone: what an actor needs to act."""
+        return self.policy(self._features(obs))
+
+
+MODEL_KINDS = ("auto", "impala_cnn", "minigrid_cnn", "mlp")
+
+
 def build_model(spec: EnvSpec, kind: str = "auto", hidden_sizes: tuple[int, ...] = (64, 64)) -> nn.Module:
-    """`kind`: 'auto' (impala_cnn for uint8 images, mlp otherwise), 'impala_cnn' or 'mlp'."""
+    """`kind`: 'auto' (impala_cnn for uint8 images, minigrid_cnn for MiniGrid's symbolic view, mlp
+    otherwise), 'impala_cnn', 'minigrid_cnn' or 'mlp'. `hidden_sizes` is the MLP's alone."""
     if kind == "auto":
-        kind = "impala_cnn" if spec.is_image else "mlp"
+        kind = "minigrid_cnn" if spec.is_minigrid else "impala_cnn" if spec.is_image else "mlp"
     if kind == "impala_cnn":
         if not spec.is_image:
-            raise ValueError(f"model impala_cnn needs uint8 [H, W, C] observations, got {spec.obs_shape}")
+            what = "MiniGrid's symbolic view (use minigrid_cnn)" if spec.is_minigrid else list(spec.obs_shape)
+            raise ValueError(f"model impala_cnn needs uint8 [H, W, C] pixel observations, got {what}")
         if not spec.discrete:
             raise ValueError("model impala_cnn supports discrete actions only; use mlp for continuous control")
         return ImpalaCNN(spec)
+    if kind == "minigrid_cnn":
+        if not spec.is_minigrid:
+            raise ValueError(f"model minigrid_cnn needs MiniGrid's symbolic observations (--env minigrid:<name>), "
+                             f"got {spec.obs_dtype} {list(spec.obs_shape)}")
+        return MiniGridNet(spec)
     if kind == "mlp":
         return MLP(spec, tuple(hidden_sizes))
-    raise ValueError(f"model must be one of auto, impala_cnn, mlp; got {kind!r}")
+    raise ValueError(f"model must be one of {', '.join(MODEL_KINDS)}; got {kind!r}")

@@ -12,6 +12,8 @@ from __future__ import annotations
 import numpy as np
 from torch import nn
 
+from levelray.policy.models import MLP
+
 
 class NumpyPolicy:
     """`policy_params(obs [K, *obs_shape]) -> [K, P]` for `policy.models.MLP`.
@@ -25,9 +27,11 @@ class NumpyPolicy:
 
     @staticmethod
     def supports(model: nn.Module) -> bool:
+        """The MLP alone: its policy tower reads the flattened observation. Other models' `policy` may also be
+        a Linear/Tanh Sequential (MiniGridNet's), but it reads features that only the torch model computes."""
         policy = getattr(model, "policy", None)
-        return (isinstance(policy, nn.Sequential) and len(policy) > 0 and isinstance(policy[0], nn.Linear)
-                and all(isinstance(m, (nn.Linear, nn.Tanh)) for m in policy))
+        return (isinstance(model, MLP) and isinstance(policy, nn.Sequential) and len(policy) > 0
+                and isinstance(policy[0], nn.Linear) and all(isinstance(m, (nn.Linear, nn.Tanh)) for m in policy))
 
     def refresh(self) -> None:
         """Copy the current weights out of the torch model (transposed, so a layer is `x @ W + b`)."""
