@@ -141,8 +141,7 @@ def main() -> None:
     cfg.metrics_port = 0
     run_dir = RunDir(tempfile.mkdtemp(prefix="levelray-soak-"))
     cfg.run_dir = str(run_dir.path)
-    init_ray(None, cfg.actors.num_actors)
-    job = RayJob(cfg, run_dir)
+    job = RayJob(cfg, run_dir, embedded=init_ray(None, cfg.actors.num_actors))
     samples, records = [], []
     start = time.time()
     end = start + args.minutes * 60

@@ -59,6 +59,11 @@ class ActorConfig:
         metadata=_flag("--unrolls-per-submit", "unrolls an actor sends to the learner per call (fewer, larger calls)",
                        min=1),
     )
+    num_cpus: float | None = field(
+        default=None,
+        metadata=_flag("--actor-cpus", "logical CPUs Ray reserves per env actor (none: 1 on a cluster, 0 on the "
+                       "embedded local Ray, so that `levelray scale` may go past the cores)", min=0.0),
+    )
 
 
 @dataclass

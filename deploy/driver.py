@@ -262,7 +262,7 @@ def run(
 RESUMABLE_KEYS = frozenset({
     "total_steps", "stop_at_return", "run_dir", "backend", "address", "metrics_host", "metrics_port",
     "report_interval_s", "tensorboard", "checkpoint_interval_updates", "keep_checkpoints", "max_learner_restarts",
-    "env.native_vector", "actors.num_actors", "actors.seed_prefetch", "actors.unrolls_per_submit",
+    "env.native_vector", "actors.num_actors", "actors.seed_prefetch", "actors.unrolls_per_submit", "actors.num_cpus",
     "learner.device", "learner.queue_size", "learner.max_nonfinite_updates",
     "levels.snapshot_interval_s", "replay.snapshot_interval_s", "replay.snapshot_max_item_bytes",
     "eval.interval_updates", "eval.episodes", "eval.num_envs", "eval.greedy",

@@ -55,7 +55,11 @@ class RayJob:
 
     uses_ray = True
 
-    def __init__(self, cfg: RunConfig, run_dir: RunDir, *, resume_state: dict | None = None):
+    def __init__(self, cfg: RunConfig, run_dir: RunDir, *, resume_state: dict | None = None,
+                 embedded: bool = False):
+        """`embedded`: the Ray this job runs on was started by this process for it (`start()` without an
+        address), on the user's own machine: env actors then ask for no CPU unless `--actor-cpus` says
+        otherwise, so `levelray scale` is never refused for want of logical CPUs (see `deploy.supervisor`)."""
         import ray
 
         from levelray.actors.envs import env_spec
@@ -103,10 +107,11 @@ class RayJob:
             )
         except ValueError:
             pass
+        actor_cpus = cfg.actors.num_cpus if cfg.actors.num_cpus is not None else (0.0 if embedded else 1.0)
         supervisor_cls = ray.remote(num_cpus=0, max_concurrency=16)(Supervisor)
         self.supervisor = supervisor_cls.options(name=SUPERVISOR_NAME, namespace=NAMESPACE,
                                                  scheduling_strategy=here).remote(
-            self.cfg_dict, self.learner, self.level_service, seed=cfg.seed)
+            self.cfg_dict, self.learner, self.level_service, seed=cfg.seed, actor_cpus=actor_cpus)
         ray.get(self.supervisor.scale.remote(cfg.actors.num_actors))
         self.started_ray = False  # set by start(): this job owns the embedded Ray and shuts it down
 
@@ -118,7 +123,7 @@ class RayJob:
         started = init_ray(cfg.address, cfg.actors.num_actors + eval_workers(cfg))
         try:
             check_cluster_device(cfg)
-            job = cls(cfg, run_dir, resume_state=resume_state)
+            job = cls(cfg, run_dir, resume_state=resume_state, embedded=started)
         except BaseException:
             if started:
                 import ray

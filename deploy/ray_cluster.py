@@ -8,7 +8,11 @@ from levelray.deploy.supervisor import NAMESPACE
 
 
 def init_ray(address: str | None, num_actors: int, *, dashboard: bool = False) -> bool:
-    """Connect to `address` or start a local Ray; returns True when this process started it."""
+    """Connect to `address` or start a local Ray; returns True when this process started it.
+
+    The local Ray gets max(cores, num_actors + 1) logical CPUs: enough for the learner and `num_actors`
+    one-CPU tasks or actors (held-out evaluation, `levelray evaluate`). A training job's env actors ask
+    for no CPU on it (`RayJob(embedded=True)`), so scaling them up later is never refused here."""
     import ray
 
     if ray.is_initialized():

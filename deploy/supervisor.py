@@ -4,6 +4,16 @@
 `levelray`), from any process connected to the cluster. A monitor thread watches each actor's
 long-running `run()` call: when it ends with an error (process killed, node lost) the actor is
 replaced, with a new id, and counted in `actor_restarts`.
+
+Resources. An env actor asks Ray for `actor_cpus` logical CPUs (`--actor-cpus`; by default 1 on a
+cluster and 0 on the embedded local Ray, see `RayJob`):
+- on a cluster the request is what places actors across nodes and what an autoscaler reads to add
+  nodes, so it stays 1 CPU per actor.
+- the embedded Ray (`levelray train` without `--address`) runs on the user's own machine, where Ray's
+  accounting of logical CPUs could only refuse work: it was started with max(cores, actors + 1)
+  logical CPUs, so `levelray scale` past that left the extra actors pending forever (the third actor
+  on a 2-core machine). There actors ask for no CPU and the OS shares the cores among them: once
+  actors outnumber cores each one steps more slowly, but `scale` does what the user asked.
 """
 
 from __future__ import annotations
@@ -21,7 +31,7 @@ NAMESPACE = "levelray"
 
 
 class Supervisor:
-    def __init__(self, cfg_dict: dict, learner, level_service=None, *, seed: int = 0,
+    def __init__(self, cfg_dict: dict, learner, level_service=None, *, seed: int = 0, actor_cpus: float = 1.0,
                  monitor_interval_s: float = 0.5):
         import ray
 
@@ -34,7 +44,9 @@ class Supervisor:
         self.learner = learner
         self.level_service = level_service
         self.seed = seed
-        self._actor_cls = ray.remote(num_cpus=1, max_concurrency=4, enable_task_events=False)(EnvActor)
+        self.actor_cpus = float(actor_cpus)
+        self._actor_cls = ray.remote(num_cpus=self.actor_cpus, max_concurrency=4,
+                                     enable_task_events=False)(EnvActor)
         self.actors: dict[int, dict] = {}  # id -> {"handle", "run_ref", "info"}
         self.desired = 0
         self.next_id = 0
@@ -125,6 +137,7 @@ class Supervisor:
             "actors_alive": sum(a["alive"] for a in actors),
             "actors_desired": self.desired,
             "actor_restarts": self.restarts,
+            "actor_cpus": self.actor_cpus,
             "actors": sorted(actors, key=lambda a: a["id"]),
             "progress": dict(self.progress),
         }
