@@ -24,13 +24,32 @@ def connect(address: str):
         raise SystemExit(f"levelray: no levelray job on the Ray cluster at {address!r}") from None
 
 
-def job_status(supervisor) -> dict:
+STATUS_TIMEOUT_S = 30.0  # the supervisor answers within a few seconds; this only bounds a lost one
+
+
+def job_status(supervisor, timeout_s: float = STATUS_TIMEOUT_S) -> dict:
+    """The supervisor's `status()` plus the learner's numbers. One wait for both: a learner that does not
+    answer leaves its fields None and says why in `learner_unavailable`; only a supervisor that does not
+    answer is an error (SystemExit with a message, never a traceback)."""
     import ray
 
-    status = ray.get(supervisor.status.remote(), timeout=30)
-    learner = ray.get(supervisor.learner_stats.remote(), timeout=30)
+    refs = {"status": supervisor.status.remote(), "learner": supervisor.learner_stats.remote()}
+    ray.wait(list(refs.values()), num_returns=len(refs), timeout=timeout_s)
+    try:
+        status = ray.get(refs["status"], timeout=0)
+    except ray.exceptions.GetTimeoutError:
+        raise SystemExit(f"levelray: the job's supervisor did not answer within {timeout_s:g} s") from None
+    except ray.exceptions.RayError as exc:
+        raise SystemExit(f"levelray: the job's supervisor failed: {type(exc).__name__}: {exc}") from None
+    try:
+        learner = ray.get(refs["learner"], timeout=0)
+    except ray.exceptions.GetTimeoutError:
+        learner = {"unavailable": f"no answer within {timeout_s:g} s"}
+    except ray.exceptions.RayError as exc:
+        learner = {"unavailable": f"{type(exc).__name__}"}
     status.update({k: learner.get(k) for k in ("learner_version", "env_steps", "episode_return_mean",
                                                 "policy_lag_mean", "queue_depth")})
+    status["learner_unavailable"] = learner.get("unavailable")
     status["env_steps_per_second"] = status.pop("progress", {}).get("env_steps_per_second")
     return status
 
@@ -43,8 +62,16 @@ def cmd_scale(args: argparse.Namespace) -> int:
         out = ray.get(supervisor.scale.remote(args.num_actors), timeout=60)
     except ray.exceptions.RayTaskError as exc:
         raise SystemExit(f"levelray: scale failed: {exc.cause if hasattr(exc, 'cause') else exc}") from None
-    print(f"levelray: actors desired {out['actors_desired']} (was running {out.get('previous', '?')})")
+    except ray.exceptions.GetTimeoutError:
+        raise SystemExit("levelray: the job's supervisor did not answer within 60 s; the request may still "
+                         "apply: see `levelray status`") from None
+    print(f"levelray: actors desired {out['actors_desired']} (before: {out.get('previous', '?')}); "
+          "`levelray status` shows them start", flush=True)
     return 0
+
+
+def _number(value, fmt: str) -> str:
+    return "n/a" if value is None else format(value, fmt)
 
 
 def cmd_status(args: argparse.Namespace) -> int:
@@ -54,10 +81,16 @@ def cmd_status(args: argparse.Namespace) -> int:
         print()
         return 0
     ret = status.get("episode_return_mean")
-    print(f"learner version {status['learner_version']}  env steps {status['env_steps']:,}  "
+    print(f"learner version {_number(status['learner_version'], 'd')}  env steps {_number(status['env_steps'], ',')}  "
           f"{status['env_steps_per_second'] or 0:,.0f} steps/s  return {ret if ret is None else round(ret, 2)}")
-    print(f"actors {status['actors_alive']}/{status['actors_desired']} alive  restarts {status['actor_restarts']}")
+    if status.get("learner_unavailable"):
+        print(f"learner unavailable: {status['learner_unavailable']}")
+    counts = f"actors {status['actors_alive']}/{status['actors_desired']} alive"
+    for key in ("pending", "unresponsive"):
+        if status.get(f"actors_{key}"):
+            counts += f", {status[f'actors_{key}']} {key}"
+    print(f"{counts}  restarts {status['actor_restarts']}")
     for a in status["actors"]:
-        print(f"  actor {a['id']:>4}  pid {a.get('pid')}  node {str(a.get('node'))[:12]}  "
-              f"{'alive' if a['alive'] else 'DEAD'}")
+        line = f"  actor {a['id']:>4}  pid {a.get('pid')}  node {str(a.get('node'))[:12]}  {a.get('state', 'alive')}"
+        print(line + (f": {a['reason']}" if a.get("reason") else ""))
     return 0

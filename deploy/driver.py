@@ -95,6 +95,7 @@ def build_record(snap: dict[str, Any], *, steps_per_second: float, elapsed_s: fl
         "queue_depth": ls["queue_depth"],
         "actors_alive": sup.get("actors_alive"),
         "actors_desired": sup.get("actors_desired"),
+        "actors_pending": sup.get("actors_pending"),
         "actor_restarts": sup.get("actor_restarts"),
         "learner_restarts": snap.get("learner_restarts", 0),
         "nonfinite_updates": ls.get("nonfinite_updates", 0),

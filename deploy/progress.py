@@ -25,6 +25,8 @@ def progress_line(record: dict) -> str:
     ret_s = f"{ret:8.2f}" if ret is not None else "     n/a"
     actors = record.get("actors_alive")
     actors_s = f"  actors {actors}/{record.get('actors_desired')}" if actors is not None else ""
+    if record.get("actors_pending"):
+        actors_s += f" ({record['actors_pending']} pending)"
     if record.get("test_return_mean") is not None:
         actors_s += f"  held-out return {record['test_return_mean']:.2f}"
     return (

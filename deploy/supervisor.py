@@ -2,24 +2,32 @@
 
 `levelray scale` and `levelray status` find it by name (`levelray-supervisor` in namespace
 `levelray`), from any process connected to the cluster. A monitor thread watches each actor's
-long-running `run()` call: when it ends with an error (process killed, node lost) the actor is
-replaced, with a new id, and counted in `actor_restarts`.
+long-running `run()` call: when it ends with an error (process killed, node lost, an exception at
+start) the actor is replaced, with a new id, and counted in `actor_restarts`.
 
 Resources. An env actor asks Ray for `actor_cpus` logical CPUs (`--actor-cpus`; by default 1 on a
 cluster and 0 on the embedded local Ray, see `RayJob`):
 - on a cluster the request is what places actors across nodes and what an autoscaler reads to add
-  nodes, so it stays 1 CPU per actor.
+  nodes, so it stays 1 CPU per actor; an actor that does not fit yet is `pending`, and `status` says
+  what it waits for ("waiting for 1 CPU (0 of 8 CPU free)").
 - the embedded Ray (`levelray train` without `--address`) runs on the user's own machine, where Ray's
   accounting of logical CPUs could only refuse work: it was started with max(cores, actors + 1)
   logical CPUs, so `levelray scale` past that left the extra actors pending forever (the third actor
   on a 2-core machine). There actors ask for no CPU and the OS shares the cores among them: once
   actors outnumber cores each one steps more slowly, but `scale` does what the user asked.
+
+Status. `status()` asks every started actor for its `info()` at once and waits for the answers with
+one `ray.wait` of at most `STATUS_TIMEOUT_S`: an actor that has not started (its constructor has not
+returned) is `pending` with the reason (the resources it waits for, or that it is starting on a
+node), a started one that does not answer in time is `unresponsive`. So `status` returns within a
+few seconds whatever the cluster does.
 """
 
 from __future__ import annotations
 
 import contextlib
 import logging
+import re
 import threading
 import time
 from typing import Any
@@ -28,6 +36,44 @@ log = logging.getLogger(__name__)
 
 SUPERVISOR_NAME = "levelray-supervisor"
 NAMESPACE = "levelray"
+
+STATUS_TIMEOUT_S = 2.0  # how long `status()` waits for started actors to answer `info()`
+MAX_ERROR_CHARS = 500
+
+_ANSI = re.compile(r"\x1b\[[0-9;]*m")
+
+
+def _clip(text: str) -> str:
+    return text if len(text) <= MAX_ERROR_CHARS else text[: MAX_ERROR_CHARS - 1] + "…"
+
+
+def error_summary(exc: BaseException) -> str:
+    """One line that says why an actor died: the exception its constructor or `run()` raised (not Ray's
+    traceback around it), or how its process ended."""
+    import ray
+
+    if isinstance(exc, ray.exceptions.RayTaskError) and isinstance(getattr(exc, "cause", None), BaseException):
+        cause = exc.cause
+        if not isinstance(cause, ray.exceptions.RayError):
+            first = str(cause).strip().splitlines()
+            return _clip(f"{type(cause).__name__}: {first[0] if first else ''}".rstrip(": "))
+    text = _ANSI.sub("", str(exc))
+    lines = [line.rstrip() for line in text.splitlines() if line.strip()]
+    if not lines:
+        return type(exc).__name__
+    if getattr(exc, "actor_init_failed", False) or "Traceback" in text:
+        # "The actor died because of an error raised in its creation task, ...", the traceback indented,
+        # and last the exception itself at the margin.
+        return _clip([line for line in lines if not line[0].isspace()][-1])
+    head = f"{type(exc).__name__}: {lines[0]}"
+    detail = re.search(r"Worker exit type: (\w+) Worker exit detail: ([^.]*)", text)
+    if detail:
+        head += f" ({detail.group(1)}: {detail.group(2)})"
+    return _clip(head)
+
+
+def _amount(value: float) -> str:
+    return f"{value:g}"
 
 
 class Supervisor:
@@ -47,7 +93,8 @@ class Supervisor:
         self.actor_cpus = float(actor_cpus)
         self._actor_cls = ray.remote(num_cpus=self.actor_cpus, max_concurrency=4,
                                      enable_task_events=False)(EnvActor)
-        self.actors: dict[int, dict] = {}  # id -> {"handle", "run_ref", "info"}
+        # id -> {"handle", "run_ref", "ready_ref", "ready_at", "spawned", "pid", "node"}
+        self.actors: dict[int, dict] = {}
         self.desired = 0
         self.next_id = 0
         self.restarts = 0
@@ -58,22 +105,31 @@ class Supervisor:
         self._thread = threading.Thread(target=self._monitor, daemon=True, name="supervisor-monitor")
         self._thread.start()
 
+    # -- actors --------------------------------------------------------------------------------
     def _spawn(self) -> None:
         actor_id = self.next_id
         self.next_id += 1
         handle = self._actor_cls.options(name=None, max_restarts=0).remote(
             actor_id, self.cfg_dict, self.learner, self.level_service, seed=self.seed * 100_003 + actor_id,
         )
-        self.actors[actor_id] = {"handle": handle, "run_ref": handle.run.remote(), "info": None, "since": time.time()}
+        self.actors[actor_id] = {
+            "handle": handle, "run_ref": handle.run.remote(), "ready_ref": handle.__ray_ready__.remote(),
+            "ready_at": None, "spawned": time.time(), "pid": None, "node": None,
+        }
 
     def _retire(self, actor_id: int) -> None:
         entry = self.actors.pop(actor_id)
+        if entry["ready_at"] is None:  # not started: nothing to flush
+            with contextlib.suppress(Exception):
+                self._ray.kill(entry["handle"])
+            return
         with contextlib.suppress(Exception):  # already dead
             entry["handle"].stop.remote()
         # Give it a moment to flush its last unroll, then free its CPU for good.
         threading.Timer(5.0, self._ray.kill, args=(entry["handle"],)).start()
 
     def scale(self, num_actors: int) -> dict:
+        """Ask for `num_actors` env actors. Down: actors that have not started go first, then the newest."""
         if not isinstance(num_actors, int) or num_actors < 0:
             raise ValueError(f"num_actors must be a non-negative int, got {num_actors!r}")
         with self.lock:
@@ -81,7 +137,8 @@ class Supervisor:
             self.desired = num_actors
             while len(self.actors) < num_actors:
                 self._spawn()
-            for actor_id in sorted(self.actors)[num_actors:]:
+            order = sorted(self.actors, key=lambda i: (self.actors[i]["ready_at"] is None, i))
+            for actor_id in order[num_actors:]:
                 self._retire(actor_id)
             return {"actors_desired": self.desired, "actors": len(self.actors), "previous": previous}
 
@@ -96,49 +153,144 @@ class Supervisor:
                 self._spawn()
             return {"actors_desired": self.desired, "actors": len(self.actors)}
 
+    # -- the monitor ---------------------------------------------------------------------------
     def _monitor(self) -> None:
         while not self._stopping:
             time.sleep(self._monitor_interval)
-            with self.lock:
-                refs = {e["run_ref"]: i for i, e in self.actors.items()}
-            if not refs:
-                continue
-            done, _ = self._ray.wait(list(refs), num_returns=len(refs), timeout=0)
-            for ref in done:
-                actor_id = refs[ref]
-                try:
-                    self._ray.get(ref)
-                    reason = "returned"
-                except Exception as exc:  # RayActorError, node loss, a crash inside run()
-                    reason = f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"
-                with self.lock:
-                    if self._stopping or actor_id not in self.actors:
-                        continue
-                    log.warning("env actor %d ended (%s); replacing it", actor_id, reason)
-                    self.actors.pop(actor_id)
-                    self.restarts += 1
-                    if len(self.actors) < self.desired:
-                        self._spawn()
+            try:
+                self._check()
+            except Exception:  # the monitor must outlive anything one check runs into
+                log.exception("supervisor monitor check failed")
 
-    def status(self) -> dict:
+    def _refresh_ready(self, entries: dict[int, dict]) -> None:
+        """Mark the actors whose constructor has returned (without waiting)."""
+        refs = {e["ready_ref"]: e for e in entries.values() if e["ready_at"] is None}
+        if not refs:
+            return
+        done, _ = self._ray.wait(list(refs), num_returns=len(refs), timeout=0)
+        now = time.time()
+        for ref in done:
+            with contextlib.suppress(Exception):  # a failed start shows up in run_ref
+                self._ray.get(ref)
+                refs[ref]["ready_at"] = now
+
+    def _check(self) -> None:
         with self.lock:
             entries = dict(self.actors)
-        infos = {i: e["handle"].info.remote() for i, e in entries.items()}
-        actors = []
-        for actor_id, ref in infos.items():
+        self._refresh_ready(entries)
+        refs = {e["run_ref"]: i for i, e in entries.items()}
+        done = self._ray.wait(list(refs), num_returns=len(refs), timeout=0)[0] if refs else []
+        for ref in done:
             try:
-                info = self._ray.get(ref, timeout=5)
-                alive = True
-            except Exception:
-                info, alive = {"id": actor_id, "pid": None, "node": None}, False
-            info["alive"] = alive
+                self._ray.get(ref)
+                reason = "run() returned"
+            except Exception as exc:  # RayActorError, node loss, a crash in the constructor or in run()
+                reason = error_summary(exc)
+            self._ended(refs[ref], reason)
+
+    def _ended(self, actor_id: int, reason: str) -> None:
+        with self.lock:
+            if self._stopping or actor_id not in self.actors:
+                return
+            entry = self.actors.pop(actor_id)
+            with contextlib.suppress(Exception):  # run() may have raised with the process still up
+                self._ray.kill(entry["handle"])
+            log.warning("env actor %d ended (%s); replacing it", actor_id, reason)
+            self.restarts += 1
+            if len(self.actors) < self.desired:
+                self._spawn()
+
+    # -- status --------------------------------------------------------------------------------
+    def _placement(self, entries: dict[int, dict]) -> dict[int, dict]:
+        """Where Ray's control store says each not-started actor is: {"pid", "ip"} once it has a worker
+        process (placed, constructor running), absent while it waits to be placed. Best effort: an empty
+        answer when the (internal) actor table cannot be read."""
+        if not entries:
+            return {}
+        try:
+            from ray._private import state
+
+            job = self._ray.JobID.from_hex(self._ray.get_runtime_context().get_job_id())
+            table = state.actors(job_id=job, actor_state_name="PENDING_CREATION")
+            by_hex = {e["handle"]._actor_id.hex(): i for i, e in entries.items()}
+        except Exception:
+            return {}
+        out = {}
+        for actor_hex, row in table.items():
+            address = row.get("Address") or {}
+            if actor_hex in by_hex and address.get("IPAddress"):  # no address yet: not placed
+                out[by_hex[actor_hex]] = {"pid": row.get("Pid") or None, "ip": address["IPAddress"],
+                                          "node": address.get("NodeID")}
+        return out
+
+    def _waiting_for(self) -> str:
+        """Why an actor that no node has started yet is waiting: the resources it asks for, against the
+        cluster's."""
+        if self.actor_cpus <= 0:
+            return "waiting for Ray to start its worker process"
+        need = f"{_amount(self.actor_cpus)} CPU"
+        try:
+            nodes = [n.get("Resources", {}) for n in self._ray.nodes() if n.get("Alive")]
+            free = self._ray.available_resources().get("CPU", 0.0)
+            total = self._ray.cluster_resources().get("CPU", 0.0)
+        except Exception:
+            return f"waiting for {need}"
+        largest = max((n.get("CPU", 0.0) for n in nodes), default=0.0)
+        if largest < self.actor_cpus:
+            return (f"waiting for {need}: no node has that many (the largest has {_amount(largest)}); "
+                    "an autoscaler must add a node")
+        return f"waiting for {need} ({_amount(free)} of {_amount(total)} CPU free)"
+
+    def status(self, timeout_s: float = STATUS_TIMEOUT_S) -> dict:
+        """Every actor as `alive`, `pending` (with what it waits for) or `unresponsive`, within about
+        `timeout_s` seconds: one `ray.wait` over all started actors' `info()` calls."""
+        with self.lock:
+            entries = dict(self.actors)
+        self._refresh_ready(entries)
+        started = {i: e for i, e in entries.items() if e["ready_at"] is not None}
+        refs = {e["handle"].info.remote(): i for i, e in started.items()}
+        answers: dict[int, Any] = {}
+        if refs:
+            done, _ = self._ray.wait(list(refs), num_returns=len(refs), timeout=timeout_s)
+            for ref in done:
+                try:
+                    answers[refs[ref]] = self._ray.get(ref)
+                except Exception as exc:  # died since: the monitor replaces it
+                    answers[refs[ref]] = exc
+        not_started = {i: e for i, e in entries.items() if e["ready_at"] is None}
+        placement = self._placement(not_started)
+        waiting = self._waiting_for() if len(placement) < len(not_started) else ""
+        now = time.time()
+        actors = []
+        for actor_id, entry in sorted(entries.items()):
+            answer = answers.get(actor_id)
+            if isinstance(answer, dict):
+                entry["pid"], entry["node"] = answer.get("pid"), answer.get("node")
+                actors.append({**answer, "state": "alive", "alive": True, "reason": None})
+                continue
+            info = {"id": actor_id, "pid": entry["pid"], "node": entry["node"], "alive": False}
+            if actor_id in not_started:
+                where = placement.get(actor_id)
+                if where is not None:
+                    info.update(pid=where["pid"], node=where["node"])
+                    reason = f"placed on {where['ip']}, its constructor is running"
+                else:
+                    reason = waiting
+                info.update(state="pending", reason=f"{reason}, for {now - entry['spawned']:.0f} s")
+            elif isinstance(answer, BaseException):
+                info.update(state="dead", reason=error_summary(answer))
+            else:
+                info.update(state="unresponsive",
+                            reason=f"running, but did not answer within {timeout_s:g} s")
             actors.append(info)
         return {
-            "actors_alive": sum(a["alive"] for a in actors),
+            "actors_alive": sum(a["state"] == "alive" for a in actors),
             "actors_desired": self.desired,
+            "actors_pending": sum(a["state"] == "pending" for a in actors),
+            "actors_unresponsive": sum(a["state"] == "unresponsive" for a in actors),
             "actor_restarts": self.restarts,
             "actor_cpus": self.actor_cpus,
-            "actors": sorted(actors, key=lambda a: a["id"]),
+            "actors": actors,
             "progress": dict(self.progress),
         }
 
@@ -151,7 +303,7 @@ class Supervisor:
         for e in entries:
             with contextlib.suppress(Exception):
                 e["handle"].stop.remote()
-        refs = [e["run_ref"] for e in entries]
+        refs = [e["run_ref"] for e in entries if e["ready_at"] is not None]
         if refs:
             self._ray.wait(refs, num_returns=len(refs), timeout=10)
         for e in entries:
@@ -162,11 +314,14 @@ class Supervisor:
         here so that `levelray status` from another process shows the same numbers as the progress line."""
         self.progress = dict(progress)
 
-    def learner_stats(self) -> dict:
-        return self._ray.get(self.learner.stats.remote(), timeout=30)
+    def learner_stats(self, timeout_s: float = 10.0) -> dict:
+        """The learner's stats, or `{"unavailable": why}` when it does not answer in `timeout_s`."""
+        try:
+            return self._ray.get(self.learner.stats.remote(), timeout=timeout_s)
+        except Exception as exc:  # GetTimeoutError, RayActorError: the learner is busy, restarting or gone
+            return {"unavailable": error_summary(exc)}
 
     def handles(self) -> dict[int, Any]:
         """Actor id -> handle of the live actors (for tests and tools)."""
         with self.lock:
             return {i: e["handle"] for i, e in self.actors.items()}
-

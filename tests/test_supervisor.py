@@ -1,14 +1,112 @@
-"""The supervisor on a real Ray: scaling past the cores on the embedded Ray."""
+"""The supervisor on a real Ray: actors that cannot be placed, and scaling past the cores on the embedded Ray."""
 
 from __future__ import annotations
 
 import json
 import os
+import signal
 import subprocess
 import sys
 import textwrap
+import time
+from pathlib import Path
 
 import pytest
+
+from levelray.contracts.config import RunConfig
+from levelray.deploy.ray_backend import RayJob
+from levelray.deploy.rundir import RunDir
+from levelray.deploy.supervisor import error_summary
+from tests.support import apply_overrides, wait_for
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def small_config(tmp_path, **overrides) -> RunConfig:
+    cfg = RunConfig()
+    cfg.env.id = "CartPole-v1"
+    cfg.env.num_levels = 0
+    cfg.actors.num_actors = 1
+    cfg.actors.envs_per_actor = 2
+    cfg.learner.batch_size = 2
+    cfg.metrics_port = 0
+    cfg.report_interval_s = 0.5
+    cfg.run_dir = str(tmp_path / "run")
+    apply_overrides(cfg, overrides)
+    return cfg
+
+
+def test_error_summary_is_the_exception_not_rays_wrapping():
+    import ray
+
+    init_failed = ray.exceptions.ActorDiedError.__new__(ray.exceptions.ActorDiedError)
+    ray.exceptions.RayActorError.__init__(
+        init_failed, "abc", "The actor died because of an error raised in its creation task, \x1b[36mray::EnvActor."
+        "__init__()\x1b[39m (pid=1, ip=10.0.0.1)\n  File \"x.py\", line 7, in __init__\n    raise ValueError(...)\n"
+        "ValueError: unknown environment id 'Foo-v0'", True, False)
+    assert error_summary(init_failed) == "ValueError: unknown environment id 'Foo-v0'"
+    killed = ray.exceptions.ActorDiedError.__new__(ray.exceptions.ActorDiedError)
+    ray.exceptions.RayActorError.__init__(
+        killed, "abc", "The actor died unexpectedly before finishing this task.\n\tclass_name: EnvActor\nThe actor is "
+        "dead because its worker process has died. Worker exit type: SYSTEM_ERROR Worker exit detail: Worker "
+        "unexpectedly exits with a connection error code 2. End of file.", False, False)
+    assert error_summary(killed) == ("ActorDiedError: The actor died unexpectedly before finishing this task. "
+                                     "(SYSTEM_ERROR: Worker unexpectedly exits with a connection error code 2)")
+    assert len(error_summary(RuntimeError("x" * 5000))) <= 500
+
+
+@pytest.mark.timeout(120)
+def test_status_answers_quickly_and_names_what_pending_actors_wait_for(ray_session, tmp_path, capsys):
+    """Actors asking for more CPUs than any node has (the test Ray has 8) are `pending` with the reason,
+    and neither `status` nor `scale` waits for them; a started actor that stops answering (its process
+    stopped with SIGSTOP) is `unresponsive` after the short wait instead of holding `status` up."""
+    ray = ray_session
+    from levelray.deploy import control
+
+    cfg = small_config(tmp_path, actors__num_cpus=64.0, actors__num_actors=3)
+    job = RayJob(cfg, RunDir(cfg.run_dir))
+    try:
+        t0 = time.time()
+        status = ray.get(job.supervisor.status.remote(), timeout=30)
+        took = time.time() - t0
+        assert status["actors_desired"] == 3 and status["actors_alive"] == 0 and status["actors_pending"] == 3
+        for actor in status["actors"]:
+            assert actor["state"] == "pending" and not actor["alive"], actor
+            assert actor["reason"].startswith("waiting for 64 CPU: no node has that many (the largest has 8)"), actor
+        print(f"status with 3 unplaceable actors took {took:.2f} s")
+
+        assert job.poll()["supervisor"]["actors_pending"] == 3  # the driver's poll is not held up either
+        assert control.cmd_status(type("A", (), {"address": "auto", "json": False})()) == 0
+        out = capsys.readouterr().out
+        assert "0/3 alive, 3 pending" in out and "pending: waiting for 64 CPU" in out, out
+        assert control.cmd_scale(type("A", (), {"address": "auto", "num_actors": 1})()) == 0
+        assert ray.get(job.supervisor.status.remote(), timeout=30)["actors_pending"] == 1
+    finally:
+        job.stop()
+        job.kill()
+
+    # an actor that was started and then stops answering
+    cfg = small_config(tmp_path, run_dir=str(tmp_path / "run2"))
+    job = RayJob(cfg, RunDir(cfg.run_dir))
+    pid = None
+    try:
+        status = wait_for(lambda: (s := ray.get(job.supervisor.status.remote()))["actors_alive"] == 1 and s, 60)
+        pid = status["actors"][0]["pid"]
+        os.kill(pid, signal.SIGSTOP)
+        t0 = time.time()
+        status = ray.get(job.supervisor.status.remote(), timeout=30)
+        assert time.time() - t0 < 20
+        (actor,) = status["actors"]
+        assert actor["state"] == "unresponsive" and actor["pid"] == pid, actor
+        assert "did not answer within 2 s" in actor["reason"]
+        os.kill(pid, signal.SIGCONT)
+        pid = None
+        wait_for(lambda: ray.get(job.supervisor.status.remote())["actors_alive"] == 1, 30)
+    finally:
+        if pid is not None:
+            os.kill(pid, signal.SIGCONT)
+        job.stop()
+        job.kill()
 
 
 @pytest.mark.timeout(180)
