@@ -64,6 +64,11 @@ class ActorConfig:
         metadata=_flag("--actor-cpus", "logical CPUs Ray reserves per env actor (none: 1 on a cluster, 0 on the "
                        "embedded local Ray, so that `levelray scale` may go past the cores)", min=0.0),
     )
+    max_restarts: int = field(
+        default=6,
+        metadata=_flag("--max-actor-restarts", "times in a row an env actor that dies within a minute of starting "
+                       "is replaced (after 0.5 s, doubling to 30 s); one more failure stops the job", min=0),
+    )
 
 
 @dataclass

@@ -93,4 +93,12 @@ def cmd_status(args: argparse.Namespace) -> int:
     for a in status["actors"]:
         line = f"  actor {a['id']:>4}  pid {a.get('pid')}  node {str(a.get('node'))[:12]}  {a.get('state', 'alive')}"
         print(line + (f": {a['reason']}" if a.get("reason") else ""))
+    for r in status.get("respawns", []):
+        print(f"  replacement for actor {r['replaces']} starts in {r['in_s']:.1f} s "
+              f"(failures in a row: {r['failures']}, delay {r['delay_s']:g} s)")
+    last = status.get("last_actor_error")
+    if last:
+        print(f"last actor error: actor {last['actor']} died {last['when']}: {last['error']}")
+    if status.get("error"):
+        print(f"ERROR: {status['error']}")
     return 0

@@ -33,6 +33,7 @@ from levelray.learner.core import TrainingDiverged, monotone_counters
 
 log = logging.getLogger(__name__)
 
+
 class Backend(Protocol):
     """What the driver needs from a way of running the system."""
 
@@ -44,7 +45,8 @@ class Backend(Protocol):
 
     def poll(self) -> dict[str, Any]:
         """A snapshot: `learner` (`LearnerCore.stats()` plus transport fields), and where they exist
-        `supervisor` (actors), `levels` and `replay` (the services' `stats()`), `learner_restarts`."""
+        `supervisor` (actors; its `error` set means they keep failing and the job must stop), `levels` and
+        `replay` (the services' `stats()`), `learner_restarts`."""
 
     def policy_weights(self) -> tuple[int, Any]:
         """`(version, weights)`: NumPy weights, or a Ray ObjectRef to them, for held-out evaluation."""
@@ -97,6 +99,7 @@ def build_record(snap: dict[str, Any], *, steps_per_second: float, elapsed_s: fl
         "actors_desired": sup.get("actors_desired"),
         "actors_pending": sup.get("actors_pending"),
         "actor_restarts": sup.get("actor_restarts"),
+        "actor_last_error": (sup.get("last_actor_error") or {}).get("error"),
         "learner_restarts": snap.get("learner_restarts", 0),
         "nonfinite_updates": ls.get("nonfinite_updates", 0),
         # service calls the learner made that failed (Ray backend; the inline services raise instead)
@@ -216,6 +219,9 @@ def run(
             snap = backend.poll()
             if snap["learner"].get("error"):
                 raise JobFailed("learner failed: " + snap["learner"]["error"])
+            if (snap.get("supervisor") or {}).get("error"):
+                raise JobFailed(f"env actors keep failing, the job stops: {snap['supervisor']['error']}\n"
+                                f"Fix the cause, then continue with: levelray train --resume {run_dir.path}")
             ls = snap["learner"]
             version = ls["learner_version"]
             if evaluator.due(version):  # inline: plays now; Ray: starts tasks and goes on
@@ -264,7 +270,7 @@ RESUMABLE_KEYS = frozenset({
     "total_steps", "stop_at_return", "run_dir", "backend", "address", "metrics_host", "metrics_port",
     "report_interval_s", "tensorboard", "checkpoint_interval_updates", "keep_checkpoints", "max_learner_restarts",
     "env.native_vector", "actors.num_actors", "actors.seed_prefetch", "actors.unrolls_per_submit", "actors.num_cpus",
-    "learner.device", "learner.queue_size", "learner.max_nonfinite_updates",
+    "actors.max_restarts", "learner.device", "learner.queue_size", "learner.max_nonfinite_updates",
     "levels.snapshot_interval_s", "replay.snapshot_interval_s", "replay.snapshot_max_item_bytes",
     "eval.interval_updates", "eval.episodes", "eval.num_envs", "eval.greedy",
 })

@@ -86,8 +86,8 @@ class InlineBackend:
         workers = len(self.workers)
         snap: dict[str, Any] = {
             "learner": {**self.core.stats(), "queue_depth": 0, "error": None},
-            "supervisor": {"actors_alive": workers, "actors_desired": workers, "actors_pending": 0,
-                           "actor_restarts": 0},
+            "supervisor": {"actors_alive": workers, "actors_desired": workers, "actors_pending": 0, "actor_restarts": 0,
+                           "actor_failures": 0, "restart_backoff_s": 0.0},
             "learner_restarts": 0,
         }
         if self.levels is not None:

@@ -48,9 +48,11 @@ def check_cluster_device(cfg: RunConfig) -> None:
 class RayJob:
     """The running job's handles and the Ray `Backend` (`deploy.driver.run` drives it; tests drive it directly).
 
-    Failure handling (see README, "Operations"): env actors are replaced by the supervisor; the level
-    and replay services are Ray-restarted and come back from their last snapshot; a dead learner is
-    restarted by `poll()` from the latest checkpoint (at most `max_learner_restarts` times).
+    Failure handling (see README, "Operations"): env actors are replaced by the supervisor, with growing
+    delays while they keep failing at start (past `actors.max_restarts` failures in a row the supervisor's
+    `error` is in `poll()` and the driver stops the job); the level and replay services are Ray-restarted
+    and come back from their last snapshot; a dead learner is restarted by `poll()` from the latest
+    checkpoint (at most `max_learner_restarts` times).
     """
 
     uses_ray = True

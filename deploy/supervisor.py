@@ -21,6 +21,14 @@ one `ray.wait` of at most `STATUS_TIMEOUT_S`: an actor that has not started (its
 returned) is `pending` with the reason (the resources it waits for, or that it is starting on a
 node), a started one that does not answer in time is `unresponsive`. So `status` returns within a
 few seconds whatever the cluster does.
+
+Crash loops. An actor that dies before it has run for `HEALTHY_AFTER_S` *failed*; its replacement
+inherits the count of failures in a row (a lineage), and waits `respawn_delay(failures)` before it
+starts: 0.5 s, doubling to 30 s. A death after a healthy run resets the count (a lost node is not a
+crash loop). When a lineage fails more than `actors.max_restarts` times in a row (`--max-actor-
+restarts`) the supervisor stops replacing actors and sets `error`, with the last failure's message;
+the driver sees it in its next poll and ends the run with that message. The last failure of any
+actor is in `status()["last_actor_error"]`.
 """
 
 from __future__ import annotations
@@ -30,6 +38,7 @@ import logging
 import re
 import threading
 import time
+from collections import deque
 from typing import Any
 
 log = logging.getLogger(__name__)
@@ -38,9 +47,18 @@ SUPERVISOR_NAME = "levelray-supervisor"
 NAMESPACE = "levelray"
 
 STATUS_TIMEOUT_S = 2.0  # how long `status()` waits for started actors to answer `info()`
+RESPAWN_DELAY_S = 0.5  # the first replacement of a failed actor waits this long ...
+RESPAWN_DELAY_MAX_S = 30.0  # ... doubling with every failure in a row, up to this
+HEALTHY_AFTER_S = 60.0  # an actor that ran this long after starting did not fail: its lineage's count resets
 MAX_ERROR_CHARS = 500
 
 _ANSI = re.compile(r"\x1b\[[0-9;]*m")
+
+
+def respawn_delay(failures: int) -> float:
+    """Seconds before a replacement starts, after `failures` failures in a row (0: the actor died after a
+    healthy run)."""
+    return min(RESPAWN_DELAY_MAX_S, RESPAWN_DELAY_S * 2 ** max(failures - 1, 0))
 
 
 def _clip(text: str) -> str:
@@ -91,13 +109,21 @@ class Supervisor:
         self.level_service = level_service
         self.seed = seed
         self.actor_cpus = float(actor_cpus)
+        self.max_restarts = self.cfg.actors.max_restarts
         self._actor_cls = ray.remote(num_cpus=self.actor_cpus, max_concurrency=4,
                                      enable_task_events=False)(EnvActor)
-        # id -> {"handle", "run_ref", "ready_ref", "ready_at", "spawned", "pid", "node"}
+        # id -> {"handle", "run_ref", "ready_ref", "ready_at", "spawned", "failures", "pid", "node"}
         self.actors: dict[int, dict] = {}
+        # replacements waiting for their delay: {"due", "delay_s", "failures", "replaces", "error"}
+        self.respawns: list[dict] = []
         self.desired = 0
         self.next_id = 0
         self.restarts = 0
+        self.failures = 0  # deaths before a healthy run, over the job
+        self.last_error: dict | None = None  # the latest actor death: {"time", "actor", "error", "when"}
+        self.error: str | None = None  # set when a lineage ran out of restarts: the job must stop
+        # the latest deaths: {"time", "actor", "when", "error", "failures", "delay_s", "respawned_at"}
+        self.deaths: deque[dict] = deque(maxlen=20)
         self.lock = threading.RLock()
         self._stopping = False
         self.progress: dict = {}
@@ -106,7 +132,7 @@ class Supervisor:
         self._thread.start()
 
     # -- actors --------------------------------------------------------------------------------
-    def _spawn(self) -> None:
+    def _spawn(self, failures: int = 0) -> None:
         actor_id = self.next_id
         self.next_id += 1
         handle = self._actor_cls.options(name=None, max_restarts=0).remote(
@@ -114,7 +140,7 @@ class Supervisor:
         )
         self.actors[actor_id] = {
             "handle": handle, "run_ref": handle.run.remote(), "ready_ref": handle.__ray_ready__.remote(),
-            "ready_at": None, "spawned": time.time(), "pid": None, "node": None,
+            "ready_at": None, "spawned": time.time(), "failures": failures, "pid": None, "node": None,
         }
 
     def _retire(self, actor_id: int) -> None:
@@ -128,18 +154,27 @@ class Supervisor:
         # Give it a moment to flush its last unroll, then free its CPU for good.
         threading.Timer(5.0, self._ray.kill, args=(entry["handle"],)).start()
 
+    def _slots(self) -> int:
+        return len(self.actors) + len(self.respawns)
+
     def scale(self, num_actors: int) -> dict:
-        """Ask for `num_actors` env actors. Down: actors that have not started go first, then the newest."""
+        """Ask for `num_actors` env actors. Down: replacements still waiting for their delay go first, then
+        actors that have not started, then the newest."""
         if not isinstance(num_actors, int) or num_actors < 0:
             raise ValueError(f"num_actors must be a non-negative int, got {num_actors!r}")
         with self.lock:
+            if self.error is not None:
+                raise RuntimeError(f"the job is stopping because env actors keep failing: {self.error}")
             previous = len(self.actors)
             self.desired = num_actors
-            while len(self.actors) < num_actors:
+            while self._slots() < num_actors:
                 self._spawn()
-            order = sorted(self.actors, key=lambda i: (self.actors[i]["ready_at"] is None, i))
-            for actor_id in order[num_actors:]:
-                self._retire(actor_id)
+            if self._slots() > num_actors:
+                self.respawns.sort(key=lambda r: r["due"])
+                del self.respawns[max(num_actors - len(self.actors), 0):]
+                order = sorted(self.actors, key=lambda i: (self.actors[i]["ready_at"] is None, i))
+                for actor_id in order[num_actors - len(self.respawns):]:
+                    self._retire(actor_id)
             return {"actors_desired": self.desired, "actors": len(self.actors), "previous": previous}
 
     def set_learner(self, learner) -> dict:
@@ -149,7 +184,7 @@ class Supervisor:
             self.learner = learner
             for actor_id in sorted(self.actors):
                 self._retire(actor_id)
-            while len(self.actors) < self.desired:
+            while self._slots() < self.desired:
                 self._spawn()
             return {"actors_desired": self.desired, "actors": len(self.actors)}
 
@@ -187,6 +222,14 @@ class Supervisor:
             except Exception as exc:  # RayActorError, node loss, a crash in the constructor or in run()
                 reason = error_summary(exc)
             self._ended(refs[ref], reason)
+        now = time.time()
+        with self.lock:
+            if self._stopping or self.error is not None:
+                return
+            for respawn in [r for r in self.respawns if r["due"] <= now]:
+                self.respawns.remove(respawn)
+                respawn["death"]["respawned_at"] = now
+                self._spawn(failures=respawn["failures"])
 
     def _ended(self, actor_id: int, reason: str) -> None:
         with self.lock:
@@ -195,10 +238,33 @@ class Supervisor:
             entry = self.actors.pop(actor_id)
             with contextlib.suppress(Exception):  # run() may have raised with the process still up
                 self._ray.kill(entry["handle"])
-            log.warning("env actor %d ended (%s); replacing it", actor_id, reason)
+            now = time.time()
+            ready_at = entry["ready_at"]
+            healthy = ready_at is not None and now - ready_at >= HEALTHY_AFTER_S
+            failures = 0 if healthy else entry["failures"] + 1
+            when = "at start" if ready_at is None else f"after {now - ready_at:.0f} s"
+            self.last_error = {"time": now, "actor": actor_id, "error": reason, "when": when}
+            death = {**self.last_error, "failures": failures, "delay_s": None, "respawned_at": None}
+            self.deaths.append(death)
+            if not healthy:
+                self.failures += 1
+            if self.error is not None:  # the job is stopping: replace nothing, keep the first error
+                return
+            if failures > self.max_restarts:
+                self.error = (f"env actor {actor_id} failed {failures} times in a row (the last {when}; "
+                              f"--max-actor-restarts {self.max_restarts}): {reason}")
+                log.error("%s; no more replacements, the job stops", self.error)
+                self.respawns.clear()
+                return
+            if self._slots() >= self.desired:
+                log.warning("env actor %d ended %s (%s); not replaced (scaled down)", actor_id, when, reason)
+                return
+            delay = death["delay_s"] = respawn_delay(failures)
+            self.respawns.append({"due": now + delay, "delay_s": delay, "failures": failures,
+                                  "replaces": actor_id, "error": reason, "death": death})
             self.restarts += 1
-            if len(self.actors) < self.desired:
-                self._spawn()
+            log.warning("env actor %d ended %s (%s); replacing it in %.1f s (failures in a row: %d)",
+                        actor_id, when, reason, delay, failures)
 
     # -- status --------------------------------------------------------------------------------
     def _placement(self, entries: dict[int, dict]) -> dict[int, dict]:
@@ -246,6 +312,8 @@ class Supervisor:
         `timeout_s` seconds: one `ray.wait` over all started actors' `info()` calls."""
         with self.lock:
             entries = dict(self.actors)
+            respawns = [dict(r) for r in self.respawns]
+            deaths = [dict(d) for d in self.deaths]
         self._refresh_ready(entries)
         started = {i: e for i, e in entries.items() if e["ready_at"] is not None}
         refs = {e["handle"].info.remote(): i for i, e in started.items()}
@@ -289,7 +357,15 @@ class Supervisor:
             "actors_pending": sum(a["state"] == "pending" for a in actors),
             "actors_unresponsive": sum(a["state"] == "unresponsive" for a in actors),
             "actor_restarts": self.restarts,
+            "actor_failures": self.failures,
             "actor_cpus": self.actor_cpus,
+            "restart_backoff_s": max((r["delay_s"] for r in respawns), default=0.0),
+            "respawns": [{"replaces": r["replaces"], "in_s": round(max(r["due"] - now, 0.0), 2),
+                          "delay_s": r["delay_s"], "failures": r["failures"], "error": r["error"]}
+                         for r in sorted(respawns, key=lambda r: r["due"])],
+            "last_actor_error": dict(self.last_error) if self.last_error else None,
+            "recent_deaths": deaths,
+            "error": self.error,
             "actors": actors,
             "progress": dict(self.progress),
         }
@@ -299,6 +375,7 @@ class Supervisor:
             self._stopping = True
             entries = list(self.actors.values())
             self.actors.clear()
+            self.respawns.clear()
             self.desired = 0
         for e in entries:
             with contextlib.suppress(Exception):

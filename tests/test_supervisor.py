@@ -1,4 +1,5 @@
-"""The supervisor on a real Ray: actors that cannot be placed, and scaling past the cores on the embedded Ray."""
+"""The supervisor on a real Ray: actors that cannot be placed, scaling past the cores on the embedded Ray,
+and env actors that crash at start (growing respawn delays, then the job stops with the error)."""
 
 from __future__ import annotations
 
@@ -16,10 +17,11 @@ import pytest
 from levelray.contracts.config import RunConfig
 from levelray.deploy.ray_backend import RayJob
 from levelray.deploy.rundir import RunDir
-from levelray.deploy.supervisor import error_summary
+from levelray.deploy.supervisor import RESPAWN_DELAY_MAX_S, error_summary, respawn_delay
 from tests.support import apply_overrides, wait_for
 
 REPO = Path(__file__).resolve().parents[1]
+DRIVER_ONLY_ENV = "LevelrayDriverOnlyCartPole-v0"
 
 
 def small_config(tmp_path, **overrides) -> RunConfig:
@@ -34,6 +36,11 @@ def small_config(tmp_path, **overrides) -> RunConfig:
     cfg.run_dir = str(tmp_path / "run")
     apply_overrides(cfg, overrides)
     return cfg
+
+
+def test_respawn_delay_doubles_from_half_a_second_to_a_cap():
+    assert [respawn_delay(n) for n in range(0, 9)] == [0.5, 0.5, 1.0, 2.0, 4.0, 8.0, 16.0, 30.0, 30.0]
+    assert respawn_delay(100) == RESPAWN_DELAY_MAX_S
 
 
 def test_error_summary_is_the_exception_not_rays_wrapping():
@@ -53,6 +60,23 @@ def test_error_summary_is_the_exception_not_rays_wrapping():
     assert error_summary(killed) == ("ActorDiedError: The actor died unexpectedly before finishing this task. "
                                      "(SYSTEM_ERROR: Worker unexpectedly exits with a connection error code 2)")
     assert len(error_summary(RuntimeError("x" * 5000))) <= 500
+
+
+def test_train_command_ends_a_failed_job_with_its_error_and_status_1(tmp_path, monkeypatch, capsys):
+    """`levelray train` prints the reason a job failed (no traceback) and exits with status 1."""
+    from levelray.deploy import cli, driver
+    from levelray.deploy.errors import JobFailed
+
+    def failing_train(cfg, run_dir, **kw):
+        raise JobFailed("env actors keep failing, the job stops: env actor 2 failed 3 times in a row "
+                               "(the last at start; --max-actor-restarts 2): ValueError: unknown environment id")
+
+    monkeypatch.setattr(driver, "train", failing_train)
+    monkeypatch.setattr(cli.signal, "signal", lambda *args: None)  # leave pytest's Ctrl-C handler alone
+    assert cli.main(["train", "--env", "CartPole-v1", "--run-dir", str(tmp_path / "run"), "--quiet"]) == 1
+    err = capsys.readouterr().err
+    assert "levelray: error: env actors keep failing" in err and "ValueError: unknown environment id" in err
+    assert "Traceback" not in err
 
 
 @pytest.mark.timeout(120)
@@ -168,3 +192,49 @@ def test_embedded_ray_scales_past_the_cores(tmp_path):
     assert result["cpus_left"] == 0
     assert status["actors_alive"] == status["actors_desired"] == result["target"] == 3, status
     assert len(status["actors"]) == 3 and all(a["alive"] for a in status["actors"])
+
+
+@pytest.mark.timeout(180)
+def test_actors_crashing_at_start_back_off_then_stop_the_job_with_the_error(ray_session, tmp_path):
+    """An env registered only in the driver's process (a common mistake with custom gymnasium envs): the
+    driver builds it, every env actor fails in its constructor. Replacements wait 0.5 s, then 1 s; the third
+    failure in a row is past --max-actor-restarts 2 and the run ends with the actor's exception."""
+    import gymnasium as gym
+
+    from levelray.deploy.driver import run
+    from levelray.deploy.errors import JobFailed
+
+    ray = ray_session
+    if DRIVER_ONLY_ENV not in gym.envs.registry:
+        gym.register(DRIVER_ONLY_ENV, entry_point="gymnasium.envs.classic_control.cartpole:CartPoleEnv")
+    cfg = small_config(tmp_path, env__id=DRIVER_ONLY_ENV, actors__max_restarts=2, total_steps=10**9)
+    job = RayJob(cfg, RunDir(cfg.run_dir))
+    statuses = []
+
+    def failed():
+        statuses.append(ray.get(job.supervisor.status.remote(), timeout=30))
+        return statuses[-1]["error"] and statuses[-1]
+
+    try:
+        status = wait_for(failed, 120, "the supervisor gives up")
+    except BaseException:
+        job.stop()
+        job.kill()
+        raise
+    deaths = status["recent_deaths"]
+    assert [(d["actor"], d["failures"], d["delay_s"]) for d in deaths] == [(0, 1, 0.5), (1, 2, 1.0), (2, 3, None)]
+    for death in deaths[:2]:  # each replacement started no sooner than its delay after the death
+        assert death["respawned_at"] - death["time"] >= death["delay_s"], death
+        assert death["when"] == "at start" and "unknown environment id" in death["error"]
+    assert status["actor_restarts"] == 2 and status["actor_failures"] == 3
+    assert "unknown environment id 'LevelrayDriverOnlyCartPole-v0'" in status["error"]
+    assert status["error"].startswith("env actor 2 failed 3 times in a row (the last at start")
+    assert status["last_actor_error"]["error"].startswith("ValueError: unknown environment id")
+    assert status["respawns"] == [] and status["actors"] == []
+    assert {r["delay_s"] for s in statuses for r in s["respawns"]} <= {0.5, 1.0}  # what status showed meanwhile
+
+    with pytest.raises(JobFailed, match="env actors keep failing.*ValueError: unknown environment id") as failure:
+        run(cfg, job.run_dir, job)  # the driver loop: its first poll sees the error; closes the job
+    print(failure.value)
+    records = [json.loads(x) for x in (Path(cfg.run_dir) / "metrics.jsonl").read_text().splitlines()]
+    assert records[-1]["actor_last_error"].startswith("ValueError: unknown environment id")
