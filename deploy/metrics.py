@@ -35,7 +35,13 @@ METRICS = {
     "levelray_trajectories_dropped_total": ("counter", "Unrolls dropped by the learner, by reason"),
     "levelray_actors_alive": ("gauge", "Env actors alive"),
     "levelray_actors_desired": ("gauge", "Env actors asked for"),
+    "levelray_actors_pending": ("gauge", "Env actors not started yet: waiting for resources, or starting"),
     "levelray_actor_restarts_total": ("counter", "Env actors replaced after dying"),
+    "levelray_actor_failures_total": ("counter", "Env actors that died within a minute of starting (crash loops)"),
+    "levelray_actor_restart_backoff_seconds": (
+        "gauge", "Longest delay before a waiting env actor replacement starts (0: none waits; 30: a crash loop)"),
+    "levelray_actor_last_error": (
+        "gauge", "Unix time of the last env actor death, labelled with its error (one series; error=\"\" before any)"),
     "levelray_learner_restarts_total": ("counter", "Learner restarts from the latest checkpoint"),
     "levelray_learner_nonfinite_updates_total": ("counter", "Updates skipped for a NaN/Inf loss or gradient"),
     "levelray_level_seen_fraction": ("gauge", "Fraction of training levels with a score"),
@@ -92,6 +98,7 @@ class JobCollector:
         learner = s.get("learner", {})
         metrics = learner.get("metrics", {})
         sup = s.get("supervisor") or {}
+        last_error = sup.get("last_actor_error")
         levels = s.get("levels") or {}
         replay = s.get("replay") or {}
         yield from (
@@ -113,7 +120,12 @@ class JobCollector:
                      [([kind], metrics.get(f"loss_{kind}")) for kind in ("total", "policy", "value")]),
             gauge("levelray_actors_alive", sup.get("actors_alive")),
             gauge("levelray_actors_desired", sup.get("actors_desired")),
+            gauge("levelray_actors_pending", sup.get("actors_pending")),
             counter("levelray_actor_restarts_total", sup.get("actor_restarts")),
+            counter("levelray_actor_failures_total", sup.get("actor_failures")),
+            gauge("levelray_actor_restart_backoff_seconds", sup.get("restart_backoff_s")),
+            labelled("levelray_actor_last_error", "error",
+                     [([(last_error or {}).get("error") or ""], (last_error or {}).get("time"))]),
             gauge("levelray_level_seen_fraction", levels.get("seen_fraction")),
             labelled("levelray_level_score", "quantile",
                      [([q], (levels.get("score") or {}).get(key)) for q, key in

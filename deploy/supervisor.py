@@ -28,7 +28,7 @@ starts: 0.5 s, doubling to 30 s. A death after a healthy run resets the count (a
 crash loop). When a lineage fails more than `actors.max_restarts` times in a row (`--max-actor-
 restarts`) the supervisor stops replacing actors and sets `error`, with the last failure's message;
 the driver sees it in its next poll and ends the run with that message. The last failure of any
-actor is in `status()["last_actor_error"]`.
+actor is in `status()["last_actor_error"]` and in the `levelray_actor_last_error` metric.
 """
 
 from __future__ import annotations

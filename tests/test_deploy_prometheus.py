@@ -208,6 +208,24 @@ def test_every_family_the_dashboard_and_rules_use_is_exported_before_the_first_r
     assert {s.labels["kind"] for s in exported["levelray_learner_loss"]} == {"total", "policy", "value"}
 
 
+def test_actor_failures_are_exported_with_one_fixed_series_each():
+    """The supervisor's crash-loop view: before any actor died the last-error series exists with error=""; after,
+    the same single series carries the error and the time it happened."""
+    before = _exposition({})
+    assert [(s.labels, s.value != s.value) for s in before["levelray_actor_last_error"]] == [({"error": ""}, True)]
+    assert [s.value for s in before["levelray_actor_failures"]] == [0.0]
+    sup = {"actors_alive": 1, "actors_desired": 2, "actors_pending": 1, "actor_restarts": 3, "actor_failures": 2,
+           "restart_backoff_s": 1.0,
+           "last_actor_error": {"time": 1700000000.5, "actor": 4, "when": "at start",
+                                "error": "ValueError: unknown environment id 'Foo-v0'"}}
+    after = _exposition({"supervisor": sup})
+    assert [(s.labels, s.value) for s in after["levelray_actor_last_error"]] == [
+        ({"error": "ValueError: unknown environment id 'Foo-v0'"}, 1700000000.5)]
+    assert [s.value for s in after["levelray_actor_failures"]] == [2.0]
+    assert [s.value for s in after["levelray_actor_restart_backoff_seconds"]] == [1.0]
+    assert [s.value for s in after["levelray_actors_pending"]] == [1.0]
+
+
 def test_replay_priority_bins_are_the_same_series_whatever_the_priorities():
     from levelray.replay_service.service import ReplayServiceCore
 
