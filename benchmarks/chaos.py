@@ -77,7 +77,7 @@ def _victim(job, kind: str, rng: random.Random) -> tuple[int | None, str]:
 
     if kind == "actor":
         try:
-            actors = [a for a in ray.get(job.supervisor.status.remote(), timeout=30)["actors"] if a.get("pid")]
+            actors = [a for a in ray.get(job.supervisor.status.remote(), timeout=30)["actors"] if a.get("alive")]
         except Exception:
             return None, "supervisor did not answer"
         if not actors:
