@@ -85,6 +85,22 @@ def test_killed_actor_and_services_come_back_and_training_goes_on(ray_session, t
         job.kill()
 
 
+def kill_and_wait(ray, handle, timeout: float = 60) -> None:
+    """ray.kill, then wait until the actor really is dead: ray.kill is asynchronous, and a call made right
+    after it can still be answered by the old process (the test then saw no restart)."""
+    ray.kill(handle)
+    deadline = time.time() + timeout
+    while time.time() < deadline:
+        try:
+            ray.get(handle.__ray_call__.remote(lambda self: None), timeout=5)
+        except ray.exceptions.RayActorError:
+            return
+        except ray.exceptions.GetTimeoutError:
+            pass
+        time.sleep(0.1)
+    raise AssertionError("the killed actor still answers")
+
+
 def _try(fn):
     try:
         return fn()
@@ -102,7 +118,7 @@ def test_dead_learner_restarts_from_the_latest_checkpoint(ray_session, tmp_path)
         saved = write_checkpoint(job, job.run_dir, cfg)
         # the job reports past the checkpoint before the learner dies: what it reported must not step back
         before = wait_for(lambda: (ls := job.poll()["learner"])["learner_version"] > saved + 3 and ls, 90)
-        ray.kill(job.learner)
+        kill_and_wait(ray, job.learner)
         snap = job.poll()  # notices the dead learner and restarts it from the checkpoint
         assert snap["learner_restarts"] == 1
         for key in ("env_steps", "episodes", "learner_version", "samples_trained", "unrolls_received"):
@@ -113,12 +129,12 @@ def test_dead_learner_restarts_from_the_latest_checkpoint(ray_session, tmp_path)
         assert status["actors_alive"] == 2 and status["actor_restarts"] == 0
         # the learner dies while a checkpoint is being written (found by benchmarks/chaos.py: it ended the
         # job): the checkpoint restarts it and is written
-        ray.kill(job.learner)
+        kill_and_wait(ray, job.learner)
         version = write_checkpoint(job, job.run_dir, cfg)
         assert job.learner_restarts == 2 and version >= saved
         assert RunDir(cfg.run_dir).load_latest_checkpoint()["version"] == version
         # past max_learner_restarts the job stops with a message that says how to resume
-        ray.kill(job.learner)
+        kill_and_wait(ray, job.learner)
         with pytest.raises(RuntimeError, match=f"levelray train --resume {cfg.run_dir}"):
             job.poll()
     finally:
