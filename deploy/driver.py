@@ -101,6 +101,7 @@ def build_record(snap: dict[str, Any], *, steps_per_second: float, elapsed_s: fl
         "actor_restarts": sup.get("actor_restarts"),
         "actor_last_error": (sup.get("last_actor_error") or {}).get("error"),
         "learner_restarts": snap.get("learner_restarts", 0),
+        "supervisor_restarts": snap.get("supervisor_restarts", 0),
         "nonfinite_updates": ls.get("nonfinite_updates", 0),
         # service calls the learner made that failed (Ray backend; the inline services raise instead)
         "replay_failures": ls.get("replay_failures", 0),

@@ -109,12 +109,12 @@ class RayJob:
             )
         except ValueError:
             pass
-        actor_cpus = cfg.actors.num_cpus if cfg.actors.num_cpus is not None else (0.0 if embedded else 1.0)
-        supervisor_cls = ray.remote(num_cpus=0, max_concurrency=16)(Supervisor)
-        self.supervisor = supervisor_cls.options(name=SUPERVISOR_NAME, namespace=NAMESPACE,
-                                                 scheduling_strategy=here).remote(
-            self.cfg_dict, self.learner, self.level_service, seed=cfg.seed, actor_cpus=actor_cpus)
-        ray.get(self.supervisor.scale.remote(cfg.actors.num_actors))
+        self._actor_cpus = cfg.actors.num_cpus if cfg.actors.num_cpus is not None else (0.0 if embedded else 1.0)
+        self._here = here
+        self.supervisor_restarts = 0
+        self._last_supervisor: dict[str, Any] = {"actors_desired": cfg.actors.num_actors, "actor_restarts": 0}
+        self._actor_restarts_before = 0  # counted by supervisors that died: actor_restarts stays monotone
+        self.supervisor = self._start_supervisor(cfg.actors.num_actors)
         self.started_ray = False  # set by start(): this job owns the embedded Ray and shuts it down
 
     @classmethod
@@ -164,6 +164,37 @@ class RayJob:
         self.learner_restarts += 1
         ray.get(self.supervisor.set_learner.remote(self.learner), timeout=120)
 
+    def _start_supervisor(self, num_actors: int):
+        import ray
+
+        supervisor_cls = ray.remote(num_cpus=0, max_concurrency=16)(Supervisor)
+        supervisor = supervisor_cls.options(name=SUPERVISOR_NAME, namespace=NAMESPACE,
+                                            scheduling_strategy=self._here).remote(
+            self.cfg_dict, self.learner, self.level_service, seed=self.cfg.seed, actor_cpus=self._actor_cpus)
+        ray.get(supervisor.scale.remote(num_actors), timeout=120)
+        return supervisor
+
+    def restart_supervisor(self, cause: str) -> None:
+        """A dead supervisor took its env actors with it (Ray kills the actors an actor owns) and the job
+        would stall with no one to replace them: start a new one with the last known actor count. Its name
+        is free once the old one is dead."""
+        import ray
+
+        log.warning("supervisor died (%s); starting a new one with %d env actors", cause,
+                    self._last_supervisor["actors_desired"])
+        self._actor_restarts_before += int(self._last_supervisor.get("actor_restarts") or 0)
+        with contextlib.suppress(Exception):
+            ray.kill(self.supervisor, no_restart=True)
+        deadline = time.time() + 30
+        while time.time() < deadline:  # the dead actor's name is released asynchronously
+            try:
+                ray.get_actor(SUPERVISOR_NAME, namespace=NAMESPACE)
+            except ValueError:
+                break
+            time.sleep(0.1)
+        self.supervisor = self._start_supervisor(int(self._last_supervisor["actors_desired"]))
+        self.supervisor_restarts += 1
+
     def _ask_learner(self, method: str, timeout: float):
         """Call the learner and wait; a dead learner is restarted first (from the latest checkpoint) and asked
         again. Every driver call goes through here: the learner can die during any of them (a checkpoint
@@ -197,9 +228,20 @@ class RayJob:
         for key, ref in refs.items():
             try:
                 snap[key] = ray.get(ref, timeout=60)
-            except ray.exceptions.RayError as exc:  # a service restarting: report without it this time
+            except ray.exceptions.RayActorError as exc:
+                if key != "supervisor":  # a service restarting (Ray does it): report without it this time
+                    log.warning("%s unavailable for this report: %s", key, type(exc).__name__)
+                    continue
+                self.restart_supervisor(type(exc).__name__)
+                snap[key] = ray.get(self.supervisor.status.remote(), timeout=60)
+            except ray.exceptions.RayError as exc:
                 log.warning("%s unavailable for this report: %s", key, type(exc).__name__)
+        if "supervisor" in snap:
+            self._last_supervisor = dict(snap["supervisor"])
+            snap["supervisor"]["actor_restarts"] = (int(snap["supervisor"].get("actor_restarts") or 0)
+                                                    + self._actor_restarts_before)
         snap["learner_restarts"] = self.learner_restarts
+        snap["supervisor_restarts"] = self.supervisor_restarts
         return snap
 
     def publish(self, record: dict[str, Any]) -> None:
@@ -229,7 +271,8 @@ class RayJob:
         import ray
 
         try:
-            ray.get(self.supervisor.stop_all.remote(), timeout=60)
+            with contextlib.suppress(ray.exceptions.RayActorError):  # a dead supervisor's actors died with it
+                ray.get(self.supervisor.stop_all.remote(), timeout=60)
         finally:
             with contextlib.suppress(ray.exceptions.RayActorError):
                 ray.get(self.learner.stop.remote(), timeout=60)

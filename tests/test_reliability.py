@@ -76,6 +76,15 @@ def test_killed_actor_and_services_come_back_and_training_goes_on(ray_session, t
                           and s["restored_from"] is not None and s, 60)
         assert replay["restored_from"].endswith("replay.msgpack") and replay["size"] > 0
 
+        # 4. the supervisor dies, and its env actors with it (Ray kills the actors an actor owns): before, the
+        # job stalled silently; now the next report starts a new supervisor with the same number of actors
+        before = job.poll()["supervisor"]
+        kill_and_wait(ray, job.supervisor)
+        snap = job.poll()
+        assert snap["supervisor_restarts"] == 1
+        assert snap["supervisor"]["actor_restarts"] >= before["actor_restarts"]  # monotone across supervisors
+        wait_for(lambda: job.poll()["supervisor"]["actors_alive"] == 2, 60)
+
         # training goes on through all of it
         v = job.poll()["learner"]["learner_version"]
         wait_for(lambda: job.poll()["learner"]["learner_version"] > v + 5, 90)
