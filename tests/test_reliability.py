@@ -344,3 +344,20 @@ def test_short_chaos_run_keeps_counters_checkpoints_and_training(ray_session, tm
     assert out["kills_by_kind"] == {"actor": 1, "learner": 1, "levels": 1, "replay": 1}, out["events"]
     assert out["learner_restarts"] >= 1 and out["actor_restarts"] >= 1, out
     assert all(out["checks"].values()), out
+
+
+def test_a_relative_run_dir_is_made_absolute_on_the_driver(tmp_path, monkeypatch):
+    """Service actors run in other working directories: a relative run directory handed to them would put
+    their snapshots somewhere else. The driver resolves it before anything uses or records it."""
+    from levelray.deploy.driver import prepare_run_dir
+
+    monkeypatch.chdir(tmp_path)
+    cfg = RunConfig()
+    cfg.env.id, cfg.env.num_levels = "CartPole-v1", 0
+    cfg.run_dir = "runs/relative"
+    run_dir = prepare_run_dir(cfg)
+    assert run_dir.path.is_absolute() and run_dir.path == tmp_path / "runs" / "relative"
+    assert cfg.run_dir == str(tmp_path / "runs" / "relative")
+    import yaml
+
+    assert yaml.safe_load((run_dir.path / "config.yaml").read_text())["run_dir"] == cfg.run_dir
