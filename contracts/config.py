@@ -343,6 +343,18 @@ def to_dict(cfg) -> dict:
     return dataclasses.asdict(cfg)
 
 
+def get_path(cfg: RunConfig, path: str) -> Any:
+    """A leaf's value by dotted path."""
+    for part in path.split("."):
+        cfg = getattr(cfg, part)
+    return cfg
+
+
+def differing_paths(a: RunConfig, b: RunConfig) -> list[str]:
+    """Dotted paths of the leaves whose values differ between `a` and `b`, in tree order."""
+    return [path for path, _f, _tp in leaves() if get_path(a, path) != get_path(b, path)]
+
+
 def set_path(cfg: RunConfig, path: str, value: Any) -> None:
     """Set a leaf by dotted path, coercing and validating the value."""
     by_path = {p: (f, tp) for p, f, tp in leaves()}

@@ -15,7 +15,7 @@ from __future__ import annotations
 import os
 from typing import Any
 
-from levelray.contracts.config import ConfigError, RunConfig, leaves, set_path
+from levelray.contracts.config import ConfigError, RunConfig, differing_paths, set_path
 
 CLASSIC_CONTROL = ("CartPole-", "Acrobot-", "MountainCar-")
 
@@ -67,14 +67,7 @@ def family(env_id: str) -> str:
 
 def changed_paths(cfg: RunConfig) -> set[str]:
     """Dotted paths whose value differs from `RunConfig()`'s: what a config built in Python has set."""
-    default, out = RunConfig(), set()
-    for path, _f, _tp in leaves():
-        a, b = cfg, default
-        for part in path.split("."):
-            a, b = getattr(a, part), getattr(b, part)
-        if a != b:
-            out.add(path)
-    return out
+    return set(differing_paths(cfg, RunConfig()))
 
 
 def dict_paths(data: dict | None, prefix: str = "") -> set[str]:

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import yaml
 
-from levelray.contracts.config import ConfigError, RunConfig, flag_name, from_dict, leaves, set_path
+from levelray.contracts.config import ConfigError, RunConfig, flag_name, from_dict, get_path, leaves, set_path
 from levelray.deploy.errors import JobFailed
 
 
@@ -39,10 +39,7 @@ def _add_config_flags(parser: argparse.ArgumentParser) -> dict[str, str]:
         help_text = meta.get("help", "")
         if "choices" in meta:
             help_text += f" ({'|'.join(map(str, meta['choices']))})"
-        value = defaults
-        for part in path.split("."):
-            value = getattr(value, part)
-        help_text += f" (default: {_default_text(value)})".replace("%", "%%")
+        help_text += f" (default: {_default_text(get_path(defaults, path))})".replace("%", "%%")
         parser.add_argument(name, dest=dest, default=argparse.SUPPRESS, metavar=path.split(".")[-1].upper(),
                             help=help_text)
         dests[dest] = path

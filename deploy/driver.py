@@ -279,15 +279,10 @@ RESUMABLE_KEYS = frozenset({
 
 def check_resume_overrides(saved: RunConfig, new: RunConfig) -> None:
     """Refuse, naming every key, a resume that changes a config value outside `RESUMABLE_KEYS`."""
-    from levelray.contracts.config import ConfigError, leaves
+    from levelray.contracts.config import ConfigError, differing_paths, get_path
 
-    changed = []
-    for path, _f, _tp in leaves():
-        old_value, new_value = saved, new
-        for part in path.split("."):
-            old_value, new_value = getattr(old_value, part), getattr(new_value, part)
-        if old_value != new_value and path not in RESUMABLE_KEYS:
-            changed.append(f"{path} ({old_value!r} -> {new_value!r})")
+    changed = [f"{path} ({get_path(saved, path)!r} -> {get_path(new, path)!r})"
+               for path in differing_paths(saved, new) if path not in RESUMABLE_KEYS]
     if changed:
         raise ConfigError(
             f"--resume cannot change {', '.join(changed)}: the checkpoint was trained with the saved value. "
