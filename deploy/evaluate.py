@@ -330,8 +330,10 @@ class PeriodicEvaluator:
     def _failed(self, version: int, exc: BaseException) -> None:
         """A held-out evaluation that failed (a crashed task, a broken env) is reported, not raised: it
         measures training, it must not end it. The next one starts at the next interval as usual."""
+        from levelray.deploy.supervisor import error_summary
+
         self.failures += 1
-        message = f"{type(exc).__name__}: {str(exc).strip().splitlines()[-1][:500] if str(exc).strip() else ''}"
+        message = error_summary(exc)
         log.warning("held-out evaluation at version %d failed (%s); training goes on", version, message)
         self._finished.append({"test_error": message, "test_version": version, "eval_failures": self.failures})
 

@@ -185,13 +185,7 @@ class RayJob:
         self._actor_restarts_before += int(self._last_supervisor.get("actor_restarts") or 0)
         with contextlib.suppress(Exception):
             ray.kill(self.supervisor, no_restart=True)
-        deadline = time.time() + 30
-        while time.time() < deadline:  # the dead actor's name is released asynchronously
-            try:
-                ray.get_actor(SUPERVISOR_NAME, namespace=NAMESPACE)
-            except ValueError:
-                break
-            time.sleep(0.1)
+        _wait_for_supervisor_name(timeout_s=30)
         self.supervisor = self._start_supervisor(int(self._last_supervisor["actors_desired"]))
         self.supervisor_restarts += 1
 
@@ -291,11 +285,18 @@ class RayJob:
         for handle in (self.supervisor, self.learner, self.level_service, self.replay_service):
             if handle is not None:
                 ray.kill(handle, no_restart=True)
-        # The supervisor's name is released asynchronously; wait so a next job can take it.
-        deadline = time.time() + 15
-        while time.time() < deadline:
-            try:
-                ray.get_actor(SUPERVISOR_NAME, namespace=NAMESPACE)
-            except ValueError:
-                break
-            time.sleep(0.1)
+        _wait_for_supervisor_name(timeout_s=15)  # so that a next job can take it
+
+
+def _wait_for_supervisor_name(timeout_s: float) -> None:
+    """Ray releases a dead or killed actor's name asynchronously: wait (at most `timeout_s`) until the
+    supervisor's name is free to be taken again."""
+    import ray
+
+    deadline = time.time() + timeout_s
+    while time.time() < deadline:
+        try:
+            ray.get_actor(SUPERVISOR_NAME, namespace=NAMESPACE)
+        except ValueError:
+            return
+        time.sleep(0.1)
