@@ -7,8 +7,11 @@ code (no pickle) or allocate without bound.
 
 from __future__ import annotations
 
+import logging
 import os
 import tempfile
+import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -117,3 +120,34 @@ def load(path: str | os.PathLike, *, max_bytes: int = MAX_SNAPSHOT_BYTES) -> Any
     if size > max_bytes:
         raise SnapshotError(f"snapshot {path} is {size} bytes, over the limit of {max_bytes}")
     return unpackb(path.read_bytes(), max_bytes=max_bytes)
+
+
+class SnapshotSchedule:
+    """When a service's periodic snapshot is due, and what failed (the level and replay services share it).
+
+    The periodic snapshot rides on whatever call finds the interval passed. A failing write (disk full,
+    volume gone) must not fail that call: it would turn PLR off / stall replay for every caller. It is
+    counted (`errors`, `last_error`), logged, and tried again after the next interval; an explicit snapshot
+    (at a checkpoint) still raises."""
+
+    def __init__(self, service: str, interval_s: float):
+        self.service, self.interval_s = service, float(interval_s)
+        self.last = time.monotonic()
+        self.errors = 0
+        self.last_error: str | None = None
+
+    def written(self) -> None:
+        self.last = time.monotonic()
+
+    def run_if_due(self, path: str | None, write: Callable[[], object]) -> None:
+        if path is None or time.monotonic() - self.last < self.interval_s:
+            return
+        try:
+            write()
+        except OSError as exc:
+            self.last = time.monotonic()
+            self.errors += 1
+            self.last_error = f"{type(exc).__name__}: {exc}"
+            logging.getLogger(__name__).warning(
+                "%s: periodic snapshot to %s failed (%s); serving on, retrying in %.0f s",
+                self.service, path, self.last_error, self.interval_s)

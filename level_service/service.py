@@ -25,9 +25,7 @@ comes back with the state of its last snapshot.
 
 from __future__ import annotations
 
-import logging
 import math
-import time
 from pathlib import Path
 from typing import Any
 
@@ -35,8 +33,6 @@ import numpy as np
 
 from levelray.contracts import snapshot
 from levelray.level_service.sampler import LevelSampler
-
-log = logging.getLogger(__name__)
 
 __all__ = ["LevelServiceCore", "LevelService", "SNAPSHOT_FORMAT"]
 
@@ -61,7 +57,7 @@ class LevelServiceCore:
         if sampler_kwargs is not None and not isinstance(sampler_kwargs, dict):
             raise ValueError(f"sampler_kwargs must be a dict, got {type(sampler_kwargs).__name__}")
         self._snapshot_path = None if snapshot_path is None else str(snapshot_path)
-        self._interval = float(snapshot_interval_s)
+        self._schedule = snapshot.SnapshotSchedule("level service", snapshot_interval_s)
         self._num_sample_calls = 0
         self._num_update_calls = 0
         self._num_snapshots = 0
@@ -77,9 +73,7 @@ class LevelServiceCore:
             self._restored = True
         else:
             self._sampler = fresh
-        self._last_snapshot = time.monotonic()
-        self._snapshot_errors = 0
-        self._last_snapshot_error: str | None = None
+        self._schedule.written()  # the first periodic snapshot is one interval after the start
 
     # ------------------------------------------------------------------ snapshots
     def _restore(self, path: str, seeds: np.ndarray) -> LevelSampler:
@@ -118,23 +112,11 @@ class LevelServiceCore:
             raise ValueError("snapshot() needs a snapshot_path; the service was created without one")
         self._num_snapshots += 1
         snapshot.save(self._snapshot_path, self._state())
-        self._last_snapshot = time.monotonic()
+        self._schedule.written()
         return self._snapshot_path
 
     def _maybe_snapshot(self) -> None:
-        """The periodic snapshot. A failing write (disk full, volume gone) must not fail the call it rides
-        on: that would turn PLR off / stall replay for every caller. It is counted, logged and in `stats()`,
-        and tried again after the next interval; an explicit `snapshot()` (at a checkpoint) still raises."""
-        if self._snapshot_path is None or time.monotonic() - self._last_snapshot < self._interval:
-            return
-        try:
-            self.snapshot()
-        except OSError as exc:
-            self._last_snapshot = time.monotonic()
-            self._snapshot_errors += 1
-            self._last_snapshot_error = f"{type(exc).__name__}: {exc}"
-            log.warning("level service: periodic snapshot to %s failed (%s); serving on, retrying in %.0f s",
-                        self._snapshot_path, self._last_snapshot_error, self._interval)
+        self._schedule.run_if_due(self._snapshot_path, self.snapshot)
 
     # ------------------------------------------------------------------ API
     def sample_seeds(self, n: int) -> list[int]:
@@ -220,8 +202,8 @@ class LevelServiceCore:
             "num_sample_calls": self._num_sample_calls,
             "num_update_calls": self._num_update_calls,
             "num_snapshots": self._num_snapshots,
-            "snapshot_errors": self._snapshot_errors,
-            "last_snapshot_error": self._last_snapshot_error,
+            "snapshot_errors": self._schedule.errors,
+            "last_snapshot_error": self._schedule.last_error,
         }
         counts = s.counters()  # num_samples, num_episodes (committed scores), pending/dropped fragments
         counts["num_rollout_batches"] = counts.pop("num_update_calls")

@@ -21,9 +21,7 @@ Behaviour
 
 from __future__ import annotations
 
-import logging
 import threading
-import time
 from pathlib import Path
 from typing import Any
 
@@ -33,8 +31,6 @@ import ray
 from levelray.contracts import snapshot as snap
 from levelray.replay_service.core import PrioritizedReplay
 from levelray.replay_service.rate_limiter import NotReadyError, RateLimiter
-
-log = logging.getLogger(__name__)
 
 __all__ = ["ReplayServiceCore", "ReplayService"]
 
@@ -77,19 +73,17 @@ class ReplayServiceCore:
         if float(snapshot_interval_s) <= 0:
             raise ValueError(f"snapshot_interval_s must be > 0, got {snapshot_interval_s!r}")
         self._snapshot_path = None if snapshot_path is None else str(snapshot_path)
-        self._snapshot_interval_s = float(snapshot_interval_s)
+        self._schedule = snap.SnapshotSchedule("replay service", snapshot_interval_s)
         self._snapshot_max_item_bytes = int(snapshot_max_item_bytes)
         self._sample_calls = 0
         self._not_ready = 0
         self._snapshots = 0
-        self._snapshot_errors = 0
-        self._last_snapshot_error: str | None = None
         self._restored_from: str | None = None
         if self._snapshot_path is not None and Path(self._snapshot_path).exists():
             self._restore(self._snapshot_path)
         elif initial_state is not None:  # e.g. the replay state of a checkpoint being resumed
             self.load_state_dict(initial_state, source="initial_state")
-        self._last_snapshot = time.monotonic()
+        self._schedule.written()  # the first periodic snapshot is one interval after the start
 
     def _restore(self, path: str) -> None:
         state = snap.load(path)  # SnapshotError (a ValueError) names the path for bad files
@@ -198,8 +192,8 @@ class ReplayServiceCore:
                 "max_priority": r.max_priority,
                 "rate_limiter": None if lim is None else lim.state_dict(),
                 "snapshots": self._snapshots,
-                "snapshot_errors": self._snapshot_errors,
-                "last_snapshot_error": self._last_snapshot_error,
+                "snapshot_errors": self._schedule.errors,
+                "last_snapshot_error": self._schedule.last_error,
                 "restored_from": self._restored_from,
             }
 
@@ -211,23 +205,11 @@ class ReplayServiceCore:
                 raise ValueError("no snapshot path: pass one or configure snapshot_path")
             snap.save(path, self.state_dict())
             self._snapshots += 1
-            self._last_snapshot = time.monotonic()
+            self._schedule.written()
             return str(path)
 
     def _maybe_snapshot(self) -> None:
-        """The periodic snapshot. A failing write (disk full, volume gone) must not fail the call it rides
-        on: that would turn PLR off / stall replay for every caller. It is counted, logged and in `stats()`,
-        and tried again after the next interval; an explicit `snapshot()` (at a checkpoint) still raises."""
-        if self._snapshot_path is None or time.monotonic() - self._last_snapshot < self._snapshot_interval_s:
-            return
-        try:
-            self.snapshot()
-        except OSError as exc:
-            self._last_snapshot = time.monotonic()
-            self._snapshot_errors += 1
-            self._last_snapshot_error = f"{type(exc).__name__}: {exc}"
-            log.warning("replay service: periodic snapshot to %s failed (%s); serving on, retrying in %.0f s",
-                        self._snapshot_path, self._last_snapshot_error, self._snapshot_interval_s)
+        self._schedule.run_if_due(self._snapshot_path, self.snapshot)
 
     def ping(self) -> bool:
         return True
