@@ -11,6 +11,10 @@ Reads each run's `config.yaml`, `metrics.jsonl` and checkpoints, and writes (mat
     level_staleness.png    heat map of level staleness (reports x levels) of the same run
     replay_priorities.png  the replay buffer's priority histogram (latest) of each run with replay
     summary.md             per run: config highlights, final env steps, train/test return, steps/s
+    return_bands.png       with `--group-by PATH` (e.g. `levels.strategy`): the runs grouped by that config
+                           value (the arms of a comparison, one run per seed), each group's mean train and
+                           held-out return against env steps with its 95% Student-t confidence band; the
+                           groups' final returns with intervals go into summary.md
 
 Level heat maps come from the `level_weights` / `level_staleness` vectors of `metrics.jsonl` records
 where present, else from the level sampler states saved in the run's checkpoints (one row per kept
@@ -29,8 +33,11 @@ from typing import Any
 
 import numpy as np
 
-from levelray.contracts.config import ConfigError
+from levelray.contracts.config import ConfigError, leaves
 from levelray.contracts.levels import UNSCORED_STRATEGIES
+from levelray.deploy.stats import mean_ci
+
+BAND_POINTS = 60  # env-step grid the grouped curves are interpolated onto
 
 
 # ----------------------------------------------------------------------------------- loading runs
@@ -225,6 +232,89 @@ def returns_figure(runs, out: Path) -> dict:
     return {"path": str(out), "series": labels}
 
 
+def check_group_by(path: str) -> None:
+    """`--group-by` must name a config leaf (`levels.strategy`, `model.loss`, ...)."""
+    if path not in {leaf for leaf, _field, _type in leaves()}:
+        raise ConfigError(f"--group-by must be a dotted config key such as levels.strategy or learner.batch_size, "
+                          f"got {path!r}")
+
+
+def group_runs(runs: list[dict], path: str) -> dict[str, list[dict]]:
+    """{"<path>=<value>": runs} in the order the groups first appear. The level strategy is read as the
+    report labels it (`unbounded levels` for a run without a level set)."""
+    groups: dict[str, list[dict]] = {}
+    for run in runs:
+        if path == "levels.strategy":
+            value = run["strategy"]
+        else:
+            value = run["config"]
+            for part in path.split("."):
+                value = value.get(part) if isinstance(value, dict) else None
+        groups.setdefault(f"{path}={value}", []).append(run)
+    return groups
+
+
+def group_curve(runs: list[dict], key: str, x_key: str = "env_steps") -> dict[str, Any] | None:
+    """The group's mean curve and 95% t-interval half-widths on a common env-step grid: each run's series
+    is linearly interpolated onto `BAND_POINTS` steps spanning the range every run covers (no run is
+    extrapolated). None when fewer than one run has the series or the ranges do not overlap."""
+    series = [s for s in (_series(r["records"], key, x_key=x_key) for r in runs) if s[0].size >= 2]
+    if not series:
+        return None
+    lo, hi = max(float(x[0]) for x, _ in series), min(float(x[-1]) for x, _ in series)
+    if hi <= lo:
+        return None
+    grid = np.linspace(lo, hi, BAND_POINTS)
+    curves = np.stack([np.interp(grid, x, y) for x, y in series])  # [runs, BAND_POINTS]
+    stats = [mean_ci(curves[:, j].tolist()) for j in range(grid.size)]
+    return {"steps": grid, "mean": np.array([m for m, _ in stats]), "half": np.array([h for _, h in stats]),
+            "runs": len(series)}
+
+
+def final_values(runs: list[dict], key: str) -> dict[str, Any]:
+    """Mean and 95% t-interval of the runs' last `key` (n: how many runs have one)."""
+    values = [v for v in (_last(r["records"], key) for r in runs)
+              if isinstance(v, int | float) and math.isfinite(v)]
+    if not values:
+        return {"n": 0, "mean": None, "ci95": None}
+    mean, half = mean_ci(values)
+    return {"n": len(values), "mean": mean, "ci95": None if math.isnan(half) else half}
+
+
+def bands_figure(runs: list[dict], out: Path, group_by: str) -> dict:
+    groups = group_runs(runs, group_by)
+    fig, axes = _figure(1, 2, size=(13, 5))
+    panels = ((axes[0, 0], "episode_return_mean", "env_steps", "training levels"),
+              (axes[0, 1], "test_return_mean", "test_env_steps", "held-out levels (--eval-interval)"))
+    labels, summary = [], {}
+    for i, (name, members) in enumerate(groups.items()):
+        color = f"C{i % 10}"
+        summary[name] = {"runs": [str(r["path"]) for r in members],
+                         "final_train_return": final_values(members, "episode_return_mean"),
+                         "final_test_return": final_values(members, "test_return_mean"),
+                         "final_env_steps": final_values(members, "env_steps")}
+        for ax, key, x_key, _title in panels:
+            curve = group_curve(members, key, x_key)
+            if curve is None:
+                continue
+            label = f"{name} (n={curve['runs']})"
+            ax.plot(curve["steps"], curve["mean"], color=color, label=label)
+            if curve["runs"] > 1:
+                ax.fill_between(curve["steps"], curve["mean"] - curve["half"], curve["mean"] + curve["half"],
+                                color=color, alpha=0.2, linewidth=0)
+            labels.append(f"{label} {_title.split(' (')[0]}")
+    if not labels:
+        return {"path": None, "series": [], "groups": summary,
+                "skipped": "no group has two or more reports with returns"}
+    for ax, _key, _x, title in panels:
+        ax.set(title=f"Mean return, {title}, 95% CI over runs", xlabel="env steps", ylabel="mean episode return")
+        ax.grid(alpha=0.3)
+        if _labels(ax):
+            ax.legend(fontsize="small")
+    _save(fig, out)
+    return {"path": str(out), "series": labels, "groups": summary}
+
+
 def losses_figure(runs, out: Path) -> dict:
     panels = (("learner_loss_total", "total loss"), ("learner_loss_policy", "policy loss"),
               ("learner_loss_value", "value loss"), ("learner_entropy", "policy entropy"))
@@ -320,6 +410,14 @@ def _fmt(v, spec: str = ".2f") -> str:
     return format(v, spec)
 
 
+def _fmt_ci(value: dict) -> str:
+    if value["mean"] is None:
+        return "n/a"
+    spec = ",.0f" if abs(value["mean"]) >= 1000 else ".3f"
+    half = "" if value["ci95"] is None else f" ± {format(value['ci95'], spec)}"
+    return f"{format(value['mean'], spec)}{half} (n={value['n']})"
+
+
 def run_summary(run: dict) -> dict[str, Any]:
     recs = run["records"]
     sps = [r["env_steps_per_second"] for r in recs if (r.get("env_steps_per_second") or 0) > 0]
@@ -367,6 +465,14 @@ def summary_markdown(runs: list[dict], figures: dict[str, dict]) -> str:
                   f"actors: {s['actors']}, learning rate {s['learning_rate']}",
                   f"- {s['reports']} reports, final env steps {_fmt(s['env_steps'], ',d')}, learner version "
                   f"{s['learner_version']}", ""]
+    bands = figures.get("return_bands") or {}
+    if bands.get("groups"):
+        lines += ["## Groups", "", "Mean of the runs' last values, ± the 95% Student-t half-width (n: runs).", "",
+                  "| group | n | env steps | train return | test return |", "|---|---|---|---|---|"]
+        for name, g in bands["groups"].items():
+            cells = [_fmt_ci(g[k]) for k in ("final_env_steps", "final_train_return", "final_test_return")]
+            lines.append(f"| {name} | {len(g['runs'])} | {' | '.join(cells)} |")
+        lines.append("")
     lines += ["## Figures", ""]
     for name, fig in figures.items():
         if fig.get("path"):
@@ -376,11 +482,14 @@ def summary_markdown(runs: list[dict], figures: dict[str, dict]) -> str:
     return "\n".join(lines) + "\n"
 
 
-def make_report(run_dirs: list[Path], out_dir: Path) -> dict[str, dict]:
+def make_report(run_dirs: list[Path], out_dir: Path, group_by: str | None = None) -> dict[str, dict]:
     """Write every figure and summary.md into `out_dir`; returns {name: {path, series, ...}} (a skipped
-    figure has `path: None` and `skipped: reason`)."""
+    figure has `path: None` and `skipped: reason`). `group_by`: a config key whose values split the runs
+    into the arms of a comparison (return_bands.png and the summary's Groups table)."""
     if not run_dirs:
         raise ConfigError("report: give at least one RUN_DIR")
+    if group_by is not None:
+        check_group_by(group_by)
     runs = [load_run(p) for p in run_dirs]
     _label_runs(runs)
     out_dir = Path(out_dir)
@@ -396,6 +505,8 @@ def make_report(run_dirs: list[Path], out_dir: Path) -> dict[str, dict]:
         "level_staleness": level_figure(runs, out_dir / "level_staleness.png", "staleness"),
         "replay_priorities": priorities_figure(runs, out_dir / "replay_priorities.png"),
     }
+    if group_by is not None:
+        figures["return_bands"] = bands_figure(runs, out_dir / "return_bands.png", group_by)
     summary = out_dir / "summary.md"
     summary.write_text(summary_markdown(runs, figures))
     figures["summary"] = {"path": str(summary), "series": [r["label"] for r in runs]}
@@ -405,13 +516,16 @@ def make_report(run_dirs: list[Path], out_dir: Path) -> dict[str, dict]:
 def add_report_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("run_dirs", nargs="+", metavar="RUN_DIR", help="run directories (overlaid in the figures)")
     p.add_argument("--out", default=None, help="output directory (default: RUN_DIR/report of the first run)")
+    p.add_argument("--group-by", default=None, metavar="KEY",
+                   help="config key whose values are the arms of a comparison (e.g. levels.strategy): draw each "
+                        "group's mean return with a 95%% confidence band over its runs (return_bands.png)")
     p.add_argument("--json", action="store_true", help="print the figures and their series as JSON")
 
 
 def cmd_report(args: argparse.Namespace) -> int:
     run_dirs = [Path(p) for p in args.run_dirs]
     out = Path(args.out) if args.out else run_dirs[0] / "report"
-    figures = make_report(run_dirs, out)
+    figures = make_report(run_dirs, out, args.group_by)
     if args.json:
         print(json.dumps(figures), flush=True)
         return 0

@@ -120,3 +120,63 @@ def test_report_reads_optional_record_keys(tmp_path):
     steps, seeds, stale, source = level_matrix(load_run(run), "staleness")
     assert seeds.tolist() == [10, 11, 12] and stale[:, 2].tolist() == [0, 2, 4, 6, 8]
     assert "| 2.00 |" in (tmp_path / "out" / "summary.md").read_text()  # the last test return (i = 4)
+
+
+def _write_run(path, strategy: str, steps: list[int], returns: list[float], tests: list[tuple[int, float]]) -> None:
+    path.mkdir(parents=True)
+    (path / "config.yaml").write_text(f"env: {{id: 'minigrid:DoorKey-6x6', num_levels: 200}}\n"
+                                      f"levels: {{strategy: {strategy}}}\n")
+    records = [{"env_steps": s, "episode_return_mean": r} for s, r in zip(steps, returns, strict=True)]
+    records += [{"env_steps": s + 5, "test_return_mean": r, "test_env_steps": s} for s, r in tests]
+    records.sort(key=lambda rec: rec["env_steps"])
+    (path / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in records))
+
+
+def test_report_groups_runs_into_arms_with_confidence_bands(tmp_path, capsys):
+    """Three seeds per arm, reporting at different env steps: each arm's band is the t-interval over runs of
+    the curves interpolated onto common steps, and the summary's final values match a float64 reference."""
+    rng = np.random.default_rng(0)
+    final = {"value_l1": [], "random": []}
+    finals_test = {"value_l1": [], "random": []}
+    for strategy, slope in (("value_l1", 2.0), ("random", 1.0)):
+        for seed in range(3):
+            steps = sorted(set(rng.integers(1, 999, size=8).tolist()) | {0, 1000 + 10 * seed})
+            returns = [slope * s / 1000 + 0.1 * seed for s in steps]
+            tests = [(s, slope * s / 2000 + 0.05 * seed) for s in (0, 500, 1000)]
+            _write_run(tmp_path / f"{strategy}-{seed}", strategy, steps, returns, tests)
+            final[strategy].append(returns[-1])
+            finals_test[strategy].append(tests[-1][1])
+    runs = sorted(tmp_path.glob("*-*"))
+    out = tmp_path / "out"
+    assert main(["report", *map(str, runs), "--out", str(out), "--group-by", "levels.strategy"]) == 0
+    assert "return_bands" in capsys.readouterr().out and _is_png(out / "return_bands.png")
+
+    figs = make_report(runs, tmp_path / "again", group_by="levels.strategy")
+    groups = figs["return_bands"]["groups"]
+    assert set(groups) == {"levels.strategy=value_l1", "levels.strategy=random"}
+    t2 = 4.302652729749752  # t_{0.975, 2}
+    for strategy in ("value_l1", "random"):
+        g = groups[f"levels.strategy={strategy}"]
+        assert len(g["runs"]) == 3
+        for got, values in ((g["final_train_return"], final[strategy]), (g["final_test_return"],
+                                                                          finals_test[strategy])):
+            xs = np.asarray(values, dtype=np.float64)
+            assert got["n"] == 3 and got["mean"] == pytest.approx(xs.mean(), rel=1e-12)
+            assert got["ci95"] == pytest.approx(t2 * xs.std(ddof=1) / np.sqrt(3), rel=1e-9)
+
+    # the curve itself: all runs lie on slope * s / 1000 + 0.1 * seed, so interpolation is exact and the band
+    # at any step is the same t-interval of the offsets {0, 0.1, 0.2}
+    from levelray.deploy.report import group_curve, group_runs, load_run
+
+    loaded = [load_run(p) for p in runs]
+    plr = group_runs(loaded, "levels.strategy")["levels.strategy=value_l1"]
+    curve = group_curve(plr, "episode_return_mean")
+    assert curve["runs"] == 3 and curve["steps"][0] == 0 and curve["steps"][-1] == 1000  # the range all cover
+    np.testing.assert_allclose(curve["mean"], 2.0 * curve["steps"] / 1000 + 0.1, rtol=1e-9)
+    np.testing.assert_allclose(curve["half"], t2 * 0.1 / np.sqrt(3), rtol=1e-9)
+    summary = (out / "summary.md").read_text()
+    assert "## Groups" in summary and "| levels.strategy=value_l1 | 3 |" in summary
+
+    with pytest.raises(SystemExit) as exc:
+        main(["report", str(runs[0]), "--group-by", "levels.no_such_key"])
+    assert exc.value.code == 2 and "--group-by" in capsys.readouterr().err
