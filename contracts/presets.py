@@ -52,6 +52,18 @@ PRESETS: dict[str, dict[str, Any]] = {
         "learner.learning_rate": 1e-3,
         "learner.entropy_weight": 0.01,
     },
+    # benchmarks/RESULTS.md, "MiniGridNet learns" and "PLR vs uniform on MiniGrid": 16 envs per actor and
+    # batches of 2 unrolls of 20 steps learn DoorKey-5x5 in ~430k and DoorKey-6x6 in ~1M env steps.
+    "minigrid": {
+        "actors.num_actors": _actors_for_this_machine,
+        "actors.envs_per_actor": 16,
+        "actors.unroll_length": 20,
+        "actors.unrolls_per_submit": 1,
+        "learner.model": "minigrid_cnn",
+        "learner.batch_size": 2,
+        "learner.learning_rate": 5e-4,
+        "learner.entropy_weight": 0.01,
+    },
 }
 PRESET_NAMES = ("auto", "none", *PRESETS)
 
@@ -62,6 +74,8 @@ def family(env_id: str) -> str:
         return "procgen"
     if env_id.startswith(CLASSIC_CONTROL):
         return "classic_control"
+    if env_id.startswith("minigrid:"):
+        return "minigrid"
     return "none"
 
 

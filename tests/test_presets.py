@@ -22,6 +22,7 @@ def cli_config(*argv: str, base: dict | None = None) -> RunConfig:
 def test_family_by_env_id():
     assert family("procgen:bigfish") == "procgen"
     assert [family(e) for e in ("CartPole-v1", "Acrobot-v1", "MountainCar-v0")] == ["classic_control"] * 3
+    assert family("minigrid:DoorKey-8x8") == "minigrid"
     assert family("Pendulum-v1") == "none" and family("LunarLander-v3") == "none"
 
 
@@ -43,6 +44,9 @@ def test_cli_fills_only_what_the_user_left_alone(tmp_path):
     assert cfg.preset == "none" and cfg.learner.batch_size == RunConfig().learner.batch_size
     cfg = cli_config("--env", "procgen:coinrun")
     assert cfg.preset == "procgen" and cfg.learner.model == "impala_cnn" and cfg.actors.envs_per_actor == 16
+    cfg = cli_config("--env", "minigrid:DoorKey-6x6", "--unroll-length", "32")
+    assert cfg.preset == "minigrid" and cfg.learner.model == "minigrid_cnn" and cfg.actors.envs_per_actor == 16
+    assert cfg.actors.unroll_length == 32 and cfg.env.num_levels == RunConfig().env.num_levels
 
 
 def test_a_resumed_run_keeps_its_resolved_config():
@@ -65,8 +69,12 @@ def test_python_configs_keep_the_fields_they_changed():
 def test_readme_presets_table_is_the_code():
     text = README.read_text()
     section = text.split("### Presets", 1)[1].split("###", 1)[0]
-    rows = {m.group(1): (m.group(2).strip(), m.group(3).strip())
-            for m in re.finditer(r"^\| `([a-z_.]+)` \| ([^|]+) \| ([^|]+) \|$", section, re.M)}
-    expected = {r["key"]: (str(r["procgen"]), str(r["classic_control"])) for r in preset_table()}
+    header = re.search(r"^\| key \|(.+)\|$", section, re.M).group(1)
+    columns = [cell.strip().split()[0] for cell in header.split("|")]
+    assert columns == list(PRESETS)  # one column per preset, in the code's order
+    rows = {}
+    for line in re.findall(r"^\| `[a-z_.]+` \|.+\|$", section, re.M):
+        key, *cells = (cell.strip() for cell in line.strip("|").split("|"))
+        rows[key.strip("`")] = tuple(cells)
+    expected = {r["key"]: tuple(str(r[name]) for name in PRESETS) for r in preset_table()}
     assert rows == expected
-    assert set(PRESETS) == {"procgen", "classic_control"}
