@@ -198,7 +198,8 @@ class RunConfig:
     preset: str = field(
         default="auto",
         metadata=_flag("--preset", "defaults for the env's family (contracts/presets.py): auto picks one by the env "
-                       "id, none keeps the general defaults", choices=("auto", "none", "procgen", "classic_control", "minigrid")),
+                       "id, none keeps the general defaults",
+                       choices=("auto", "none", "procgen", "classic_control", "minigrid")),
     )
     backend: str = field(default="ray", metadata=_flag("--backend", "ray or single-process", choices=("ray", "inline")))
     address: str | None = field(default=None, metadata=_flag("--address", "Ray cluster: auto or HOST:PORT"))
