@@ -12,6 +12,9 @@ Three kinds, one interface (`EnvVector`):
   reset seed, which draws the whole layout), each wrapped by `actors.minigrid_env.MiniGridObs`: the
   symbolic view as one uint8 `[7, 7, 4]` array (`contracts.spec.MINIGRID_OBS`), success = reached the
   goal, MiniGrid's own `max_steps` as truncation.
+- Atari (`atari:<game>`, e.g. `atari:breakout`, or `ALE/<Game>-v5`): gymnasium envs as above, each built
+  by `actors.atari_env.make` (gymnasium's AtariPreprocessing and frame stacking: uint8 `[84, 84, 4]`);
+  `AtariVector` clips the training reward to its sign and keeps the game's reward in `raw_rewards`.
 
 `level_source(env_index) -> int | None` picks the next level of an env when its episode ends (None:
 a uniform draw from the training level set). Every step reports the level the env really played:
@@ -50,6 +53,7 @@ PROCGEN_GAMES = (
     "starpilot",
 )
 MINIGRID_PREFIX = "minigrid:"  # actors.minigrid_env.PREFIX; not imported from there: minigrid loads in ~1 s
+ATARI_PREFIX = "atari:"  # actors.atari_env.PREFIX, likewise (ale_py and cv2 load only for Atari)
 LevelSource = Callable[[int], "int | None"]
 
 
@@ -58,7 +62,9 @@ class StepResult:
     """One step of K envs. `obs` is the next observation, already the first of a new episode where
     the previous one ended; `final_obs[k]` holds the true final observation of truncated env k, and
     `success[k]` whether env k's episode that ended on this step reached its goal, where the env says
-    (procgen's `prev_level_complete`, gymnasium's `is_success` info); absent when it does not say."""
+    (procgen's `prev_level_complete`, gymnasium's `is_success` info); absent when it does not say.
+    `raw_rewards`: the env's own rewards where `rewards` (what the learner trains on) were transformed
+    (Atari's reward clipping), else None; episode returns are sums of `episode_rewards`."""
 
     obs: np.ndarray  # [K, *obs_shape]
     rewards: np.ndarray  # [K] float32
@@ -67,6 +73,12 @@ class StepResult:
     level_seeds: np.ndarray  # [K] int64, the level each env played on this step
     final_obs: dict[int, np.ndarray]
     success: dict[int, bool] = field(default_factory=dict)
+    raw_rewards: np.ndarray | None = None  # [K] float32
+
+    @property
+    def episode_rewards(self) -> np.ndarray:
+        """What episode returns add up: the env's own rewards (`raw_rewards` where rewards were clipped)."""
+        return self.rewards if self.raw_rewards is None else self.raw_rewards
 
 
 class EnvVector:
@@ -341,6 +353,28 @@ class MiniGridVector(GymnasiumVector):
         self.spec = dataclasses.replace(self.spec, obs_encoding=MINIGRID_OBS)
 
 
+class AtariVector(GymnasiumVector):
+    """`atari:<game>` / `ALE/<Game>-v5`: see `actors.atari_env`. The learner trains on `sign(reward)`
+    (the IMPALA and DQN papers' reward clipping; Atari scores are integers, so this is also clipping to
+    [-1, 1]); `raw_rewards` keeps the game's own, from which episode returns are summed."""
+
+    def __init__(
+        self, env_id: str, num_envs: int, cfg: EnvConfig, level_source: LevelSource | None = None, seed: int = 0
+    ):
+        from levelray.actors import atari_env
+
+        self.gym_id = atari_env.gymnasium_id(env_id)
+        self.game = atari_env.game_name(self.gym_id)
+        super().__init__(self.gym_id, num_envs, cfg, level_source, seed,
+                         make_env=lambda: atari_env.make(self.gym_id, cfg.max_episode_steps))
+
+    def step(self, actions: np.ndarray) -> StepResult:
+        step = super().step(actions)
+        step.raw_rewards = step.rewards
+        step.rewards = np.sign(step.rewards).astype(np.float32)
+        return step
+
+
 def _gymnasium_spec(env, env_id: str) -> EnvSpec:
     from gymnasium import spaces
 
@@ -368,7 +402,8 @@ def _gymnasium_spec(env, env_id: str) -> EnvSpec:
 def available_env_ids() -> list[str]:
     import gymnasium as gym
 
-    return [f"procgen:{g}" for g in PROCGEN_GAMES] + ["minigrid:<name>"] + sorted(gym.envs.registry.keys())
+    return ([f"procgen:{g}" for g in PROCGEN_GAMES] + ["minigrid:<name>", "atari:<game>"]
+            + sorted(gym.envs.registry.keys()))
 
 
 def make_env_vector(cfg: EnvConfig, num_envs: int, level_source: LevelSource | None = None, seed: int = 0) -> EnvVector:
@@ -389,8 +424,16 @@ def make_env_vector(cfg: EnvConfig, num_envs: int, level_source: LevelSource | N
         name = minigrid_env.canonical_name(minigrid_env.gymnasium_id(env_id[len("MiniGrid-"):]))
         raise ValueError(f"{env_id!r} is a MiniGrid env: use --env {name} (levelray encodes MiniGrid's dict "
                          f"observation into one array only under that name)")
+    if env_id.startswith((ATARI_PREFIX, "ALE/")):
+        return AtariVector(env_id, num_envs, cfg, level_source, seed)
     import gymnasium as gym
 
+    registered = gym.envs.registry.get(env_id)
+    if registered is None or "ale_py" in str(registered.entry_point):
+        from levelray.actors import atari_env  # registers the ALE ids (<Game>NoFrameskip-v4 and the others)
+
+        if atari_env.is_ale_id(env_id):  # never a bare ALE env: raw frames, ALE's own frame skipping
+            return AtariVector(env_id, num_envs, cfg, level_source, seed)
     if env_id not in gym.envs.registry:
         ids = available_env_ids()
         close = difflib.get_close_matches(env_id, ids, n=3)

@@ -111,7 +111,7 @@ class RolloutWorker:
             for k, o in step.final_obs.items():
                 final_obs.append(o)
                 final_index.append((t, k))
-            self._ep_return += step.rewards
+            self._ep_return += step.episode_rewards  # the game's score, not the clipped reward
             self._ep_length += 1
             ended = np.flatnonzero(step.terminated | step.truncated)
             if len(ended):

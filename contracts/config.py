@@ -9,6 +9,7 @@ several fields (or the machine) is checked once the tree is filled, by `contract
 from __future__ import annotations
 
 import dataclasses
+import re
 import types
 import typing
 from dataclasses import dataclass, field
@@ -25,8 +26,9 @@ def _flag(name: str, help: str, **kw) -> dict:
 class EnvConfig:
     id: str = field(
         default="procgen:bigfish",
-        metadata=_flag("--env", "environment: procgen:<game>, minigrid:<name> (e.g. minigrid:DoorKey-8x8) "
-                                  "or any gymnasium id (e.g. CartPole-v1)"),
+        metadata=_flag("--env", "environment: procgen:<game>, minigrid:<name> (e.g. minigrid:DoorKey-8x8), "
+                                  "atari:<game> (e.g. atari:breakout = ALE/Breakout-v5) or any gymnasium id "
+                                  "(e.g. CartPole-v1)"),
     )
     distribution_mode: str = field(
         default="easy", metadata=_flag("--distribution-mode", "procgen distribution mode", choices=("easy", "hard"))
@@ -37,7 +39,8 @@ class EnvConfig:
     start_level: int = field(default=0, metadata=_flag("--start-level", "first seed of the training level set", min=0))
     max_episode_steps: int | None = field(
         default=None,
-        metadata=_flag("--max-episode-steps", "gymnasium time limit override (truncation; MiniGrid's max_steps)",
+        metadata=_flag("--max-episode-steps", "gymnasium time limit override (truncation; MiniGrid's max_steps; "
+                       "Atari: agent steps, within ALE's 108,000 frames)",
                        min=1),
     )
     native_vector: bool = field(
@@ -199,7 +202,7 @@ class RunConfig:
         default="auto",
         metadata=_flag("--preset", "defaults for the env's family (contracts/presets.py): auto picks one by the env "
                        "id, none keeps the general defaults",
-                       choices=("auto", "none", "procgen", "classic_control", "minigrid")),
+                       choices=("auto", "none", "procgen", "classic_control", "minigrid", "atari")),
     )
     backend: str = field(default="ray", metadata=_flag("--backend", "ray or single-process", choices=("ray", "inline")))
     address: str | None = field(default=None, metadata=_flag("--address", "Ray cluster: auto or HOST:PORT"))
@@ -371,3 +374,8 @@ def set_path(cfg: RunConfig, path: str, value: Any) -> None:
 
 def is_procgen(env_id: str) -> bool:
     return env_id.startswith("procgen:")
+
+
+def is_atari(env_id: str) -> bool:
+    """`atari:<game>`, `ALE/<Game>-vN` or `<Game>NoFrameskip-v4` (by name: ale_py is not imported here)."""
+    return env_id.startswith(("atari:", "ALE/")) or bool(re.match(r"^[A-Za-z0-9]+NoFrameskip-v4$", env_id))

@@ -6,8 +6,10 @@ procgen's network is wasted on four numbers). So the config resolves `preset: au
 and fills every key the user did not set (by flag, YAML or, from Python, a dict key or a changed field)
 from that family's table below. The resolved config, with the preset's name, is what `config.yaml` holds.
 
-Only measured presets are here (see `benchmarks/RESULTS.md`); a family without one (MuJoCo/Box2D-style
-continuous control, ...) runs on the general defaults of `contracts.config` and says so (`preset: none`).
+Presets are measured (see `benchmarks/RESULTS.md`) or, for Atari, the IMPALA paper's settings scaled to the
+machine as the procgen preset was (its comment says which value comes from where); a family without one
+(MuJoCo/Box2D-style continuous control, ...) runs on the general defaults of `contracts.config` and says so
+(`preset: none`).
 """
 
 from __future__ import annotations
@@ -15,7 +17,7 @@ from __future__ import annotations
 import os
 from typing import Any
 
-from levelray.contracts.config import ConfigError, RunConfig, differing_paths, set_path
+from levelray.contracts.config import ConfigError, RunConfig, differing_paths, is_atari, set_path
 
 CLASSIC_CONTROL = ("CartPole-", "Acrobot-", "MountainCar-")
 
@@ -64,6 +66,26 @@ PRESETS: dict[str, dict[str, Any]] = {
         "learner.learning_rate": 5e-4,
         "learner.entropy_weight": 0.01,
     },
+    # Atari (`atari:<game>`, `ALE/<Game>-v5`): IMPALA's Atari settings (Espeholt et al. 2018) where they do not
+    # depend on the machine: the IMPALA CNN, unrolls of 20 steps, entropy 0.01 (discount 0.99 and gradient
+    # norm clip 40 are already the general defaults). What depends on the machine follows the procgen preset,
+    # the same network on frames of similar size ([84, 84, 4] here, [64, 64, 3] there): on 2 cores the learner
+    # is the bottleneck (procgen: benchmarks/RESULTS.md), so a batch of 2 unrolls keeps updates frequent,
+    # where IMPALA's learner on a GPU took 32. Adam at 5e-4 (the procgen preset's, the PLR paper's): IMPALA's
+    # RMSProp 6e-4 was tuned for losses summed over the batch, levelray's are means. Levels do not change an
+    # Atari game (the reset seed drives sticky actions and no-op starts): no level service, every episode a
+    # fresh seed. Env throughput is measured (benchmarks/RESULTS.md); learning with these values is not yet.
+    "atari": {
+        "env.num_levels": 0,
+        "actors.num_actors": _actors_for_this_machine,
+        "actors.envs_per_actor": 16,
+        "actors.unroll_length": 20,
+        "actors.unrolls_per_submit": 1,
+        "learner.model": "impala_cnn",
+        "learner.batch_size": 2,
+        "learner.learning_rate": 5e-4,
+        "learner.entropy_weight": 0.01,
+    },
 }
 PRESET_NAMES = ("auto", "none", *PRESETS)
 
@@ -76,6 +98,8 @@ def family(env_id: str) -> str:
         return "classic_control"
     if env_id.startswith("minigrid:"):
         return "minigrid"
+    if is_atari(env_id):
+        return "atari"
     return "none"
 
 

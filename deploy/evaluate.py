@@ -15,6 +15,12 @@ Each episode plays the next seed of its set. Exactly `episodes` episodes are sta
 of them is played to its end (an env that has no episode left to start idles), so short episodes are
 not over-represented. Every returned seed is the level the env reported playing.
 
+Atari (`atari:<game>`, `ALE/<Game>-v5`): returns are the game's score (unclipped), and every result has
+`human_normalized_score`, `(return_mean - random) / (human - random)` with the reference scores of
+`contracts.atari_scores` (None for games outside Atari-57 and for every other env). Levels do not change an
+Atari game (the seed drives sticky actions and no-op starts), so the `atari` preset trains on an unbounded
+set and `test` is not held out.
+
 Success rate: procgen's `prev_level_complete` (every procgen game sets it on its win condition: the
 quota of fish in BigFish, the coin in CoinRun, ...); gymnasium: `info["is_success"]` at the episode's
 last step where the env defines it, else None; MiniGrid: the agent reached the goal (terminated with a
@@ -38,7 +44,8 @@ from typing import Any
 
 import numpy as np
 
-from levelray.contracts.config import ConfigError, RunConfig, from_dict, to_dict
+from levelray.contracts.atari_scores import human_normalized_score
+from levelray.contracts.config import ConfigError, RunConfig, from_dict, is_atari, to_dict
 from levelray.contracts.levels import MAX_SEED, training_range
 
 log = logging.getLogger(__name__)
@@ -102,6 +109,22 @@ def level_set_seeds(cfg: RunConfig, which: str, episodes: int, seed: int = 0) ->
     return np.arange(int(m.group(1)), int(m.group(2)) + 1, dtype=np.int64)
 
 
+def atari_game(env_id: str) -> str | None:
+    """ALE's name of the game an Atari env id plays (`atari:breakout` -> `breakout`); None for other envs."""
+    if not is_atari(env_id):
+        return None
+    from levelray.actors.atari_env import game_name
+
+    return game_name(env_id)
+
+
+def add_human_normalized(result: dict[str, Any], game: str | None) -> dict[str, Any]:
+    """`result["human_normalized_score"]`: of its `return_mean`, None without reference scores."""
+    result["human_normalized_score"] = (human_normalized_score(game, result["return_mean"])
+                                        if game is not None else None)
+    return result
+
+
 # ------------------------------------------------------------------------------------- the core
 def play_episodes(
     cfg: RunConfig, weights: dict[str, np.ndarray], seeds: np.ndarray, episodes: int, *, greedy: bool,
@@ -146,7 +169,7 @@ def play_episodes(
         while finished < episodes:
             playing = env_episode.copy()  # the env vector re-assigns envs whose episode ends in this step
             step = vec.step(worker.act(obs, greedy=greedy)[0])
-            ep_return += step.rewards
+            ep_return += step.episode_rewards  # unclipped (Atari trains on clipped rewards)
             ep_length += 1
             for k in np.flatnonzero(step.terminated | step.truncated).tolist():
                 e = int(playing[k])
@@ -278,7 +301,8 @@ class PeriodicEvaluator:
     `maybe_start(version, weights_or_ref, env_steps=None)` starts one when `version` crossed a multiple of
     the interval and none is running (on Ray: remote tasks, non-blocking; inline: runs synchronously).
     `poll()` returns `{test_return_mean, test_return_median, test_success_rate, test_episodes, test_version}`
-    (+ `test_env_steps` when given) once, when a started evaluation has finished, else None. Every
+    (+ `test_env_steps` when given, + `test_human_normalized_score` for Atari)
+    once, when a started evaluation has finished, else None. Every
     evaluation plays the same held-out seeds, so successive points compare the policy, not the levels.
     """
 
@@ -294,6 +318,7 @@ class PeriodicEvaluator:
         self._finished: deque[dict] = deque()
         self.last_result: dict | None = None
         self.failures = 0
+        self.game = atari_game(cfg.env.id) if self.interval > 0 else None
 
     @property
     def enabled(self) -> bool:
@@ -346,6 +371,8 @@ class PeriodicEvaluator:
             "test_episodes": s["episodes"],
             "test_version": version,
         }
+        if self.game is not None:
+            out["test_human_normalized_score"] = human_normalized_score(self.game, s["return_mean"])
         if env_steps is not None:
             out["test_env_steps"] = int(env_steps)
         self.last_result = out
@@ -442,6 +469,7 @@ def evaluate_checkpoint(
     weights = checkpoint_weights(ckpt)
     episodes = episodes or cfg.eval.episodes
     num_envs = num_envs or cfg.eval.num_envs
+    game = atari_game(cfg.env.id)
     started_ray = False
     if backend == "ray":
         from levelray.deploy.ray_cluster import init_ray
@@ -460,7 +488,7 @@ def evaluate_checkpoint(
                                       num_workers=num_workers)
             else:
                 res = evaluate_policy(cfg, weights, seeds, episodes, greedy=greedy, num_envs=num_envs, seed=seed)
-            results[which] = res
+            results[which] = add_human_normalized(res, game)
     finally:
         if started_ray:
             import ray
@@ -472,6 +500,7 @@ def evaluate_checkpoint(
         "version": int(ckpt["learner"]["version"]),
         "env_steps": int(ckpt.get("counters", {}).get("env_steps", 0)),
         "env": cfg.env.id,
+        "atari_game": game,
         "distribution_mode": cfg.env.distribution_mode,
         "level_strategy": cfg.levels.strategy,
         "training_levels": list(train) if train is not None else None,
@@ -503,6 +532,10 @@ def format_result(out: dict[str, Any]) -> str:
         succ = f"{r['success_rate']:.2f}" if r["success_rate"] is not None else "n/a"
         lines.append(f"{name:>22}  {r['episodes']:>8d}  {r['return_mean']:>9.3f}  {r['return_median']:>9.3f}  "
                      f"{r['return_std']:>8.3f}  {succ:>7}")
+    for which, r in out["results"].items():
+        if r.get("human_normalized_score") is not None:
+            lines.append(f"human-normalised score ({out.get('atari_game')}, {which} mean): "
+                         f"{r['human_normalized_score']:.3f}")
     if out["generalization_gap"] is not None:
         lines.append(f"generalisation gap (train mean - test mean): {out['generalization_gap']:.3f}")
     return "\n".join(lines)

@@ -24,6 +24,7 @@ def test_family_by_env_id():
     assert [family(e) for e in ("CartPole-v1", "Acrobot-v1", "MountainCar-v0")] == ["classic_control"] * 3
     assert family("minigrid:DoorKey-8x8") == "minigrid"
     assert family("Pendulum-v1") == "none" and family("LunarLander-v3") == "none"
+    assert [family(e) for e in ("atari:breakout", "ALE/Breakout-v5", "PongNoFrameskip-v4")] == ["atari"] * 3
 
 
 def test_the_config_field_offers_every_preset():
@@ -61,7 +62,7 @@ def test_python_configs_keep_the_fields_they_changed():
     assert changed_paths(cfg) == {"env.id", "learner.learning_rate"}
     assert apply_preset(cfg, changed_paths(cfg)) == "classic_control"
     assert cfg.learner.learning_rate == 3e-4 and cfg.learner.batch_size == 8
-    cfg.preset = "atari"
+    cfg.preset = "mujoco"
     with pytest.raises(ConfigError, match="preset must be one of"):
         apply_preset(cfg, set())
 
@@ -78,3 +79,11 @@ def test_readme_presets_table_is_the_code():
         rows[key.strip("`")] = tuple(cells)
     expected = {r["key"]: tuple(str(r[name]) for name in PRESETS) for r in preset_table()}
     assert rows == expected
+
+
+def test_atari_preset_trains_on_fresh_seeds_with_the_impala_cnn():
+    cfg = cli_config("--env", "atari:breakout")
+    assert cfg.preset == "atari" and cfg.env.num_levels == 0 and cfg.learner.model == "impala_cnn"
+    assert (cfg.actors.unroll_length, cfg.learner.entropy_weight) == (20, 0.01)
+    assert cli_config("--env", "ALE/Pong-v5", "--num-levels", "50").env.num_levels == 50  # the flag wins
+
