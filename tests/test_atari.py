@@ -17,11 +17,13 @@ from levelray.actors import atari_env
 from levelray.actors.envs import AtariVector, make_env_vector
 from levelray.actors.rollout import RolloutWorker
 from levelray.contracts.atari_scores import REFERENCE_SCORES, human_normalized_score
-from levelray.contracts.config import EnvConfig
+from levelray.contracts.config import EnvConfig, RunConfig
 from levelray.contracts.trajectory import validate_unroll
 from levelray.deploy.cli import main
+from levelray.deploy.evaluate import PeriodicEvaluator
 from levelray.deploy.rundir import RunDir
 from levelray.policy.models import ImpalaCNN, build_model
+from levelray.policy.weights import weights_to_numpy
 
 NOOP, FIRE = 0, 1
 
@@ -169,6 +171,39 @@ def test_training_reward_is_clipped_and_the_reported_return_is_the_game_score():
     assert start_lives == 3 and min(lives) < start_lives  # lives were lost and the episode went on
 
 
+def test_max_episode_steps_counts_agent_steps():
+    vec = vector("atari:breakout", max_episode_steps=5)
+    try:
+        vec.reset()
+        base = vec.envs[0].unwrapped
+        for t in range(5):
+            step = vec.step(np.array([FIRE]))
+            assert bool(step.truncated[0]) == (t == 4) and not step.terminated[0]
+        assert set(step.final_obs) == {0} and step.final_obs[0].shape == (84, 84, 4)
+        assert base.ale.getEpisodeFrameNumber() <= 30 + 4  # a new episode: at most its no-ops and one step
+    finally:
+        vec.close()
+
+
+def test_periodic_evaluation_reports_the_human_normalized_score():
+    cfg = RunConfig()
+    cfg.env.id, cfg.env.num_levels, cfg.env.max_episode_steps = "atari:pong", 0, 10
+    cfg.eval.interval_updates, cfg.eval.episodes, cfg.eval.num_envs = 1, 2, 2
+    vec = vector("atari:pong")
+    weights = weights_to_numpy(build_model(vec.spec))
+    vec.close()
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)  # as on an actor; two threads on two busy cores crawl
+    try:
+        ev = PeriodicEvaluator(cfg, use_ray=False)
+        ev.maybe_start(1, weights)
+        res = ev.poll()
+    finally:
+        torch.set_num_threads(before)
+    assert res["test_episodes"] == 2
+    assert res["test_human_normalized_score"] == pytest.approx((res["test_return_mean"] + 20.7) / (14.6 + 20.7))
+
+
 def test_human_normalized_score_formula_and_references():
     assert human_normalized_score("breakout", 1.7) == 0.0
     assert human_normalized_score("breakout", 30.5) == pytest.approx(1.0)
@@ -195,7 +230,7 @@ def train_and_evaluate(run, backend: str, capsys) -> tuple[list[dict], dict]:
     try:
         interval = "0" if backend == "inline" else "0.2"  # Ray polls at most every 0.1 s
         assert main(["train", *TINY, "--backend", backend, "--report-interval", interval, "--env", "atari:breakout",
-                     "--total-steps", "48",
+                     "--total-steps", "48", "--max-episode-steps", "30",  # short games: a quick evaluation
                      "--run-dir", str(run)]) == 0
         records = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
         capsys.readouterr()
@@ -216,6 +251,7 @@ def check_run(run, records: list[dict], out: dict) -> None:
     assert out["env"] == "atari:breakout" and out["atari_game"] == "breakout" and out["held_out"] is False
     test = out["results"]["test"]
     assert test["episodes"] == 2 and all(r >= 0 and float(r).is_integer() for r in test["returns"])
+    assert test["length_mean"] == 30  # the run's --max-episode-steps (agent steps) holds in evaluation too
     assert test["human_normalized_score"] == pytest.approx((test["return_mean"] - 1.7) / (30.5 - 1.7))
 
 
