@@ -73,6 +73,10 @@ RLLIB_CONFIG = {"env": "CartPole-v1", "num_env_runners": NUM_ACTORS, "num_envs_p
 # torch first (a CPU wheel pinned by version: pip never pulls a CUDA build). ray[rllib] 2.60 pins gymnasium 1.2.2
 # and takes any pyarrow>=17; pyarrow 26 needs numpy 2, and 21.0.0 is the pin that imports with numpy 1.26.
 RLLIB_PIP = [["torch==2.13.0"], ["ray[rllib]==2.60.0", "gymnasium==1.2.2", "numpy<2", "pyarrow==21.0.0"]]
+# For the MiniGrid section only, into the same venv: the main venv's pins (minigrid 3.0.0 takes gymnasium>=0.28.1,
+# so RLlib's 1.2.2 stays; it imports pygame at module level).
+RLLIB_MINIGRID_PIP = ["minigrid==3.0.0", "pygame==2.6.1"]
+MINIGRID_WRAPPER = ROOT / "actors" / "minigrid_env.py"  # levelray's observation encoding, loaded by path
 
 # Run with the RLlib venv's python: argv[1] is a JSON object (RLLIB_CONFIG plus budget_s and target).
 RLLIB_SCRIPT = r'''
@@ -84,9 +88,52 @@ from ray.rllib.algorithms.impala import IMPALAConfig
 a = json.loads(sys.argv[1])
 launched = time.perf_counter()
 ray.init(address="local", num_cpus=a["ray_init_num_cpus"], include_dashboard=False, log_to_driver=False)
+env = a["env"]
+if a.get("minigrid"):
+    from ray.tune.registry import register_env
+
+    mg = a["minigrid"]
+
+    def make_minigrid(env_config):
+        # levelray's own wrapper (actors/minigrid_env.py imports only gymnasium, minigrid and numpy), loaded by
+        # path: the same uint8 [7, 7, 4] view levelray's actors see, flattened to 196 floats for RLlib's MLP.
+        import importlib.util
+
+        import gymnasium as gym
+        import numpy as np
+
+        spec = importlib.util.spec_from_file_location("levelray_minigrid_env", mg["wrapper"])
+        mod = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(mod)
+
+        class TrainLevels(gym.Wrapper):
+            """Every episode on a training level (reset seed) drawn uniformly from num_levels, as levelray's
+            --level-strategy random does; the seed RLlib passes only seeds that draw."""
+
+            def __init__(self, env):
+                super().__init__(env)
+                self.observation_space = gym.spaces.Box(0.0, 255.0, (int(np.prod(env.observation_space.shape)),),
+                                                        np.float32)
+                self.rng = np.random.default_rng()
+
+            def reset(self, *, seed=None, options=None):
+                if seed is not None:
+                    self.rng = np.random.default_rng(seed)
+                level = mg["start_level"] + int(self.rng.integers(mg["num_levels"]))
+                obs, info = self.env.reset(seed=level, options=options)
+                return obs.reshape(-1).astype(np.float32), info
+
+            def step(self, action):
+                obs, reward, terminated, truncated, info = self.env.step(action)
+                return obs.reshape(-1).astype(np.float32), reward, terminated, truncated, info
+
+        return TrainLevels(mod.make(mg["gym_id"]))
+
+    register_env("levelray-minigrid", make_minigrid)
+    env = "levelray-minigrid"
 config = (
     IMPALAConfig()
-    .environment(a["env"])
+    .environment(env)
     .env_runners(num_env_runners=a["num_env_runners"], num_envs_per_env_runner=a["num_envs_per_env_runner"])
     .training(lr=a["lr"], entropy_coeff=a["entropy_coeff"],
               train_batch_size_per_learner=a["train_batch_size_per_learner"])
@@ -111,8 +158,10 @@ while True:
     ret = None if ret is None or (isinstance(ret, float) and math.isnan(ret)) else float(ret)
     steps = pick(result, "num_env_steps_sampled_lifetime")
     print("RLLIB_JSON " + json.dumps({"t": t, "env_steps": steps, "episode_return_mean": ret,
+                                      "episodes": pick(result, "num_episodes_lifetime"),
                                       "iteration": result.get("training_iteration")}), flush=True)
-    if (ret is not None and ret >= a["target"]) or t >= a["budget_s"]:
+    if ((a["target"] is not None and ret is not None and ret >= a["target"]) or t >= a["budget_s"]
+            or (a.get("budget_steps") and (steps or 0) >= a["budget_steps"])):
         break
 algo.stop()
 ray.shutdown()
@@ -150,7 +199,8 @@ def tail(path: Path, n: int = 15) -> str:
         return ""
 
 
-def summarize(points: list[tuple[float, float, float | None]], budget_s: float) -> dict:
+def summarize(points: list[tuple[float, float, float | None]], budget_s: float,
+              target: float = TARGET_RETURN) -> dict:
     """points: (seconds since t=0, env steps since t=0, mean return or None), in time order."""
     points = [p for p in points if p[0] > 0]
     if not points:
@@ -162,7 +212,7 @@ def summarize(points: list[tuple[float, float, float | None]], budget_s: float) 
         (ta, sa, _), (tb, sb, _) = points[-2], points[-1]
         steady = (sb - sa) / (tb - ta)
     returns = [p[2] for p in points if p[2] is not None]
-    hit = next((p for p in points if p[2] is not None and p[2] >= TARGET_RETURN), None)
+    hit = next((p for p in points if p[2] is not None and p[2] >= target), None)
     return {
         "ok": True,
         "train_wall_s": t_end,
@@ -201,13 +251,14 @@ def levelray_clock(records: list[dict]) -> tuple[float, float, bool] | None:
     return records[0]["time"], float(records[0]["env_steps"]), True
 
 
-def run_levelray(name: str, flags: list[str], budget_s: float, *, stop_at_target: bool) -> dict:
+def run_levelray(name: str, flags: list[str], budget_s: float, *, stop_at_target: bool,
+                 target: float = TARGET_RETURN) -> dict:
     run_dir = Path(tempfile.mkdtemp(prefix=f"bench_vs_rllib_{name}_"))
     log_path = run_dir.parent / f"{run_dir.name}.log"
     cmd = [str(LEVELRAY), "train", *flags, "--metrics-port", "0", "--run-dir", str(run_dir),
            "--report-interval", "1", "--quiet"]
     if stop_at_target:
-        cmd += ["--stop-at-return", str(int(TARGET_RETURN))]
+        cmd += ["--stop-at-return", str(int(target))]
     print(f"[{name}] {' '.join(cmd[1:])}", flush=True)
     launched = time.time()
     sigint_at = None
@@ -254,13 +305,12 @@ def run_levelray(name: str, flags: list[str], budget_s: float, *, stop_at_target
         return result
     t0, base, late = clock
     # The run ends at the report that reached the target, at SIGINT, or at the last report before the CLI stopped.
-    hit = next((i for i, r in enumerate(records) if (r.get("episode_return_mean") or -math.inf) >= TARGET_RETURN),
-               None)
+    hit = next((i for i, r in enumerate(records) if (r.get("episode_return_mean") or -math.inf) >= target), None)
     if hit is not None and stop_at_target:
         records = records[: hit + 1]
     points = [(r["time"] - t0, r["env_steps"] - base, r.get("episode_return_mean")) for r in records]
     result["shutdown_s"] = stopped - (sigint_at or records[-1]["time"])  # end of training to process exit
-    result.update(summarize(points, budget_s))
+    result.update(summarize(points, budget_s, target))
     result["clock_started_at_first_record"] = late
     result["learner_version"] = records[-1].get("learner_version")
     result["policy_lag_mean"] = records[-1].get("policy_lag_mean")
@@ -273,14 +323,18 @@ def run_levelray(name: str, flags: list[str], budget_s: float, *, stop_at_target
 # ----------------------------------------------------------------------------------------------- RLlib
 
 
-def ensure_rllib_venv(venv: Path) -> dict:
-    """Create the RLlib venv if missing; returns how long it took and how big it is."""
+def ensure_rllib_venv(venv: Path, minigrid: bool = False) -> dict:
+    """Create the RLlib venv if missing (and add minigrid to it if asked); returns how long it took and how big
+    it is."""
     python = venv / "bin" / "python"
     if python.exists():
         probe = "import ray.rllib, torch; print(ray.__version__, torch.__version__)"
         check = subprocess.run([str(python), "-c", probe], capture_output=True, text=True)
         if check.returncode == 0:
-            return {"venv": str(venv), "created": False, "versions": check.stdout.strip()}
+            info = {"venv": str(venv), "created": False, "versions": check.stdout.strip()}
+            if minigrid:
+                info["minigrid"] = ensure_minigrid(python)
+            return info
         print(f"[rllib] {venv} exists but does not import ray.rllib: reinstalling into it", flush=True)
     start = time.time()
     if not python.exists():
@@ -292,16 +346,35 @@ def ensure_rllib_venv(venv: Path) -> dict:
     size = sum(f.stat().st_size for f in venv.rglob("*") if f.is_file() and not f.is_symlink())
     info = {"venv": str(venv), "created": True, "install_s": time.time() - start, "size_mb": size / 2**20}
     print(f"[rllib] venv ready in {info['install_s']:.0f} s, {info['size_mb']:,.0f} MB", flush=True)
+    if minigrid:
+        info["minigrid"] = ensure_minigrid(python)
     return info
 
 
-def run_rllib(budget_s: float, venv: Path) -> dict:
-    install = ensure_rllib_venv(venv)
-    args = dict(RLLIB_CONFIG, budget_s=budget_s, target=TARGET_RETURN)
+def ensure_minigrid(python: Path) -> str:
+    """minigrid in the RLlib venv (RLLIB_MINIGRID_PIP, a few seconds); returns the versions that import."""
+    probe = "import minigrid, gymnasium; print(minigrid.__version__, gymnasium.__version__)"
+    check = subprocess.run([str(python), "-c", probe], capture_output=True, text=True)
+    if check.returncode != 0:
+        print(f"[rllib] pip install {' '.join(RLLIB_MINIGRID_PIP)}", flush=True)
+        subprocess.run([str(python), "-m", "pip", "install", "-q", *RLLIB_MINIGRID_PIP], check=True)
+        check = subprocess.run([str(python), "-c", probe], capture_output=True, text=True, check=True)
+    return "minigrid {} gymnasium {}".format(*check.stdout.split())
+
+
+def run_rllib(budget_s: float, venv: Path, config: dict | None = None, *, target: float = TARGET_RETURN,
+              stop_at_target: bool = True, budget_steps: int | None = None, minigrid: dict | None = None) -> dict:
+    """RLlib IMPALA (RLLIB_CONFIG unless `config`) until the mean return reaches `target` (if `stop_at_target`),
+    `budget_s` of training or `budget_steps` env steps sampled; `minigrid`: the MiniGrid env creator's
+    arguments (RLLIB_SCRIPT)."""
+    config = RLLIB_CONFIG if config is None else config
+    install = ensure_rllib_venv(venv, minigrid=minigrid is not None)
+    args = dict(config, budget_s=budget_s, target=target if stop_at_target else None, budget_steps=budget_steps,
+                minigrid=minigrid)
     tmp = Path(tempfile.mkdtemp(prefix="bench_vs_rllib_rllib_"))
     script, log_path = tmp / "rllib_impala.py", tmp / "rllib.log"
     script.write_text(RLLIB_SCRIPT)
-    print(f"[rllib] IMPALA {json.dumps(RLLIB_CONFIG)}", flush=True)
+    print(f"[rllib] IMPALA {json.dumps(config)}", flush=True)
     launched = time.time()
     with open(log_path, "w") as log:
         proc = subprocess.Popen([str(venv / "bin" / "python"), str(script), json.dumps(args)], cwd=tmp, stdout=log,
@@ -329,7 +402,7 @@ def run_rllib(budget_s: float, venv: Path) -> dict:
              if x.startswith("RLLIB_JSON ")]
     t0_wall = next((d["t0_wall"] for d in lines if "t0_wall" in d), None)
     iters = [d for d in lines if "t" in d]
-    result = {"system": "rllib", "config": RLLIB_CONFIG, "install": install, "exit_code": proc.returncode,
+    result = {"system": "rllib", "config": config, "install": install, "exit_code": proc.returncode,
               "startup_s": t0_wall - launched if t0_wall else None,
               "init_and_build_s": next((d["init_and_build_s"] for d in lines if "init_and_build_s" in d), None),
               "shutdown_s": stopped - (t0_wall + iters[-1]["t"]) if t0_wall and iters else None,
@@ -337,8 +410,11 @@ def run_rllib(budget_s: float, venv: Path) -> dict:
     if not iters:
         result.update(ok=False, error=f"no training iterations; log tail:\n{tail(log_path, 30)}")
         return result
-    result.update(summarize([(d["t"], d["env_steps"] or 0, d["episode_return_mean"]) for d in iters], budget_s))
+    result.update(summarize([(d["t"], d["env_steps"] or 0, d["episode_return_mean"]) for d in iters], budget_s,
+                            target))
     result["iterations"] = len(iters)
+    if minigrid is not None:  # how many episodes the early mean returns rest on
+        result["episodes_lifetime"] = [d.get("episodes") for d in iters]
     if proc.returncode != 0:
         result["warning"] = f"exit code {proc.returncode}; log tail:\n{tail(log_path)}"
     return result
@@ -407,10 +483,118 @@ def learner_ceiling() -> dict | None:
             "B": cnn.get("B"), "source": str(path.relative_to(ROOT))}
 
 
+# ----------------------------------------------------------------------------------------------- MiniGrid
+
+
+def minigrid_shape() -> tuple[int, int]:
+    """levelray's minigrid preset on this machine: (actors, envs per actor); RLlib gets as many runners x envs."""
+    from levelray.contracts.presets import PRESETS
+
+    preset = PRESETS["minigrid"]
+    actors = preset["actors.num_actors"]
+    return (actors() if callable(actors) else int(actors)), int(preset["actors.envs_per_actor"])
+
+
+def return_at(result: dict, steps: int) -> dict | None:
+    """The first report at or after `steps` env steps (its mean return over the last 100 episodes), or None."""
+    p = next((p for p in result.get("series", []) if p["env_steps"] >= steps), None)
+    return None if p is None else dict(p)
+
+
+def run_minigrid(args) -> dict:
+    """levelray (one run per --level-strategies entry) then RLlib IMPALA on args.env, to args.steps env steps each
+    or args.budget_s of training, whichever comes first; the load average before and after each run."""
+    from levelray.actors.minigrid_env import gymnasium_id
+
+    name = args.env[len("minigrid:"):]
+    gym_id = gymnasium_id(name)
+    actors, envs = minigrid_shape()
+    results: dict = {"env": args.env, "gymnasium_id": gym_id, "steps_budget": args.steps, "budget_s": args.budget_s,
+                     "num_levels": args.num_levels, "report_target_return": args.target, "cpus": os.cpu_count(),
+                     "envs": f"{actors}x{envs}", "load_at_start": os.getloadavg(), "runs": []}
+    if not args.skip_levelray:
+        for strategy in args.level_strategies.split(","):
+            load0 = os.getloadavg()
+            r = run_levelray(f"levelray-{strategy}",
+                             ["--env", args.env, "--level-strategy", strategy, "--num-levels", str(args.num_levels),
+                              "--start-level", "0", "--total-steps", str(args.steps), *shlex.split(args.levelray_args)],
+                             args.budget_s, stop_at_target=False, target=args.target)
+            r.update(level_strategy=strategy, envs=f"{actors}x{envs}", load_start=load0, load_end=os.getloadavg())
+            results["runs"].append(r)
+    if not args.skip_rllib:
+        config = dict(RLLIB_CONFIG, env=gym_id, num_env_runners=actors, num_envs_per_env_runner=envs,
+                      ray_init_num_cpus=actors + 2, model="RLlib default MLP encoder [256, 256] tanh on the flat 196")
+        load0 = os.getloadavg()
+        r = run_rllib(args.budget_s, Path(args.rllib_venv), config, target=args.target, stop_at_target=False,
+                      budget_steps=args.steps,
+                      minigrid={"wrapper": str(MINIGRID_WRAPPER), "gym_id": gym_id, "num_levels": args.num_levels,
+                                "start_level": 0})
+        r.update(level_strategy="random", envs=f"{actors}x{envs}", load_start=load0, load_end=os.getloadavg())
+        results["runs"].append(r)
+    results["load_at_end"] = os.getloadavg()
+    ok = [r for r in results["runs"] if r.get("ok")]
+    marks = sorted({args.steps * k // 4 for k in (1, 2, 3, 4)})
+    if len(ok) >= 2:  # the most env steps every run has reached: returns compared where all have data
+        marks = sorted(set(marks) | {min(r["env_steps"] for r in ok)})
+    results["return_marks"] = marks
+    for r in ok:
+        r["return_at"] = {str(m): return_at(r, m) for m in marks}
+    return results
+
+
+def print_minigrid(results: dict) -> None:
+    print()
+    print(f"{results['env']} ({results['gymnasium_id']}), {results['num_levels']} training levels, "
+          f"{results['envs']} envs, budget {results['steps_budget']:,} env steps or {results['budget_s']:.0f} s of "
+          f"training, on {results['cpus']} CPUs (load average 1 min: {results['load_at_start'][0]:.1f} -> "
+          f"{results['load_at_end'][0]:.1f})")
+    rows = []
+    for r in results["runs"]:
+        label = f"{r['system']} ({r['level_strategy']})"
+        load = f"{r['load_start'][0]:.1f} -> {r['load_end'][0]:.1f}"
+        if not r.get("ok"):
+            rows.append([label, r["envs"], "FAILED", "", "", "", "", "", "", load])
+            continue
+        rows.append([label, r["envs"], fmt(r["startup_s"], ".1f"), f"{r['train_wall_s']:.1f}", f"{r['env_steps']:,}",
+                     fmt(r["steps_per_s_overall"]), fmt(r["steps_per_s_steady"]), fmt(r["env_steps_to_target"], ","),
+                     fmt(r["final_return"], ".3f"), load])
+    print_table(rows, ["system (levels)", "envs", "startup s", "train s", "env steps", "steps/s", "steady steps/s",
+                       f"steps to return {results['report_target_return']}", "final return", "load 1-min"])
+    marks = results["return_marks"]
+    rows = []
+    for r in results["runs"]:
+        if r.get("ok"):
+            cells = []
+            for m in marks:
+                a = r["return_at"][str(m)]
+                cells.append("-" if a is None or a["episode_return_mean"] is None
+                             else f"{a['episode_return_mean']:.3f} ({a['env_steps']:,})")
+            rows.append([f"{r['system']} ({r['level_strategy']})", *cells])
+    if rows:
+        print("mean return (last 100 episodes) at the first report at or after N env steps (its env steps):")
+        print_table(rows, ["system (levels)", *[f"{m:,}" for m in marks]])
+    for r in results["runs"]:
+        for k in ("error", "warning"):
+            if r.get(k):
+                print(f"{r['system']} ({r['level_strategy']}) {k}: {r[k]}")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--budget-s", type=float, default=None, help="training time budget per system (150; 40 quick)")
+    parser.add_argument("--env", default="CartPole-v1",
+                        help="CartPole-v1 (the comparison below) or minigrid:<name>, e.g. minigrid:DoorKey-6x6 "
+                             "(the MiniGrid comparison instead)")
+    parser.add_argument("--budget-s", type=float, default=None,
+                        help="training time budget per system (150; 40 quick; MiniGrid: 1000, 120 quick)")
     parser.add_argument("--quick", action="store_true", help="40 s budget, no procgen section")
+    parser.add_argument("--steps", type=int, default=None,
+                        help="MiniGrid: env-step budget per system (1,000,000; 60,000 quick)")
+    parser.add_argument("--num-levels", type=int, default=200, help="MiniGrid: training levels (reset seeds 0..N-1)")
+    parser.add_argument("--level-strategies", default="random",
+                        help="MiniGrid: levelray runs, one per --level-strategy (comma-separated, e.g. "
+                             "random,value_l1); RLlib always samples the levels uniformly")
+    parser.add_argument("--target", type=float, default=0.8,
+                        help="MiniGrid: mean return whose first env-step count is reported (no run stops at it)")
     parser.add_argument("--skip-rllib", action="store_true")
     parser.add_argument("--skip-levelray", action="store_true")
     parser.add_argument("--procgen", action=argparse.BooleanOptionalAction, default=None,
@@ -418,9 +602,24 @@ def main() -> None:
     parser.add_argument("--procgen-budget-s", type=float, default=60.0)
     parser.add_argument("--rllib-venv", default=str(RLLIB_VENV), help="RLlib venv (created if missing)")
     parser.add_argument("--levelray-args", default="",
-                        help="extra `levelray train` flags for the CartPole run (they override the defaults above)")
-    parser.add_argument("--json", default="benchmarks/out/bench_vs_rllib.json")
+                        help="extra `levelray train` flags for the CartPole (or MiniGrid) run (they override the "
+                             "defaults above)")
+    parser.add_argument("--json", default=None,
+                        help="benchmarks/out/bench_vs_rllib.json (MiniGrid: bench_vs_rllib_minigrid.json)")
     args = parser.parse_args()
+    if args.env.startswith("minigrid:"):
+        if args.budget_s is None:
+            args.budget_s = 120.0 if args.quick else 1000.0
+        if args.steps is None:
+            args.steps = 60_000 if args.quick else 1_000_000
+        results = run_minigrid(args)
+        print_minigrid(results)
+        write_json(args.json or "benchmarks/out/bench_vs_rllib_minigrid.json", {"results": results},
+                   benchmark="bench_vs_rllib_minigrid")
+        return
+    if args.env != "CartPole-v1":
+        parser.error(f"--env must be CartPole-v1 or minigrid:<name>, got {args.env!r}")
+    args.json = args.json or "benchmarks/out/bench_vs_rllib.json"
     budget = args.budget_s if args.budget_s is not None else (40.0 if args.quick else 150.0)
     do_procgen = args.procgen if args.procgen is not None else not args.quick
 
