@@ -1,7 +1,9 @@
-"""levelray vs RLlib IMPALA on CartPole-v1, side by side on this machine, in one run.
+"""levelray vs RLlib IMPALA on CartPole-v1 (or a MiniGrid env), side by side on this machine, in one run.
 
     python -m benchmarks.bench_vs_rllib [--budget-s 150] [--quick] [--skip-rllib] [--skip-levelray]
                                         [--procgen | --no-procgen] [--levelray-args "..."] [--json PATH]
+    python -m benchmarks.bench_vs_rllib --env minigrid:DoorKey-6x6 [--steps 1000000] [--budget-s 1000]
+                                        [--level-strategies random[,value_l1]] [--num-levels 200] [--quick] ...
 
 Both systems get the same env copies (2 actors/runners x 8 envs) and run one after the other, each in its own
 subprocess (so each starts and stops its own local Ray), until the mean episode return reaches 475 or the
@@ -33,6 +35,30 @@ Clocks (Ray startup, actor/runner creation and model building are excluded for b
 - Env steps/s overall = env steps / training wall time; steady = over the last half of the training time
   (from the first report at or after half time to the last one). Time to 475 is the first report at or above
   it (1 s resolution for levelray, one iteration, about 10 s, for RLlib).
+
+MiniGrid (`--env minigrid:<name>`, instead of the CartPole and procgen sections; JSON to
+`benchmarks/out/bench_vs_rllib_minigrid.json`): both systems train on the same 200 training levels (reset seeds
+0-199, `--num-levels`), each episode on a level drawn uniformly, to the same env-step budget (`--steps`,
+1,000,000; 60,000 with --quick) or `--budget-s` of training (1000 s; 120 quick), whichever comes first, and run
+to the end (`--target`, mean return 0.8, is only reported as the env steps where it was first reached):
+
+- levelray: `levelray train --env minigrid:<name> --level-strategy random --num-levels 200 --start-level 0
+  --total-steps N`, no tuning flag: the minigrid preset (`contracts/presets.py`: one actor per core x 16 envs,
+  unroll 20, batch 2, minigrid_cnn, lr 5e-4, entropy 0.01). `--level-strategies random,value_l1` adds a PLR run
+  (RLlib has no PLR, so `random` is the like-for-like one).
+- RLlib: the CartPole config above with as many env runners x envs as the preset gives levelray (2 x 16 here,
+  `num_cpus = runners + 2`), on an env registered with `tune.register_env` that is levelray's own wrapper,
+  `actors/minigrid_env.py` loaded by path (it imports only gymnasium, minigrid and numpy; minigrid 3.0.0 and
+  pygame are added to the RLlib venv on first use, gymnasium stays at RLlib's 1.2.2): the same uint8
+  [7, 7, 4] view (MiniGrid's symbolic 7x7x3 plus the direction), flattened to 196 float32 so that RLlib's
+  default encoder (an MLP, [256, 256] tanh) reads it: RLlib's default CNN filters fit no 7x7 image, and
+  levelray's MiniGridNet (embeddings + 2x2 convs) has no RLlib default counterpart. Its reset seed is drawn
+  uniformly from the training levels on every reset (the seed RLlib passes only seeds that draw). RLlib's
+  `episode_return_mean` averages the last 100 episodes, as levelray's does; early on it rests on few
+  episodes (`episodes_lifetime` in the JSON), and short (successful) episodes end first.
+- Both report: env steps/s overall and steady (as above), the mean return at the end and at the first report
+  at or after 1/4, 1/2, 3/4 and all of the budget and at the most env steps both reached, and the 1-minute
+  load average before and after each system's run (`load_start`, `load_end`: the machine is shared).
 
 The procgen section (default on, off with --quick) runs levelray alone on procgen:bigfish (IMPALA CNN, 2 actors
 x 16 envs, PLR defaults) for --procgen-budget-s, stops it with SIGINT, and puts its steady env steps/s next to
