@@ -53,9 +53,11 @@ to the end (`--target`, mean return 0.8, is only reported as the env steps where
   [7, 7, 4] view (MiniGrid's symbolic 7x7x3 plus the direction), flattened to 196 float32 so that RLlib's
   default encoder (an MLP, [256, 256] tanh) reads it: RLlib's default CNN filters fit no 7x7 image, and
   levelray's MiniGridNet (embeddings + 2x2 convs) has no RLlib default counterpart. Its reset seed is drawn
-  uniformly from the training levels on every reset (the seed RLlib passes only seeds that draw). RLlib's
-  `episode_return_mean` averages the last 100 episodes, as levelray's does; early on it rests on few
-  episodes (`episodes_lifetime` in the JSON), and short (successful) episodes end first.
+  uniformly from the training levels on every reset (the seed RLlib passes only seeds that draw). The return
+  is RLlib's `env_runners/episode_return_mean` as it reports it (each runner keeps a window of 100 / runners
+  episodes, merged by the algorithm every iteration); levelray's is the mean of the learner's last 100
+  episodes. Early on RLlib's rests on few episodes (`episodes_lifetime` in the JSON), and short (successful)
+  episodes end first.
 - Both report: env steps/s overall and steady (as above), the mean return at the end and at the first report
   at or after 1/4, 1/2, 3/4 and all of the budget and at the most env steps both reached, and the 1-minute
   load average before and after each system's run (`load_start`, `load_end`: the machine is shared).
