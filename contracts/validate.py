@@ -20,8 +20,8 @@ problem named by the dotted paths of its fields:
   intervals (see the constants below for why those floors).
 - `replay.min_size` above `replay.capacity` while replay is on (replayed unrolls, or the model loss): the
   buffer could never be sampled.
-- The model loss (`model.loss muzero`): `model.num_unroll_steps` >= `actors.unroll_length` (no window
-  fits in a stored unroll: every start would run off its end), `model.td_steps` 0, `model.min_td_steps`
+- The model loss (`model.loss muzero`): `model.num_unroll_steps` >= `actors.unroll_length` (a K-step window
+  fits only from starts t <= T - K: one start at K = T, none beyond), `model.td_steps` 0, `model.min_td_steps`
   above `model.td_steps` or a dynamic horizon (`model.max_bootstrap_age` > 0) with `model.td_steps` -1,
   `model.target_update_tau` 0 (the target network would never move), the model loss with every term off
   (`model.loss_weight` 0), and `replay.max_use` too small to serve one model batch.
@@ -127,9 +127,10 @@ def _model_problems(cfg: RunConfig) -> list[Problem]:
         found.append(Problem(
             ("model.num_unroll_steps", "actors.unroll_length"),
             f"model.num_unroll_steps = {m.num_unroll_steps} is not below actors.unroll_length = "
-            f"{cfg.actors.unroll_length}: a K-step window never fits into a stored unroll, so every sequence "
-            f"would run off its end and most model steps would be masked; use --model-unroll-steps below "
-            f"--unroll-length (default 5 with 20)",
+            f"{cfg.actors.unroll_length}: a K-step window fits into a stored unroll of T steps only from starts "
+            f"t <= T - K (at K = T one start in T, beyond it none), so nearly every sequence would run off the "
+            f"end and its later steps would be masked; use --model-unroll-steps below --unroll-length (default "
+            f"5 with 20)",
         ))
     if m.td_steps == 0:
         found.append(Problem(("model.td_steps",),

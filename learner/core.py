@@ -211,6 +211,7 @@ class LearnerCore:
                 "samples_trained": self.learner.samples_trained,
                 "nonfinite_updates": self.nonfinite_updates,
                 "dropped": dict(self.dropped),
+                "replay_updates": self.mixer.updates,  # beta's annealing: the same IS weights after a resume
             }
         return {"learner": self.learner.state_dict(), "counters": counters}
 
@@ -230,6 +231,7 @@ class LearnerCore:
             self.dropped = Counter({k: int(v) for k, v in (counters.get("dropped") or {}).items()})
             self.learner.version = max(self.learner.version, int(counters.get("learner_version", 0)))
             self.learner.samples_trained = max(self.learner.samples_trained, int(counters.get("samples_trained", 0)))
+            self.mixer.updates = int(counters.get("replay_updates", self.learner.version))
 
 
 COUNTER_KEYS = ("env_steps", "episodes", "unrolls_received", "learner_version", "samples_trained", "nonfinite_updates")
