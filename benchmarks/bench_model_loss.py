@@ -3,7 +3,7 @@
     python -m benchmarks.bench_model_loss [--device cpu|cuda] [--threads N] [--quick] [--json PATH]
 
 At each family's default sizes: IMPALA CNN with the procgen preset (2 unrolls of 16 envs x 20 steps), the
-MLP with the classic_control preset (8 unrolls of 8 envs), the MiniGrid net with the general defaults (2 unrolls
+MLP with the classic_control preset (8 unrolls of 8 envs), the MiniGrid net with the minigrid preset (2 unrolls
 of 16 envs); the model loss at its defaults (32 sequences, K = 5, categorical heads, game-over head), and once
 more with every option on (consistency term, reanalyse of half the batch, dynamic horizon). The update is the
 real one: fresh synthetic unrolls (random observations, actions and rewards with a few episode ends) go through
