@@ -392,3 +392,27 @@ def test_model_loss_off_has_no_replay_service_and_no_model_modules():
         assert backend.replay is None and backend.core.learner.muzero is None
     finally:
         backend.close()
+
+
+def test_model_loss_terms_are_exported_to_prometheus_by_term():
+    from prometheus_client import CollectorRegistry, generate_latest
+    from prometheus_client.parser import text_string_to_metric_families
+
+    from levelray.deploy.metrics import JobCollector
+
+    def exposition(snapshot: dict) -> dict[str, float]:
+        registry, collector = CollectorRegistry(), JobCollector()
+        registry.register(collector)
+        collector.update(snapshot)
+        families = {f.name: f.samples for f in text_string_to_metric_families(generate_latest(registry).decode())}
+        return {s.labels["term"]: s.value for s in families["levelray_learner_model_loss"]}
+
+    terms = {"total", "value", "reward", "policy", "game_over", "consistency"}
+    off = exposition({})
+    assert set(off) == terms and all(v != v for v in off.values())  # NaN without the model loss, never absent
+    metrics = {"model_loss": 3.5, "model_value_loss": 1.25, "model_reward_loss": 0.5, "model_policy_loss": 0.75,
+               "model_game_over_loss": 1.0}
+    on = exposition({"learner": {"metrics": metrics}})
+    assert {k: v for k, v in on.items() if k != "consistency"} == {
+        "total": 3.5, "value": 1.25, "reward": 0.5, "policy": 0.75, "game_over": 1.0}
+    assert on["consistency"] != on["consistency"]  # the term is off by default
