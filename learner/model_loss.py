@@ -67,9 +67,11 @@ class LatentModel(nn.Module):
     """Dynamics, prediction heads and the consistency projection; the representation is the agent's torso.
 
     `dynamics(s [N, D], a [N]) -> s' [N, D]` is residual (`s + mlp([s, onehot(a)])`), so an untrained model
-    starts near "the latent persists" rather than at noise. Heads read a latent: `value`/`reward` give
-    `[N, 2S+1]` logits (categorical) or `[N, 1]` (scalar), `policy [N, A]` logits, `game_over [N, 1]` a
-    logit. `project` (EfficientZero's projection) is applied to both branches, `predict` to the online one.
+    starts near "the latent persists" rather than at noise. `heads(s [N, D])` is MuZero's prediction function
+    f, one hidden layer shared by every output: `value`/`reward` `[N, 2S+1]` logits (categorical) or `[N]`
+    (scalar), `policy [N, A]` logits, `game_over [N]` a logit. One layer for all four heads rather than one
+    each: at CartPole's sizes the update's cost is the number of small matrix products, not their size.
+    `project` (EfficientZero's projection) is applied to both branches, `predict` to the online one.
     """
 
     def __init__(self, latent_dim: int, num_actions: int, cfg: ModelConfig):
@@ -78,16 +80,18 @@ class LatentModel(nn.Module):
         width = 2 * cfg.support_size + 1 if cfg.value_repr == "categorical" else 1
         hidden = cfg.hidden_size
         self.transition = _mlp(latent_dim + num_actions, hidden, latent_dim)
-        self.value = _mlp(latent_dim, hidden, width)
-        self.reward = _mlp(latent_dim, hidden, width)
-        self.policy = _mlp(latent_dim, hidden, num_actions)
-        self.game_over = _mlp(latent_dim, hidden, 1) if cfg.game_over else None
+        self.split = {"value": width, "reward": width, "policy": num_actions, "game_over": int(cfg.game_over)}
+        self.prediction = _mlp(latent_dim, hidden, sum(self.split.values()))
         self.project = _mlp(latent_dim, hidden, hidden) if cfg.consistency_weight > 0 else None
         self.predict = _mlp(hidden, hidden, hidden) if cfg.consistency_weight > 0 else None
 
     def dynamics(self, latent: torch.Tensor, actions: torch.Tensor) -> torch.Tensor:
         onehot = F.one_hot(actions.long(), self.num_actions).to(latent.dtype)
         return latent + self.transition(torch.cat([latent, onehot], dim=1))
+
+    def heads(self, latent: torch.Tensor) -> dict[str, torch.Tensor]:
+        parts = torch.split(self.prediction(latent), list(self.split.values()), dim=-1)
+        return {name: part for name, part in zip(self.split, parts, strict=True) if part.shape[-1]}
 
 
 @dataclass
@@ -154,6 +158,7 @@ class MuZeroLoss:
         items, ids, weights = sample["items"], np.asarray(sample["ids"]), np.asarray(sample["weights"])
         n = self.cfg.batch_size
         picks: list[tuple[int, int, int]] = []  # (item, column, start)
+        blocks: list[tuple[dict, np.ndarray]] = []  # consecutive picks from one unroll: (unroll, columns)
         item = 0
         while len(picks) < n:
             unroll = items[item % len(items)]
@@ -162,11 +167,12 @@ class MuZeroLoss:
             columns = self.rng.choice(width, size=take, replace=take > width)
             starts = self.rng.integers(0, T, size=take)
             picks.extend((item % len(items), int(c), int(t)) for c, t in zip(columns, starts, strict=True))
+            blocks.append((unroll, columns))
             item += 1
         cols = [(items[i], c) for i, c, _ in picks]
 
-        def column(key: str) -> np.ndarray:
-            return np.stack([u[key][:, c] for u, c in cols], axis=1)
+        def column(key: str) -> np.ndarray:  # one gather per unroll, not per sequence
+            return np.concatenate([u[key][:, c] for u, c in blocks], axis=1)
 
         finals, index = [], []
         for j, (u, c) in enumerate(cols):
@@ -213,9 +219,9 @@ class MuZeroLoss:
         T1, m = obs.shape[:2]
         flat = obs.reshape(T1 * m, *obs.shape[2:])
         latent = self.target_net.representation(flat)
-        values = self._decode(self.target_module.value(latent)).view(T1, m)
+        values = self._decode(self.target_module.heads(latent)["value"]).view(T1, m)
         policy = self.target_net.policy_params(flat).view(T1, m, -1).softmax(-1)
-        final = (self._decode(self.target_module.value(self.target_net.representation(final_obs)))
+        final = (self._decode(self.target_module.heads(self.target_net.representation(final_obs))["value"])
                  if len(final_obs) else obs.new_zeros(0, dtype=values.dtype))
         return values, final, policy
 
@@ -303,13 +309,14 @@ class MuZeroLoss:
         def per_step(x: torch.Tensor) -> torch.Tensor:
             return x.view(n, K + 1)
 
-        value_l = per_step(self._scalar_loss(m.value(flat), targets.value.reshape(-1)))
-        reward_l = per_step(self._scalar_loss(m.reward(flat), targets.reward.reshape(-1)))
-        policy_l = per_step(-(targets.policy.reshape(n * (K + 1), -1) * m.policy(flat).log_softmax(-1)).sum(-1))
+        out = m.heads(flat)
+        value_l = per_step(self._scalar_loss(out["value"], targets.value.reshape(-1)))
+        reward_l = per_step(self._scalar_loss(out["reward"], targets.reward.reshape(-1)))
+        policy_l = per_step(-(targets.policy.reshape(n * (K + 1), -1) * out["policy"].log_softmax(-1)).sum(-1))
         terms = {"value": value_l * targets.value_mask, "reward": reward_l * targets.reward_mask,
                  "policy": policy_l * targets.policy_mask}
-        if m.game_over is not None:
-            go = F.binary_cross_entropy_with_logits(m.game_over(flat).squeeze(-1), targets.terminal.reshape(-1),
+        if "game_over" in out:
+            go = F.binary_cross_entropy_with_logits(out["game_over"].squeeze(-1), targets.terminal.reshape(-1),
                                                     reduction="none")
             terms["game_over"] = per_step(go) * targets.terminal_mask
         if m.project is not None:
@@ -329,7 +336,7 @@ class MuZeroLoss:
                     for name in term_means)
         with torch.no_grad():
             priorities = per_seq["value"].clamp(min=0).sqrt().cpu().numpy().astype(np.float64)
-            value_pred = self._decode(m.value(s[:, 0]))
+            value_pred = self._decode(out["value"].view(n, K + 1, -1)[:, 0])
             metrics = {f"model_{name}_loss": float(v) for name, v in term_means.items()}
             metrics.update(
                 model_loss=float(total),

@@ -129,7 +129,7 @@ def test_reanalysed_targets_come_from_the_target_network():
     b = _hand_batch()
     mz = _muzero(reanalyze_ratio=1.0)
     with torch.no_grad():  # make the target network differ from the stored values
-        for p in mz.target_module.value.parameters():
+        for p in mz.target_module.prediction.parameters():
             p.normal_()
     values, finals, policy = mz._reanalyse(torch.from_numpy(b.obs), torch.from_numpy(b.final_obs))
     re = copy.copy(b)
@@ -245,7 +245,8 @@ def _expected_priorities(core: LearnerCore, net, module, batch: ModelBatch) -> n
             a = torch.from_numpy(batch.actions)[(starts + k - 1).clamp(max=T - 1), cols]
             s = s + module64.transition(torch.cat([s, F.one_hot(a, 2).double()], 1))
         probs = two_hot(value_transform(targets.value[:, k].double()), support)
-        loss = -(probs * module64.value(s).log_softmax(-1)).sum(-1)
+        value_logits = module64.prediction(s)[:, :support.numel()]  # the first outputs of f are the value's
+        loss = -(probs * value_logits.log_softmax(-1)).sum(-1)
         total += w[k] * targets.value_mask[:, k].double() * loss
     return total.sqrt().detach().numpy()
 
