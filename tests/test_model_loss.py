@@ -85,7 +85,7 @@ def _reference_returns(b: ModelBatch, td: int) -> np.ndarray:
 
 
 def _muzero(**overrides) -> MuZeroLoss:
-    cfg = ModelConfig(loss="muzero", num_unroll_steps=3, td_steps=2, **overrides)
+    cfg = ModelConfig(**{"loss": "muzero", "num_unroll_steps": 3, "td_steps": 2, **overrides})
     torch.manual_seed(0)
     return MuZeroLoss(MLP(SPEC), 2, cfg, discount=GAMMA, seed=0, device=torch.device("cpu"))
 
@@ -417,3 +417,28 @@ def test_model_loss_terms_are_exported_to_prometheus_by_term():
     assert {k: v for k, v in on.items() if k != "consistency"} == {
         "total": 3.5, "value": 1.25, "reward": 0.5, "policy": 0.75, "game_over": 1.0}
     assert on["consistency"] != on["consistency"]  # the term is off by default
+
+
+def test_dynamic_horizon_bootstraps_older_sequences_sooner():
+    b = _hand_batch()
+    b.age = np.array([0.0, 5.0, 100.0])  # td = ceil(1 + 3 * relu(1 - age / 10)) = 4, 3 (2.5 up), 1
+    targets, _ = _muzero(td_steps=4, max_bootstrap_age=10.0, min_td_steps=1).targets(b)
+    expected = [_reference_returns(b, td)[t, i] for i, (td, t) in enumerate(zip((4, 3, 1), b.starts, strict=True))]
+    np.testing.assert_allclose(targets.value[:, 0], expected, rtol=1e-5, atol=1e-6)
+    fixed, _ = _muzero(td_steps=4).targets(b)  # without the dynamic horizon every sequence uses 4 steps
+    assert not np.allclose(fixed.value[:, 0], expected)
+
+
+def test_model_loss_together_with_replayed_vtrace_unrolls():
+    """replay_ratio > 0 and the model loss share the replay service: replayed unrolls (which carry the model
+    fields) stack into the V-trace batch, and the model batch is sampled from the same buffer."""
+    cfg = _cartpole_cfg()
+    cfg.replay.replay_ratio = 0.5
+    core = LearnerCore(cfg, env_spec(cfg.env), replay=make_replay(cfg))
+    assert core.num_fresh == 1
+    unrolls = _unrolls(cfg, 8)
+    for u in unrolls:
+        metrics = core.train([u])
+    assert "model_value_loss" in metrics and np.isfinite(metrics["loss_total"])
+    assert len(core.mixer.replay) == 8
+    assert core.mixer.replay.stats()["samples"] > 0
