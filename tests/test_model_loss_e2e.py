@@ -49,3 +49,18 @@ def test_model_losses_decrease_over_a_short_run(request, tmp_path, backend, env)
     ckpt = RunDir(run).load_latest_checkpoint()
     state = ckpt["learner"]["model_loss"]
     assert state["updates"] == ckpt["version"] and set(state) >= {"module", "target_net", "target_module", "rng"}
+
+
+@pytest.mark.timeout(120)
+def test_resume_continues_the_model_loss_from_its_checkpoint(tmp_path):
+    run = tmp_path / "run"
+    args = ["--backend", "inline", *ENVS["cartpole"][:-2], *COMMON, "--report-interval", "0", "--run-dir", str(run)]
+    assert main(["train", *args, "--total-steps", "3200"]) == 0
+    first = RunDir(run).load_latest_checkpoint()
+    assert first["learner"]["model_loss"]["updates"] == first["version"] == 20
+    assert main(["train", "--resume", str(run), "--total-steps", "6400", "--quiet"]) == 0
+    second = RunDir(run).load_latest_checkpoint()
+    state = second["learner"]["model_loss"]
+    assert second["version"] == 40 and state["updates"] == 40  # the target schedule counted on, not from 0
+    records = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
+    assert all("learner_model_loss" in r for r in records if r["learner_version"] > 20)
