@@ -25,7 +25,7 @@ from levelray.contracts.spec import EnvSpec
 from levelray.contracts.trajectory import Unroll
 from levelray.learner.learner import Learner, NonFiniteUpdate
 from levelray.learner.level_feedback import level_update_calls
-from levelray.learner.model_loss import sequence_priorities_by_unroll
+from levelray.learner.model_loss import ModelBatch, sequence_priorities_by_unroll
 from levelray.learner.replay_mixer import ReplayMixer
 
 # Upper bounds of the policy-lag histogram (versions); the last bucket is open (+Inf).
@@ -110,7 +110,7 @@ class LearnerCore:
     def train(self, fresh: list[Unroll]) -> dict[str, float]:
         """One update on `fresh` (`num_fresh` unrolls) plus replayed ones; returns the loss metrics."""
         batch, book = self.mixer.build_batch(fresh)
-        model_batch, model_sample = self._model_batch()
+        model_batch = self._model_batch()
         try:
             metrics = self.learner.update(batch, model_batch)
         except NonFiniteUpdate as exc:
@@ -138,16 +138,17 @@ class LearnerCore:
             self.last_metrics = metrics
         return metrics
 
-    def _model_batch(self):
+    def _model_batch(self) -> ModelBatch | None:
         """The model loss's sequences for this update, sampled from replay (None: model loss off, or replay
-        not ready yet / unavailable; the update then trains the RL loss alone, as without the model)."""
+        not ready yet / unavailable; the update then trains the RL loss alone and reports
+        `model_batch_missing`)."""
         muzero = self.learner.muzero
         if muzero is None or self.mixer.replay is None:
-            return None, None
+            return None
         sample = self.mixer.replay.sample(muzero.num_unrolls(), self.mixer.beta())
         if sample is None or not len(sample["items"]):
-            return None, None
-        return muzero.gather(sample, self.learner.version), sample
+            return None
+        return muzero.gather(sample, self.learner.version)
 
     def _with_model_fields(self, fresh: list[Unroll], outputs: dict, widths: list[int]) -> list[Unroll]:
         """Fresh unrolls as the replay service keeps them for the model loss: with the values the learner
