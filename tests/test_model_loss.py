@@ -382,6 +382,17 @@ def test_bad_model_config_is_refused_naming_the_fields_before_anything_starts(tm
     assert not run.exists()
 
 
+def test_model_loss_with_continuous_actions_is_refused_before_anything_starts(tmp_path, capsys):
+    run = tmp_path / "run"
+    with pytest.raises(SystemExit) as exit_info:
+        main(["train", "--backend", "inline", "--env", "Pendulum-v1", "--num-levels", "0", "--model-loss", "muzero",
+              "--metrics-port", "0", "--quiet", "--run-dir", str(run)])
+    assert exit_info.value.code == 2
+    err = capsys.readouterr().err
+    assert "model.loss" in err and "env.id" in err and "discrete" in err
+    assert not run.exists()
+
+
 def test_model_loss_off_has_no_replay_service_and_no_model_modules():
     cfg = _cartpole_cfg()
     cfg.model.loss = "none"
