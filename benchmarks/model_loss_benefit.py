@@ -20,10 +20,11 @@ the number of seeds that reached it (the mean and CI are over those seeds only: 
 is counted in `reached`, not averaged in as the budget). `levelray report --group-by model.loss` draws the
 arms as mean curves with t-bands into OUT/<family>/report/. Prints a table and writes JSON.
 
-Full run (default: 5 seeds, minigrid 400k and cartpole 300k env steps per run, inline backend): 20 runs, about
-an hour on the quiet 2-core machine (estimated from the throughputs in RESULTS.md: DoorKey-5x5 reached a
-training return of 0.8 at 434k steps in 174 s, CartPole 475 in ~350k steps); it needs the machine to itself
-(the arms must see the same CPU). `--quick` is a smoke run of the pipeline (2 seeds,
+Full run (default: 5 seeds, minigrid 400k and cartpole 300k env steps per run, inline backend): 20 runs and 20
+evaluations, an estimated 30-60 min on the quiet 2-core machine (not measured: DoorKey-5x5 reached a training
+return of 0.8 at 434k steps in 174 s in RESULTS.md, so ~2-3 min per MiniGrid run with the model loss's extra
+~1.3-1.5x learner time, ~0.5 min per CartPole run, ~10 s of start-up and evaluation per subprocess); it needs the
+machine to itself (the arms must see the same CPU). `--quick` is a smoke run of the pipeline (2 seeds,
 a few thousand steps): its numbers say nothing about the benefit.
 """
 
