@@ -226,11 +226,11 @@ class MuZeroLoss:
         return values, final, policy
 
     @torch.no_grad()
-    def targets(self, batch: ModelBatch) -> tuple[ModelTargets, torch.Tensor]:
+    def targets(self, batch: ModelBatch, obs: torch.Tensor | None = None) -> tuple[ModelTargets, torch.Tensor]:
         """`ModelTargets` `[n, K + 1]` for every sequence (the first round(reanalyze_ratio * n) reanalysed),
         and the reanalysed flags `[n]`."""
         cfg = self.cfg
-        obs = self._tensor(batch.obs)
+        obs = self._tensor(batch.obs) if obs is None else obs  # `loss` passes the copy it already made
         T, n = batch.rewards.shape
         values = self._tensor(batch.values)
         final_values = self._tensor(batch.final_values)
@@ -294,13 +294,13 @@ class MuZeroLoss:
         weights; the total is the sum of the terms (consistency times `consistency_weight`)."""
         cfg = self.cfg
         K = cfg.num_unroll_steps
-        targets, reanalysed = self.targets(batch)
+        obs = self._tensor(batch.obs)  # [T+1, n, ...] on the learner's device, once
+        targets, reanalysed = self.targets(batch, obs)
         T, n = batch.rewards.shape
         starts = self._tensor(batch.starts, torch.long)
         columns = torch.arange(n, device=self.device)
         steps = (starts.unsqueeze(1) + torch.arange(K, device=self.device)).clamp(max=T - 1)  # [n, K]
         actions = self._tensor(batch.actions)[steps, columns.unsqueeze(1)]
-        obs = self._tensor(batch.obs)
         latents = self.unroll(net, obs[starts, columns], actions)
         s = torch.stack(latents, dim=1)  # [n, K+1, D]
         flat = s.reshape(n * (K + 1), -1)
