@@ -108,7 +108,8 @@ class LearnerConfig:
     grad_clip: float = field(default=40.0, metadata=_flag("--grad-clip", "gradient clip threshold", min=0.0))
     model: str = field(
         default="auto",
-        metadata=_flag("--model", "network: auto picks impala_cnn for images, minigrid_cnn for minigrid:<name>, "
+        metadata=_flag("--model", "network (not the model loss: that is model.loss): auto picks impala_cnn for images, "
+                       "minigrid_cnn for minigrid:<name>, "
                        "mlp otherwise", choices=("auto", "impala_cnn", "minigrid_cnn", "mlp")),
     )
     hidden_sizes: list[int] = field(default_factory=lambda: [64, 64], metadata=_flag("--hidden-sizes", "MLP sizes"))
@@ -180,6 +181,87 @@ class ReplayConfig:
     )
 
 
+MODEL_LOSSES = ("none", "muzero")
+
+
+@dataclass
+class ModelConfig:
+    """The auxiliary latent-model loss (`learner.model_loss`, README "Model loss (MuZero-style)"). Not `learner.model`,
+    which names the network: this section trains a dynamics model and heads on that network's torso."""
+
+    loss: str = field(
+        default="none",
+        metadata=_flag("--model-loss", "auxiliary model loss on the agent's torso: none, or muzero (dynamics "
+                       "unrolled K steps with value/reward/policy heads, trained from replay; no tree search)",
+                       choices=MODEL_LOSSES),
+    )
+    loss_weight: float = field(
+        default=1.0, metadata=_flag("--model-loss-weight", "weight of the model loss in the learner's loss", min=0.0)
+    )
+    batch_size: int = field(
+        default=32, metadata=_flag("--model-batch-size", "sequences sampled from replay per update for it", min=1)
+    )
+    num_unroll_steps: int = field(
+        default=5, metadata=_flag("--model-unroll-steps", "K: dynamics steps unrolled per sequence", min=1)
+    )
+    td_steps: int = field(
+        default=5, metadata=_flag("--model-td-steps", "n of the n-step value targets (-1: to the end of the "
+                                  "stored sequence)", min=-1)
+    )
+    recurrent_gradient_scaling: float = field(
+        default=0.5,
+        metadata=_flag("--model-gradient-scaling", "gradient factor after each dynamics step (forward unchanged)",
+                       min=0.0, max=1.0),
+    )
+    value_repr: str = field(
+        default="categorical",
+        metadata=_flag("--model-value-repr", "value and reward heads: categorical (two-hot on a support after "
+                       "h(x) = sign(x)(sqrt(abs(x)+1)-1)+0.001x) or scalar (squared error)",
+                       choices=("categorical", "scalar")),
+    )
+    support_size: int = field(
+        default=10, metadata=_flag("--model-support-size", "categorical support -S..S (in h(x) units)", min=1)
+    )
+    hidden_size: int = field(
+        default=128, metadata=_flag("--model-hidden-size", "units of the dynamics MLP and of each head", min=1)
+    )
+    game_over: bool = field(
+        default=True, metadata=_flag("--model-game-over", "train a game-over (terminated) head")
+    )
+    consistency_weight: float = field(
+        default=0.0,
+        metadata=_flag("--model-consistency-weight", "weight of EfficientZero's latent-consistency term (0: off)",
+                       min=0.0),
+    )
+    priority: str = field(
+        default="model",
+        metadata=_flag("--model-priority", "replay priorities: model (sqrt of each sequence's value loss) or td "
+                       "(V-trace's abs TD error, as without the model loss)", choices=("model", "td")),
+    )
+    target_update_period: int = field(
+        default=100, metadata=_flag("--model-target-period", "learner updates between target-network updates",
+                                    min=1)
+    )
+    target_update_tau: float = field(
+        default=1.0, metadata=_flag("--model-target-tau", "target update: (1-tau)*target + tau*online (1: copy)",
+                                    min=0.0, max=1.0)
+    )
+    reanalyze_ratio: float = field(
+        default=0.0,
+        metadata=_flag("--model-reanalyze-ratio", "fraction of each model batch whose value and policy targets the "
+                       "target network recomputes (else: values stored when fresh, behaviour logits)",
+                       min=0.0, max=1.0),
+    )
+    max_bootstrap_age: float = field(
+        default=0.0,
+        metadata=_flag("--model-max-bootstrap-age", "dynamic horizon: td steps shrink linearly to "
+                       "model.min_td_steps at this age in learner updates (0: off)", min=0.0),
+    )
+    min_td_steps: int = field(
+        default=1, metadata=_flag("--model-min-td-steps", "dynamic horizon: td steps of the oldest data", min=1)
+    )
+
+
 @dataclass
 class EvalConfig:
     interval_updates: int = field(
@@ -197,6 +279,7 @@ class RunConfig:
     learner: LearnerConfig = field(default_factory=LearnerConfig)
     levels: LevelConfig = field(default_factory=LevelConfig)
     replay: ReplayConfig = field(default_factory=ReplayConfig)
+    model: ModelConfig = field(default_factory=ModelConfig)
     eval: EvalConfig = field(default_factory=EvalConfig)
     preset: str = field(
         default="auto",
@@ -370,6 +453,12 @@ def set_path(cfg: RunConfig, path: str, value: Any) -> None:
     for p in parents:
         obj = getattr(obj, p)
     setattr(obj, last, coerce_value(path, tp, value, dict(f.metadata)))
+
+
+def uses_replay(cfg: RunConfig) -> bool:
+    """Whether the run has a replay service: replayed unrolls in the batch, or the model loss's sequences
+    (which come from replay even when `replay.replay_ratio` is 0)."""
+    return cfg.replay.replay_ratio > 0 or cfg.model.loss != "none"
 
 
 def is_procgen(env_id: str) -> bool:

@@ -18,11 +18,16 @@ problem named by the dotted paths of its fields:
   gives), `learner.grad_clip` = 0 unless `learner.grad_clip_type` is none.
 - Intervals below a floor: the report interval on the Ray backend, the level and replay service snapshot
   intervals (see the constants below for why those floors).
-- `replay.min_size` above `replay.capacity` while replay is on: the buffer could never be sampled.
+- `replay.min_size` above `replay.capacity` while replay is on (replayed unrolls, or the model loss): the
+  buffer could never be sampled.
+- The model loss (`model.loss muzero`): `model.num_unroll_steps` >= `actors.unroll_length` (a K-step window
+  fits only from starts t <= T - K: one start at K = T, none beyond), `model.td_steps` 0, `model.min_td_steps`
+  above `model.td_steps` or a dynamic horizon (`model.max_bootstrap_age` > 0) with `model.td_steps` -1,
+  `model.target_update_tau` 0 (the target network would never move), the model loss with every term off
+  (`model.loss_weight` 0), and `replay.max_use` too small to serve one model batch.
 
-`actors.unroll_length` (T >= 1 as a leaf) is not checked against anything: no other section needs more.
-V-trace, every PLR score (one_step_td_error uses the bootstrap row) and replay work with T = 1, and the
-n-step targets in `learner.model_targets` are not driven by any config field. `checkpoint_interval_updates`
+`actors.unroll_length` (T >= 1 as a leaf) is checked against the model loss's unroll only: V-trace, every
+PLR score (one_step_td_error uses the bootstrap row) and replay work with T = 1. `checkpoint_interval_updates`
 keeps its floor of one update: an update takes from about a millisecond (CartPole MLP) to a second (IMPALA
 CNN, large batch), so no count is too small for every run, and short runs need small ones.
 """
@@ -35,7 +40,7 @@ import re
 from collections.abc import Collection
 from dataclasses import dataclass
 
-from levelray.contracts.config import ConfigError, RunConfig, coerce_value, leaves
+from levelray.contracts.config import ConfigError, RunConfig, coerce_value, leaves, uses_replay
 
 # The Ray driver never polls the job more often than this (`deploy.ray_backend` waits at least this long
 # between polls: each one is a remote call to the learner, the supervisor and both services), so a shorter
@@ -104,11 +109,63 @@ def _replay_problems(cfg: RunConfig) -> list[Problem]:
             f"{effect}; choose values "
             f"whose product is an integer" + (f" (e.g. {', or '.join(hints)})" if hints else ""),
         ))
-    if ratio > 0 and cfg.replay.min_size > cfg.replay.capacity:
+    if uses_replay(cfg) and cfg.replay.min_size > cfg.replay.capacity:
         found.append(Problem(
             ("replay.min_size", "replay.capacity"),
             f"replay.min_size = {cfg.replay.min_size} is above replay.capacity = {cfg.replay.capacity}: the "
-            f"buffer never holds enough unrolls to be sampled, so nothing would be replayed",
+            f"buffer never holds enough unrolls to be sampled, so nothing would be replayed"
+            + (" and the model loss (model.loss) would never train" if cfg.model.loss != "none" else ""),
+        ))
+    return found
+
+
+def _model_problems(cfg: RunConfig) -> list[Problem]:
+    m, found = cfg.model, []
+    if m.loss == "none":
+        return found
+    if m.num_unroll_steps >= cfg.actors.unroll_length:
+        found.append(Problem(
+            ("model.num_unroll_steps", "actors.unroll_length"),
+            f"model.num_unroll_steps = {m.num_unroll_steps} is not below actors.unroll_length = "
+            f"{cfg.actors.unroll_length}: a K-step window fits into a stored unroll of T steps only from starts "
+            f"t <= T - K (at K = T one start in T, beyond it none), so nearly every sequence would run off the "
+            f"end and its later steps would be masked; use --model-unroll-steps below --unroll-length (default "
+            f"5 with 20)",
+        ))
+    if m.td_steps == 0:
+        found.append(Problem(("model.td_steps",),
+                             "model.td_steps must be >= 1, or -1 for 'to the end of the stored sequence', got 0"))
+    if m.max_bootstrap_age > 0 and m.td_steps == -1:
+        found.append(Problem(
+            ("model.max_bootstrap_age", "model.td_steps"),
+            "model.max_bootstrap_age > 0 (dynamic horizon) needs a finite model.td_steps (the horizon of fresh "
+            "data), got -1",
+        ))
+    if m.max_bootstrap_age > 0 and m.td_steps >= 1 and m.min_td_steps > m.td_steps:
+        found.append(Problem(
+            ("model.min_td_steps", "model.td_steps"),
+            f"model.min_td_steps = {m.min_td_steps} is above model.td_steps = {m.td_steps}: the dynamic horizon "
+            f"shrinks from td_steps (fresh data) to min_td_steps (old data)",
+        ))
+    if m.target_update_tau <= 0:
+        found.append(Problem(
+            ("model.target_update_tau",),
+            "model.target_update_tau must be in (0, 1] (1: hard copy), got 0: the target network would never "
+            "move from the initial weights",
+        ))
+    if m.loss_weight <= 0:
+        found.append(Problem(
+            ("model.loss_weight", "model.loss"),
+            "model.loss_weight = 0 with model.loss muzero trains nothing but costs every update; use "
+            "--model-loss none to turn it off",
+        ))
+    uses = cfg.replay.max_use
+    needed = -(-m.batch_size // 4)  # learner.model_loss.SEQUENCES_PER_UNROLL unrolls per model batch
+    if uses is not None and uses * cfg.replay.capacity < needed:
+        found.append(Problem(
+            ("replay.max_use", "replay.capacity", "model.batch_size"),
+            f"replay.max_use × replay.capacity = {uses} × {cfg.replay.capacity} uses cannot serve one model batch "
+            f"of {needed} unrolls (model.batch_size {m.batch_size}, 4 sequences per unroll)",
         ))
     return found
 
@@ -205,7 +262,8 @@ def problems(cfg: RunConfig) -> list[Problem]:
     found = _leaf_problems(cfg)
     if found:
         return found
-    return [*_replay_problems(cfg), *_device_problems(cfg), *_clip_problems(cfg), *_interval_problems(cfg)]
+    return [*_replay_problems(cfg), *_model_problems(cfg), *_device_problems(cfg), *_clip_problems(cfg),
+            *_interval_problems(cfg)]
 
 
 def validate(cfg: RunConfig, *, fixed: Collection[str] = ()) -> list[Problem]:

@@ -312,9 +312,13 @@ def prepare_run_dir(
     from levelray.actors.envs import env_spec  # after the checks: it imports the env libraries (~1 s)
 
     try:
-        env_spec(cfg.env)  # an unknown env id fails here, before anything starts
+        spec = env_spec(cfg.env)  # an unknown env id fails here, before anything starts
     except ValueError as exc:
         raise ConfigError(f"--env: {exc}") from None
+    if cfg.model.loss != "none" and not spec.discrete:
+        raise ConfigError(f"model.loss = {cfg.model.loss!r} needs discrete actions (its dynamics takes a one-hot "
+                          f"action and its policy head is categorical), but env.id {cfg.env.id!r} has continuous "
+                          f"ones; use --model-loss none")
     from levelray.deploy.rundir import RunDirInUse
 
     if resume and not RunDir(cfg.run_dir).list_checkpoints():

@@ -14,7 +14,7 @@ from typing import Any
 
 from levelray.actors.envs import env_spec, make_env_vector
 from levelray.actors.rollout import RolloutWorker
-from levelray.contracts.config import RunConfig
+from levelray.contracts.config import RunConfig, uses_replay
 from levelray.contracts.levels import training_seeds
 from levelray.deploy.components import make_level_service, make_replay
 from levelray.deploy.progress import reached_return
@@ -30,7 +30,7 @@ class InlineBackend:
         resume_state = resume_state or {}
         seeds = training_seeds(cfg.env)
         self.levels = make_level_service(cfg, seeds, resume_state.get("levels")) if seeds is not None else None
-        self.replay = make_replay(cfg) if cfg.replay.replay_ratio > 0 else None
+        self.replay = make_replay(cfg) if uses_replay(cfg) else None
         if self.replay is not None and resume_state.get("replay") is not None:
             self.replay.load_state_dict(resume_state["replay"])
         self.core = LearnerCore(cfg, self.spec, levels=self.levels, replay=self.replay)

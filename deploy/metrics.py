@@ -15,6 +15,7 @@ from prometheus_client import CollectorRegistry, start_http_server
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily
 
 from levelray.learner.core import LAG_BUCKETS
+from levelray.learner.model_loss import TERMS as MODEL_LOSS_TERMS
 from levelray.replay_service.service import PRIORITY_HIST_EDGES
 
 # name -> (type, help): the list README documents and the deploy configs may use.
@@ -27,6 +28,9 @@ METRICS = {
     "levelray_learner_samples_total": ("counter", "Samples (steps) trained on"),
     "levelray_learner_version": ("gauge", "Current learner version"),
     "levelray_learner_loss": ("gauge", "Learner losses of the last update, by kind (total, policy, value)"),
+    "levelray_learner_model_loss": (
+        "gauge", "Model loss (--model-loss muzero) of the last update, by term (total, value, reward, policy, "
+                 "game_over, consistency); NaN without it"),
     "levelray_learner_entropy": ("gauge", "Mean policy entropy of the last update"),
     "levelray_learner_grad_norm": ("gauge", "Gradient norm before clipping, last update"),
     "levelray_learner_explained_variance": ("gauge", "Explained variance of the value head, last update"),
@@ -118,6 +122,9 @@ class JobCollector:
             counter("levelray_learner_nonfinite_updates_total", learner.get("nonfinite_updates")),
             labelled("levelray_learner_loss", "kind",
                      [([kind], metrics.get(f"loss_{kind}")) for kind in ("total", "policy", "value")]),
+            labelled("levelray_learner_model_loss", "term",
+                     [(["total"], metrics.get("model_loss"))]
+                     + [([term], metrics.get(f"model_{term}_loss")) for term in MODEL_LOSS_TERMS]),
             gauge("levelray_actors_alive", sup.get("actors_alive")),
             gauge("levelray_actors_desired", sup.get("actors_desired")),
             gauge("levelray_actors_pending", sup.get("actors_pending")),

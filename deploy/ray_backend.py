@@ -19,7 +19,7 @@ import threading
 import time
 from typing import Any
 
-from levelray.contracts.config import ConfigError, RunConfig, to_dict
+from levelray.contracts.config import ConfigError, RunConfig, to_dict, uses_replay
 from levelray.contracts.levels import training_seeds
 from levelray.contracts.validate import MIN_RAY_REPORT_INTERVAL_S
 from levelray.deploy.components import level_service_kwargs, replay_kwargs
@@ -93,7 +93,7 @@ class RayJob:
                 initial_state=resume_state.get("levels"),
             )
         self.replay_service = None
-        if cfg.replay.replay_ratio > 0:
+        if uses_replay(cfg):
             self.replay_service = ReplayService.options(num_cpus=0, **restart).remote(
                 cfg.replay.capacity, **replay_kwargs(cfg), snapshot_path=str(services / "replay.msgpack"),
                 snapshot_interval_s=max(cfg.replay.snapshot_interval_s, 1e-3),

@@ -1,10 +1,11 @@
 """The learner's train step and its bookkeeping, written once for both transports.
 
-`LearnerCore.train(fresh)` is everything one update does: mix replayed unrolls into the batch, take a
-V-trace gradient step, write the new priorities back to replay and send the batch's PLR inputs to the
-level service. `accept(unroll)` counts what arrives (env steps, episodes, policy lag) and drops an unroll
-too stale to learn from. The Ray learner actor (`learner.service`) wraps it in a queue and a training
-thread; the inline backend calls it directly. Neither adds maths of its own.
+`LearnerCore.train(fresh)` is everything one update does: mix replayed unrolls into the batch, sample the
+model loss's sequences from replay (`model.loss muzero`), take a V-trace (+ model) gradient step, write the
+new priorities back to replay and send the batch's PLR inputs to the level service. `accept(unroll)`
+counts what arrives (env steps, episodes, policy lag) and drops an unroll too stale to learn from. The Ray
+learner actor (`learner.service`) wraps it in a queue and a training thread; the inline backend calls it
+directly. Neither adds maths of its own.
 
 Thread safety: counters and `stats()` are guarded by one lock, so a driver thread may read them while a
 training thread updates. `train` itself must be called from one thread at a time.
@@ -24,6 +25,7 @@ from levelray.contracts.spec import EnvSpec
 from levelray.contracts.trajectory import Unroll
 from levelray.learner.learner import Learner, NonFiniteUpdate
 from levelray.learner.level_feedback import level_update_calls
+from levelray.learner.model_loss import ModelBatch, sequence_priorities_by_unroll
 from levelray.learner.replay_mixer import ReplayMixer
 
 # Upper bounds of the policy-lag histogram (versions); the last bucket is open (+Inf).
@@ -46,7 +48,7 @@ class LearnerCore:
     ):
         self.cfg = cfg
         self.spec = spec
-        self.learner = Learner(spec, cfg.learner, seed=cfg.seed)
+        self.learner = Learner(spec, cfg.learner, seed=cfg.seed, model_config=cfg.model)
         self.levels = levels
         self.mixer = ReplayMixer(cfg.replay, cfg.learner.batch_size, replay)
         self.lock = threading.Lock()
@@ -108,14 +110,25 @@ class LearnerCore:
     def train(self, fresh: list[Unroll]) -> dict[str, float]:
         """One update on `fresh` (`num_fresh` unrolls) plus replayed ones; returns the loss metrics."""
         batch, book = self.mixer.build_batch(fresh)
+        model_batch = self._model_batch()
         try:
-            metrics = self.learner.update(batch)
+            metrics = self.learner.update(batch, model_batch)
         except NonFiniteUpdate as exc:
             self._count_nonfinite(str(exc))
             return {}
         self.nonfinite_in_a_row = 0
         outputs = self.learner.last_outputs
-        self.mixer.after_update(book, outputs["abs_td"])
+        muzero = self.learner.muzero
+        if muzero is not None:
+            book["fresh"] = self._with_model_fields(book["fresh"], outputs, book["widths"])
+            if model_batch is None:
+                metrics = {**metrics, "model_batch_missing": 1.0}
+        model_priorities = muzero is not None and self.cfg.model.priority == "model"
+        self.mixer.after_update(book, outputs["abs_td"], td_priorities=not model_priorities)
+        if model_priorities and model_batch is not None and self.mixer.replay is not None:
+            ids, prios = sequence_priorities_by_unroll(model_batch.ids, outputs["model_priorities"],
+                                                       self.cfg.replay.eta)
+            self.mixer.replay.update_priorities(ids, prios)
         if self.levels is not None:
             for call in level_update_calls(
                 self.cfg.levels.strategy, batch, outputs, book["widths"], len(book["fresh"])
@@ -124,6 +137,30 @@ class LearnerCore:
         with self.lock:
             self.last_metrics = metrics
         return metrics
+
+    def _model_batch(self) -> ModelBatch | None:
+        """The model loss's sequences for this update, sampled from replay (None: model loss off, or replay
+        not ready yet / unavailable; the update then trains the RL loss alone and reports
+        `model_batch_missing`)."""
+        muzero = self.learner.muzero
+        if muzero is None or self.mixer.replay is None:
+            return None
+        sample = self.mixer.replay.sample(muzero.num_unrolls(), self.mixer.beta())
+        if sample is None or not len(sample["items"]):
+            return None
+        return muzero.gather(sample, self.learner.version)
+
+    def _with_model_fields(self, fresh: list[Unroll], outputs: dict, widths: list[int]) -> list[Unroll]:
+        """Fresh unrolls as the replay service keeps them for the model loss: with the values the learner
+        computed for them in this update (`model_values [T+1, K]`, `model_final_values [T, K]`, reward
+        units: the stored bootstrap values) and `inserted_at` (learner version: the dynamic horizon's age)."""
+        bounds = np.cumsum([0, *widths])
+        return [
+            {**u, "model_values": outputs["values"][:, lo:hi].astype(np.float32),
+             "model_final_values": outputs["final_values"][:, lo:hi].astype(np.float32),
+             "inserted_at": self.learner.version}
+            for u, lo, hi in zip(fresh, bounds[:-1], bounds[1:], strict=False)
+        ]
 
     def _count_nonfinite(self, what: str) -> None:
         """A skipped update: no priorities or level scores from it (they would be NaN too)."""
@@ -175,6 +212,7 @@ class LearnerCore:
                 "samples_trained": self.learner.samples_trained,
                 "nonfinite_updates": self.nonfinite_updates,
                 "dropped": dict(self.dropped),
+                "replay_updates": self.mixer.updates,  # beta's annealing: the same IS weights after a resume
             }
         return {"learner": self.learner.state_dict(), "counters": counters}
 
@@ -194,6 +232,7 @@ class LearnerCore:
             self.dropped = Counter({k: int(v) for k, v in (counters.get("dropped") or {}).items()})
             self.learner.version = max(self.learner.version, int(counters.get("learner_version", 0)))
             self.learner.samples_trained = max(self.learner.samples_trained, int(counters.get("samples_trained", 0)))
+            self.mixer.updates = int(counters.get("replay_updates", self.learner.version))
 
 
 COUNTER_KEYS = ("env_steps", "episodes", "unrolls_received", "learner_version", "samples_trained", "nonfinite_updates")

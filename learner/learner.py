@@ -12,10 +12,11 @@ from typing import Any
 import numpy as np
 import torch
 
-from levelray.contracts.config import LearnerConfig
+from levelray.contracts.config import LearnerConfig, ModelConfig
 from levelray.contracts.spec import EnvSpec
 from levelray.learner import vtrace
 from levelray.learner.losses import impala_losses
+from levelray.learner.model_loss import ModelBatch, MuZeroLoss
 from levelray.learner.value_normalization import PopArt, preserve_outputs_, value_output_layer
 from levelray.policy import distributions
 from levelray.policy.models import build_model
@@ -38,9 +39,10 @@ def pick_device(requested: str = "auto") -> torch.device:
 
 class Learner:
     """`update(batch)` takes a stacked batch (see contracts.trajectory) plus optional
-    `sample_weights [B]` (replay importance weights) and `mask [T, B]`."""
+    `sample_weights [B]` (replay importance weights) and `mask [T, B]`; with the model loss on
+    (`model.loss muzero`), also a `ModelBatch` of replayed sequences."""
 
-    def __init__(self, spec: EnvSpec, config: LearnerConfig, *, seed: int = 0):
+    def __init__(self, spec: EnvSpec, config: LearnerConfig, *, seed: int = 0, model_config: ModelConfig | None = None):
         self.spec = spec
         self.config = config
         torch.manual_seed(seed)
@@ -51,7 +53,16 @@ class Learner:
             f" ({torch.cuda.get_device_name(self.device)})" if self.device.type == "cuda" else "",
         )
         self.model = build_model(spec, config.model, tuple(config.hidden_sizes)).to(self.device)
-        params = self.model.parameters()
+        # The model loss's dynamics and heads are not part of `self.model`: actors load exactly the policy
+        # network's weights. One optimiser trains both (agent parameters first, so its state is ordered).
+        self.muzero: MuZeroLoss | None = None
+        if model_config is not None and model_config.loss == "muzero":
+            if not spec.discrete:
+                raise ValueError("model.loss muzero supports discrete actions only (the dynamics takes a one-hot "
+                                 "action and the policy head is categorical); use --model-loss none")
+            self.muzero = MuZeroLoss(self.model, spec.num_actions, model_config, discount=config.discount,
+                                     seed=seed, device=self.device)
+        params = self.parameters()
         # foreach: one multi-tensor kernel per step instead of a loop over parameters. PyTorch picks
         # it by default on CUDA only; on a CPU learner with a small MLP it saves ~5% of an update.
         if config.optimizer == "adam":
@@ -68,14 +79,23 @@ class Learner:
         self.samples_trained = 0
         self.last_outputs: dict[str, np.ndarray] = {}
 
+    def parameters(self) -> list[torch.nn.Parameter]:
+        """Everything the optimiser trains: the policy network, then the model loss's modules."""
+        params = list(self.model.parameters())
+        if self.muzero is not None:
+            params += list(self.muzero.module.parameters())
+        return params
+
     def _tensor(self, x: np.ndarray, dtype: torch.dtype | None = None) -> torch.Tensor:
         t = torch.from_numpy(np.ascontiguousarray(x))
         return t.to(self.device, dtype=dtype, non_blocking=True)
 
-    def update(self, batch: dict[str, Any]) -> dict[str, float]:
+    def update(self, batch: dict[str, Any], model_batch: ModelBatch | None = None) -> dict[str, float]:
         """One gradient step. Also leaves per-step outputs in `self.last_outputs` ([T, B] NumPy):
         `advantages` (v_s - V(x_s), for PLR scores), `abs_td` (|v_s - V(x_s)|, for replay priorities),
-        `values [T+1, B]` and `logits`/`params [T, B, P]`."""
+        `values [T+1, B]`, `final_values [T, B]` (V(final obs) at truncated steps, 0 elsewhere; reward units)
+        and `logits`/`params [T, B, P]`; with a `model_batch`, `model_priorities [n]` too.
+        `model_batch` (with the model loss on): `model.loss_weight × model loss` joins the loss."""
         cfg = self.config
         norm_state = self.value_norm.state_dict() if self.value_norm is not None else None
         obs = self._tensor(batch["obs"])
@@ -141,18 +161,26 @@ class Learner:
             entropy_weight=cfg.entropy_weight,
             weights=weights,
         )
+        total = losses.total
+        model_metrics: dict[str, float] = {}
+        model_priorities = None
+        if self.muzero is not None and model_batch is not None:
+            model_total, model_metrics, model_priorities = self.muzero.loss(self.model, model_batch)
+            total = total + self.muzero.cfg.loss_weight * model_total
         self.optimizer.zero_grad(set_to_none=True)
         raw_grad_norm = float("nan")
-        if torch.isfinite(losses.total):
-            losses.total.backward()
+        if torch.isfinite(total):
+            total.backward()
             raw_grad_norm = self._gradient_norm()
         if not np.isfinite(raw_grad_norm):  # before anything below changes weights or statistics
-            self._skip_update(norm_state, losses, raw_grad_norm)
+            self._skip_update(norm_state, losses, raw_grad_norm, total, model_metrics)
         if self.value_norm is not None:
             new_stats = (self.value_norm.mu, self.value_norm.sigma)
             preserve_outputs_(value_output_layer(self.model), old_stats, new_stats)
         grad_norm = self._clip_gradients()
         self.optimizer.step()
+        if self.muzero is not None:
+            self.muzero.after_update(self.model)
         self.version += 1
         self.samples_trained += T * B
 
@@ -166,10 +194,13 @@ class Learner:
                 "abs_td": advantages.abs().cpu().numpy(),
                 "values": values.detach().cpu().numpy(),
                 "params": target.detach().cpu().numpy(),
+                "final_values": (final_values if final_values is not None else torch.zeros_like(rewards)).cpu().numpy(),
             }
+            if model_priorities is not None:
+                self.last_outputs["model_priorities"] = model_priorities
             clip_rho = cfg.clip_rho if cfg.clip_rho is not None else float("inf")
             metrics = {
-                "loss_total": losses.total.item(),
+                "loss_total": float(total),
                 "loss_policy": losses.policy.item(),
                 "loss_value": losses.value.item(),
                 "entropy": losses.entropy.item(),
@@ -183,16 +214,17 @@ class Learner:
             }
             if self.value_norm is not None:
                 metrics.update(value_norm_mu=self.value_norm.mu, value_norm_sigma=self.value_norm.sigma)
+            metrics.update(model_metrics)
             return metrics
 
     def _gradient_norm(self) -> float:
         """The global L2 norm of the gradients (before clipping)."""
-        grads = [p.grad for p in self.model.parameters() if p.grad is not None]
+        grads = [p.grad for p in self.parameters() if p.grad is not None]
         return float(torch.nn.utils.get_total_norm(grads))
 
     def _clip_gradients(self) -> float:
         cfg = self.config
-        params = [p for p in self.model.parameters() if p.grad is not None]
+        params = [p for p in self.parameters() if p.grad is not None]
         if cfg.grad_clip_type == "norm":
             return float(torch.nn.utils.clip_grad_norm_(params, cfg.grad_clip))
         norm = self._gradient_norm()
@@ -200,7 +232,8 @@ class Learner:
             torch.nn.utils.clip_grad_value_(params, cfg.grad_clip)
         return norm
 
-    def _skip_update(self, norm_state: dict | None, losses, grad_norm: float) -> None:
+    def _skip_update(self, norm_state: dict | None, losses, grad_norm: float, total: torch.Tensor,
+                     model_metrics: dict[str, float]) -> None:
         """Leave the model, optimiser, PopArt statistics and version as they were, and say what diverged.
 
         A NaN/Inf step would poison Adam's moments and every weight at once; skipping it keeps the last
@@ -208,9 +241,10 @@ class Learner:
         self.optimizer.zero_grad(set_to_none=True)
         if norm_state is not None:
             self.value_norm.load_state_dict(norm_state)
-        parts = {"loss_total": losses.total, "loss_policy": losses.policy, "loss_value": losses.value,
+        parts = {"loss_total": total, "loss_policy": losses.policy, "loss_value": losses.value,
                  "entropy": losses.entropy}
         values = {k: float(v.detach()) for k, v in parts.items()}
+        values.update({k: v for k, v in model_metrics.items() if k.endswith("_loss")})
         values["grad_norm"] = grad_norm
         bad = [k for k, v in values.items() if not np.isfinite(v)]
         raise NonFiniteUpdate(
@@ -230,6 +264,7 @@ class Learner:
             "samples_trained": self.samples_trained,
             "torch_rng": torch.get_rng_state(),
             "value_normalization": self.value_norm.state_dict() if self.value_norm is not None else None,
+            "model_loss": self.muzero.state_dict() if self.muzero is not None else None,
         }
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
@@ -240,6 +275,8 @@ class Learner:
         if "torch_rng" in state:
             torch.set_rng_state(state["torch_rng"].cpu())
         self._load_value_normalization(state.get("value_normalization"))
+        if self.muzero is not None and state.get("model_loss") is not None:
+            self.muzero.load_state_dict(state["model_loss"])
 
     def _load_value_normalization(self, saved: dict | None) -> None:
         """Statistics from the checkpoint; a checkpoint and a learner that disagree on value normalisation

@@ -50,10 +50,17 @@ class ReplayMixer:
         batch["sample_weights"] = np.repeat(per_unroll_weight, widths)
         return batch, {"fresh": list(fresh), "ids": ids, "widths": widths}
 
-    def after_update(self, book: dict, abs_td: np.ndarray) -> None:
-        """`abs_td [T, B]` from the update: one priority per unroll (eta*max + (1-eta)*mean)."""
+    def after_update(self, book: dict, abs_td: np.ndarray, *, td_priorities: bool = True) -> None:
+        """`abs_td [T, B]` from the update: one priority per unroll (eta*max + (1-eta)*mean).
+
+        `td_priorities=False` (the model loss writes the priorities, `model.priority model`): fresh unrolls
+        enter with the largest priority seen so far and replayed ones keep theirs."""
         self.updates += 1
         if self.replay is None:
+            return
+        if not td_priorities:
+            if book["fresh"]:
+                self.replay.insert(book["fresh"], None)
             return
         bounds = np.cumsum([0, *book["widths"]])
         prios = np.array(

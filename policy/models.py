@@ -68,6 +68,14 @@ class ImpalaCNN(nn.Module):
         """The policy head alone: what an actor needs to act."""
         return self.policy(self._features(obs))
 
+    @property
+    def latent_dim(self) -> int:
+        return self.fc.out_features
+
+    def representation(self, obs: torch.Tensor) -> torch.Tensor:
+        """The torso both heads read, `[N, latent_dim]`: what the model loss (`learner.model_loss`) unrolls."""
+        return self._features(obs)
+
 
 class MLP(nn.Module):
     """Separate policy and value towers (tanh), orthogonal init as in most on-policy baselines."""
@@ -105,6 +113,16 @@ class MLP(nn.Module):
 
     def forward(self, obs: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         return self.policy_params(obs), self.value(obs.flatten(1).float()).squeeze(-1)
+
+    @property
+    def latent_dim(self) -> int:
+        return self.policy[-1].in_features + self.value[-1].in_features
+
+    def representation(self, obs: torch.Tensor) -> torch.Tensor:
+        """`[N, latent_dim]`: the last hidden layers of both towers, concatenated. The MLP has no shared
+        torso, so the model loss (`learner.model_loss`) shapes both towers' features, policy and value."""
+        x = obs.flatten(1).float()
+        return torch.cat([self.policy[:-1](x), self.value[:-1](x)], dim=1)
 
 
 class MiniGridNet(nn.Module):
@@ -167,6 +185,14 @@ class MiniGridNet(nn.Module):
     def policy_params(self, obs: torch.Tensor) -> torch.Tensor:
         """The policy tower alone: what an actor needs to act."""
         return self.policy(self._features(obs))
+
+    @property
+    def latent_dim(self) -> int:
+        return self.policy[0].in_features
+
+    def representation(self, obs: torch.Tensor) -> torch.Tensor:
+        """The features both towers read, `[N, latent_dim]`: what the model loss unrolls."""
+        return self._features(obs)
 
 
 MODEL_KINDS = ("auto", "impala_cnn", "minigrid_cnn", "mlp")

@@ -1,0 +1,375 @@
+"""MuZero-style model loss on the agent's own torso (`--model-loss muzero`), trained from replay.
+
+ALF's MuZero representation learner (`alf/algorithms/muzero_representation_learner.py`, loss terms of
+`alf/algorithms/mcts_models.py: calc_loss`) as an auxiliary loss of the IMPALA learner: the torso that the
+policy and value heads share (`model.representation(obs)`, `[N, D]`) is the representation `h`; a dynamics
+MLP `g(s, a) -> s'` is unrolled K steps from the latent of x_t along the actions actually taken; value,
+reward, policy (and optional game-over) heads read every latent; an optional EfficientZero consistency
+term pulls a projection of the predicted latent at step k towards the target network's projection of the
+real x_{t+k}. There is no tree search: the policy target is the behaviour policy (or, reanalysed, the
+target network's policy), and the representation is what the model learns for the agent.
+
+Data flow per learner update (`LearnerCore.train`):
+1. `gather(sample, version)`: the replay service's sampled unrolls -> `model.batch_size` sequences, each
+   one column of one unroll from a uniformly drawn start t (`SEQUENCES_PER_UNROLL` columns per unroll, so
+   fewer unrolls cross the wire). NumPy, no gradients.
+2. `loss(net, batch)` inside `Learner.update`: targets from `model_targets` (n-step returns capped at
+   episode ends, `window_targets` masks), the unrolled predictions, per-term losses `[n, K + 1]`, and each
+   sequence's priority sqrt(sum_k w_k value_mask_k l_v,k). `Learner` adds `loss_weight * total`.
+3. `after_update()`: the target network's schedule.
+
+Stored targets: the values the learner computed for an unroll when it trained on it fresh
+(`model_values [T+1, K]`, `model_final_values [T, K]` at truncated steps, reward units) and the behaviour
+logits; `inserted_at` (learner version) gives its age for the dynamic horizon. Reanalysed sequences
+(`reanalyze_ratio`) get both from the target network instead: its model value head on the stored
+observations, and its policy head (softmax).
+"""
+
+from __future__ import annotations
+
+import copy
+import math
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import torch
+from torch import nn
+from torch.nn import functional as F
+
+from levelray.contracts.config import ModelConfig
+from levelray.learner import vtrace
+from levelray.learner.model_targets import (
+    ModelTargets,
+    from_categorical,
+    inverse_value_transform,
+    linear_td_steps,
+    make_support,
+    nstep_returns,
+    scale_gradient,
+    step_weights,
+    two_hot,
+    value_transform,
+    window_targets,
+)
+
+# Sequences drawn from one sampled unroll (distinct columns while it has enough): an unroll of a procgen
+# actor is ~4 MB, so drawing each sequence from its own unroll would move batch_size of them per update.
+SEQUENCES_PER_UNROLL = 4
+TERMS = ("value", "reward", "policy", "game_over", "consistency")
+
+
+def _mlp(d_in: int, hidden: int, d_out: int) -> nn.Sequential:
+    return nn.Sequential(nn.Linear(d_in, hidden), nn.ReLU(), nn.Linear(hidden, d_out))
+
+
+class LatentModel(nn.Module):
+    """Dynamics, prediction heads and the consistency projection; the representation is the agent's torso.
+
+    `dynamics(s [N, D], a [N]) -> s' [N, D]` is residual (`s + mlp([s, onehot(a)])`), so an untrained model
+    starts near "the latent persists" rather than at noise. `heads(s [N, D])` is MuZero's prediction function
+    f, one hidden layer shared by every output: `value`/`reward` `[N, 2S+1]` logits (categorical) or `[N]`
+    (scalar), `policy [N, A]` logits, `game_over [N]` a logit. One layer for all four heads rather than one
+    each: at CartPole's sizes the update's cost is the number of small matrix products, not their size.
+    `project` (EfficientZero's projection) is applied to both branches, `predict` to the online one.
+    """
+
+    def __init__(self, latent_dim: int, num_actions: int, cfg: ModelConfig):
+        super().__init__()
+        self.num_actions = num_actions
+        width = 2 * cfg.support_size + 1 if cfg.value_repr == "categorical" else 1
+        hidden = cfg.hidden_size
+        self.transition = _mlp(latent_dim + num_actions, hidden, latent_dim)
+        self.split = {"value": width, "reward": width, "policy": num_actions, "game_over": int(cfg.game_over)}
+        self.prediction = _mlp(latent_dim, hidden, sum(self.split.values()))
+        self.project = _mlp(latent_dim, hidden, hidden) if cfg.consistency_weight > 0 else None
+        self.predict = _mlp(hidden, hidden, hidden) if cfg.consistency_weight > 0 else None
+
+    def dynamics(self, latent: torch.Tensor, actions: torch.Tensor) -> torch.Tensor:
+        onehot = F.one_hot(actions.long(), self.num_actions).to(latent.dtype)
+        return latent + self.transition(torch.cat([latent, onehot], dim=1))
+
+    def heads(self, latent: torch.Tensor) -> dict[str, torch.Tensor]:
+        parts = torch.split(self.prediction(latent), list(self.split.values()), dim=-1)
+        return {name: part for name, part in zip(self.split, parts, strict=True) if part.shape[-1]}
+
+
+@dataclass
+class ModelBatch:
+    """`n` sequences (one column of a stored unroll each), time-major `[T(+1), n, ...]` NumPy arrays."""
+
+    obs: np.ndarray  # [T+1, n, *obs_shape]
+    actions: np.ndarray  # [T, n]
+    rewards: np.ndarray  # [T, n] raw rewards
+    terminated: np.ndarray  # [T, n]
+    truncated: np.ndarray  # [T, n]
+    behaviour_params: np.ndarray  # [T, n, A]
+    values: np.ndarray  # [T+1, n] stored values (reward units)
+    final_values: np.ndarray  # [T, n] stored V(final obs) at truncated steps, 0 elsewhere
+    final_obs: np.ndarray  # [M, *obs_shape], final observations of truncated steps (for reanalyse)
+    final_obs_index: np.ndarray  # [M, 2] (t, i) of each
+    age: np.ndarray  # [n] learner updates since the unroll was inserted
+    starts: np.ndarray  # [n]
+    weights: np.ndarray  # [n] replay importance weights
+    ids: np.ndarray  # [n] replay id of each sequence's unroll
+
+
+class MuZeroLoss:
+    """The model loss's modules, target network, batch sampling and schedule (one per `Learner`)."""
+
+    def __init__(self, net: nn.Module, num_actions: int, cfg: ModelConfig, *, discount: float, seed: int,
+                 device: torch.device):
+        if not hasattr(net, "representation"):
+            raise ValueError(f"model.loss muzero needs a network with a representation(), got {type(net).__name__}")
+        self.cfg = cfg
+        self.discount = discount
+        self.device = device
+        self.module = LatentModel(net.latent_dim, num_actions, cfg).to(device)
+        # The target network: a copy of the agent's network and of the model, never trained directly.
+        self.target_net = copy.deepcopy(net).requires_grad_(False)
+        self.target_module = copy.deepcopy(self.module).requires_grad_(False)
+        self.updates = 0
+        self.rng = np.random.default_rng(seed + 0x6D75)
+        self.support = make_support(cfg.support_size, device=device) if cfg.value_repr == "categorical" else None
+
+    # -- the schedule ----------------------------------------------------------------------------
+    @torch.no_grad()
+    def after_update(self, net: nn.Module) -> None:
+        """Every `target_update_period` updates: theta' <- (1 - tau) theta' + tau theta; buffers copied."""
+        self.updates += 1
+        if self.updates % self.cfg.target_update_period:
+            return
+        tau = self.cfg.target_update_tau
+        for online, target in ((net, self.target_net), (self.module, self.target_module)):
+            for p, tp in zip(online.parameters(), target.parameters(), strict=True):
+                tp.mul_(1.0 - tau).add_(p.detach(), alpha=tau)
+            for b, tb in zip(online.buffers(), target.buffers(), strict=True):
+                tb.copy_(b)
+
+    # -- sampling --------------------------------------------------------------------------------
+    def num_unrolls(self) -> int:
+        """Unrolls to sample from replay for one model batch."""
+        return math.ceil(self.cfg.batch_size / SEQUENCES_PER_UNROLL)
+
+    def gather(self, sample: dict[str, Any], version: int) -> ModelBatch:
+        """`model.batch_size` sequences from a replay sample (`ids`, `items`, `weights`): sequence j comes
+        from unroll j // SEQUENCES_PER_UNROLL, with a column drawn without replacement while the unroll has
+        enough and a start drawn uniformly in [0, T); windows that run off the stored data are masked."""
+        items, ids, weights = sample["items"], np.asarray(sample["ids"]), np.asarray(sample["weights"])
+        n = self.cfg.batch_size
+        picks: list[tuple[int, int, int]] = []  # (item, column, start)
+        blocks: list[tuple[dict, np.ndarray]] = []  # consecutive picks from one unroll: (unroll, columns)
+        item = 0
+        while len(picks) < n:
+            unroll = items[item % len(items)]
+            T, width = unroll["rewards"].shape
+            take = min(SEQUENCES_PER_UNROLL, n - len(picks))
+            columns = self.rng.choice(width, size=take, replace=take > width)
+            starts = self.rng.integers(0, T, size=take)
+            picks.extend((item % len(items), int(c), int(t)) for c, t in zip(columns, starts, strict=True))
+            blocks.append((unroll, columns))
+            item += 1
+        cols = [(items[i], c) for i, c, _ in picks]
+
+        def column(key: str) -> np.ndarray:  # one gather per unroll, not per sequence
+            return np.concatenate([u[key][:, c] for u, c in blocks], axis=1)
+
+        finals, index = [], []
+        for j, (u, c) in enumerate(cols):
+            if u.get("final_obs") is not None and len(u["final_obs"]):
+                rows = np.flatnonzero(u["final_obs_index"][:, 1] == c)
+                finals.extend(u["final_obs"][rows])
+                index.extend((int(u["final_obs_index"][r, 0]), j) for r in rows)
+        obs = column("obs")
+        for key in ("model_values", "model_final_values", "inserted_at"):
+            if any(key not in u for u, _ in cols):
+                raise ValueError(f"replayed unroll has no {key!r}: it was not inserted by a learner with the "
+                                 f"model loss (model.loss muzero) on")
+        return ModelBatch(
+            obs=obs,
+            actions=column("actions"),
+            rewards=column("rewards").astype(np.float32),
+            terminated=column("terminated"),
+            truncated=column("truncated"),
+            behaviour_params=column("behaviour_params").astype(np.float32),
+            values=column("model_values").astype(np.float32),
+            final_values=column("model_final_values").astype(np.float32),
+            final_obs=np.stack(finals) if finals else np.zeros((0, *obs.shape[2:]), obs.dtype),
+            final_obs_index=np.asarray(index, dtype=np.int64).reshape(-1, 2),
+            age=np.array([max(0, version - int(u["inserted_at"])) for u, _ in cols], dtype=np.float64),
+            starts=np.array([t for _, _, t in picks], dtype=np.int64),
+            weights=np.array([weights[i] for i, _, _ in picks], dtype=np.float32),
+            ids=np.array([ids[i] for i, _, _ in picks], dtype=np.int64),
+        )
+
+    # -- targets ---------------------------------------------------------------------------------
+    def _tensor(self, x: np.ndarray, dtype: torch.dtype | None = None) -> torch.Tensor:
+        return torch.from_numpy(np.ascontiguousarray(x)).to(self.device, dtype=dtype)
+
+    def _decode(self, logits: torch.Tensor) -> torch.Tensor:
+        """A value/reward head's output `[N, W]` -> scalar `[N]` in reward units."""
+        if self.support is None:
+            return logits.squeeze(-1)
+        return inverse_value_transform(from_categorical(logits.softmax(-1), self.support))
+
+    @torch.no_grad()
+    def _reanalyse(self, obs: torch.Tensor, final_obs: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """Target network on stored observations `[T+1, m, ...]`: values `[T+1, m]`, V(final obs) `[M]`
+        and policy targets `[T+1, m, A]` (probabilities)."""
+        T1, m = obs.shape[:2]
+        flat = obs.reshape(T1 * m, *obs.shape[2:])
+        latent = self.target_net.representation(flat)
+        values = self._decode(self.target_module.heads(latent)["value"]).view(T1, m)
+        policy = self.target_net.policy_params(flat).view(T1, m, -1).softmax(-1)
+        final = (self._decode(self.target_module.heads(self.target_net.representation(final_obs))["value"])
+                 if len(final_obs) else obs.new_zeros(0, dtype=values.dtype))
+        return values, final, policy
+
+    @torch.no_grad()
+    def targets(self, batch: ModelBatch, obs: torch.Tensor | None = None) -> tuple[ModelTargets, torch.Tensor]:
+        """`ModelTargets` `[n, K + 1]` for every sequence (the first round(reanalyze_ratio * n) reanalysed),
+        and the reanalysed flags `[n]`."""
+        cfg = self.cfg
+        obs = self._tensor(batch.obs) if obs is None else obs  # `loss` passes the copy it already made
+        T, n = batch.rewards.shape
+        values = self._tensor(batch.values)
+        final_values = self._tensor(batch.final_values)
+        behaviour = self._tensor(batch.behaviour_params).softmax(-1)
+        policy = torch.cat([behaviour, behaviour.new_zeros(1, n, behaviour.shape[-1])])  # row T: unused, masked
+        n_re = int(round(cfg.reanalyze_ratio * n))
+        if n_re:
+            sel = batch.final_obs_index[:, 1] < n_re
+            v_re, f_re, p_re = self._reanalyse(obs[:, :n_re], self._tensor(batch.final_obs[sel]))
+            values = torch.cat([v_re, values[:, n_re:]], dim=1)
+            policy = torch.cat([p_re, policy[:, n_re:]], dim=1)
+            idx = self._tensor(batch.final_obs_index[sel], torch.long)
+            final_values[:, :n_re] = 0.0
+            final_values[idx[:, 0], idx[:, 1]] = f_re
+        rewards = self._tensor(batch.rewards)
+        terminated, truncated = self._tensor(batch.terminated), self._tensor(batch.truncated)
+        discounts, folded = vtrace.episode_end_inputs(rewards, terminated, truncated, self.discount, final_values)
+        td: int | torch.Tensor = cfg.td_steps
+        if cfg.max_bootstrap_age > 0:
+            steps = linear_td_steps(torch.from_numpy(batch.age), max_td_steps=cfg.td_steps,
+                                    min_td_steps=cfg.min_td_steps, max_bootstrap_age=cfg.max_bootstrap_age)
+            td = steps.to(self.device).view(1, n).expand(T, n).contiguous()
+        z = nstep_returns(folded, discounts, values, td_steps=td)
+        value_targets = torch.cat([z, values[T:]])  # z_T = V(x_T): nothing left to sum
+        starts = self._tensor(batch.starts, torch.long)
+        columns = torch.arange(n, device=self.device)
+        reanalysed = columns < n_re
+        full = window_targets(rewards, terminated, truncated, value_targets, starts, columns,
+                              num_unroll_steps=cfg.num_unroll_steps, policy_targets=policy)
+        # Stored policy targets exist for x_0 .. x_{T-1} only (behaviour logits): mask step T for those.
+        stored_row_T = (~reanalysed).unsqueeze(1) & (
+            starts.unsqueeze(1) + torch.arange(cfg.num_unroll_steps + 1, device=self.device) >= T)
+        policy_mask = full.policy_mask.masked_fill(stored_row_T, 0.0)
+        targets = ModelTargets(
+            reward=full.reward, value=full.value, terminal=full.terminal, reward_mask=full.reward_mask,
+            value_mask=full.value_mask, policy_mask=policy_mask, consistency_mask=full.consistency_mask,
+            terminal_mask=full.terminal_mask, policy=full.policy * policy_mask.unsqueeze(-1),
+        )
+        return targets, reanalysed
+
+    # -- the loss --------------------------------------------------------------------------------
+    def _scalar_loss(self, head_out: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
+        """`[N, W]` head output vs `[N]` target: cross-entropy on the two-hot of h(target), or squared error."""
+        if self.support is None:
+            return (head_out.squeeze(-1) - target) ** 2
+        probs = two_hot(value_transform(target), self.support)
+        return -(probs * head_out.log_softmax(-1)).sum(-1)
+
+    def unroll(self, net: nn.Module, obs0: torch.Tensor, actions: torch.Tensor) -> list[torch.Tensor]:
+        """Latents `s_0 .. s_K` from `obs0 [n, ...]` and `actions [n, K]`; after each dynamics step the
+        latent's gradient is scaled by `recurrent_gradient_scaling` (forward unchanged)."""
+        latents = [net.representation(obs0)]
+        for k in range(actions.shape[1]):
+            nxt = self.module.dynamics(latents[-1], actions[:, k])
+            latents.append(scale_gradient(nxt, self.cfg.recurrent_gradient_scaling))
+        return latents
+
+    def loss(self, net: nn.Module, batch: ModelBatch) -> tuple[torch.Tensor, dict[str, float], np.ndarray]:
+        """(weighted total, metrics, per-sequence priorities [n]). Per-term losses are `[n, K + 1]`, masked,
+        weighted by `step_weights`, summed over k and averaged over sequences with the replay importance
+        weights; the total is the sum of the terms (consistency times `consistency_weight`)."""
+        cfg = self.cfg
+        K = cfg.num_unroll_steps
+        obs = self._tensor(batch.obs)  # [T+1, n, ...] on the learner's device, once
+        targets, reanalysed = self.targets(batch, obs)
+        T, n = batch.rewards.shape
+        starts = self._tensor(batch.starts, torch.long)
+        columns = torch.arange(n, device=self.device)
+        steps = (starts.unsqueeze(1) + torch.arange(K, device=self.device)).clamp(max=T - 1)  # [n, K]
+        actions = self._tensor(batch.actions)[steps, columns.unsqueeze(1)]
+        latents = self.unroll(net, obs[starts, columns], actions)
+        s = torch.stack(latents, dim=1)  # [n, K+1, D]
+        flat = s.reshape(n * (K + 1), -1)
+        m = self.module
+
+        def per_step(x: torch.Tensor) -> torch.Tensor:
+            return x.view(n, K + 1)
+
+        out = m.heads(flat)
+        value_l = per_step(self._scalar_loss(out["value"], targets.value.reshape(-1)))
+        reward_l = per_step(self._scalar_loss(out["reward"], targets.reward.reshape(-1)))
+        policy_l = per_step(-(targets.policy.reshape(n * (K + 1), -1) * out["policy"].log_softmax(-1)).sum(-1))
+        terms = {"value": value_l * targets.value_mask, "reward": reward_l * targets.reward_mask,
+                 "policy": policy_l * targets.policy_mask}
+        if "game_over" in out:
+            go = F.binary_cross_entropy_with_logits(out["game_over"].squeeze(-1), targets.terminal.reshape(-1),
+                                                    reduction="none")
+            terms["game_over"] = per_step(go) * targets.terminal_mask
+        if m.project is not None:
+            rows = (starts.unsqueeze(1) + torch.arange(K + 1, device=self.device)).clamp(max=T)
+            real = obs[rows, columns.unsqueeze(1)]
+            with torch.no_grad():
+                target_proj = self.target_module.project(
+                    self.target_net.representation(real.reshape(n * (K + 1), *obs.shape[2:])))
+            pred = m.predict(m.project(flat))
+            cos = F.cosine_similarity(pred, target_proj, dim=-1)
+            terms["consistency"] = per_step(-cos) * targets.consistency_mask
+        w = step_weights(K, device=self.device)
+        iw = self._tensor(batch.weights)
+        per_seq = {name: (t * w).sum(1) for name, t in terms.items()}  # [n]
+        term_means = {name: (v * iw).mean() for name, v in per_seq.items()}
+        total = sum(term_means[name] * (cfg.consistency_weight if name == "consistency" else 1.0)
+                    for name in term_means)
+        with torch.no_grad():
+            priorities = per_seq["value"].clamp(min=0).sqrt().cpu().numpy().astype(np.float64)
+            value_pred = self._decode(out["value"].view(n, K + 1, -1)[:, 0])
+            metrics = {f"model_{name}_loss": float(v) for name, v in term_means.items()}
+            metrics.update(
+                model_loss=float(total),
+                model_value_error=float(((value_pred - targets.value[:, 0]).abs() * targets.value_mask[:, 0]).sum()
+                                        / targets.value_mask[:, 0].sum().clamp(min=1)),
+                model_value_mask_fraction=float(targets.value_mask.mean()),
+                model_absorbing_fraction=float(targets.terminal.mean()),
+                model_reanalysed_fraction=float(reanalysed.float().mean()),
+                model_target_mean=float((targets.value * targets.value_mask).sum()
+                                        / targets.value_mask.sum().clamp(min=1)),
+            )
+        return total, metrics, priorities
+
+    # -- checkpoints -----------------------------------------------------------------------------
+    def state_dict(self) -> dict[str, Any]:
+        def cpu(module: nn.Module) -> dict[str, torch.Tensor]:
+            return {k: v.detach().to("cpu", copy=True) for k, v in module.state_dict().items()}
+
+        return {"module": cpu(self.module), "target_net": cpu(self.target_net),
+                "target_module": cpu(self.target_module), "updates": self.updates,
+                "rng": self.rng.bit_generator.state}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        self.module.load_state_dict(state["module"])
+        self.target_net.load_state_dict(state["target_net"])
+        self.target_module.load_state_dict(state["target_module"])
+        self.updates = int(state["updates"])
+        self.rng.bit_generator.state = state["rng"]
+
+
+def sequence_priorities_by_unroll(ids: np.ndarray, priorities: np.ndarray, eta: float) -> tuple[np.ndarray, np.ndarray]:
+    """One priority per sampled unroll from its sequences' priorities, as the TD priorities aggregate steps:
+    eta * max + (1 - eta) * mean. Returns (unique ids, priorities)."""
+    unique = np.unique(ids)
+    prios = np.array([eta * priorities[ids == i].max() + (1.0 - eta) * priorities[ids == i].mean() for i in unique])
+    return unique, prios

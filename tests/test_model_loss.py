@@ -1,0 +1,454 @@
+"""The model loss (`--model-loss muzero`, `learner/model_loss.py`): targets and masks on hand-built unrolls
+against a float64 reference, gradient scaling through the dynamics, the target network's schedule, the
+priorities written back to replay, checkpoint/resume, and the config checks. End to end runs are in
+tests/test_model_loss_e2e.py."""
+
+from __future__ import annotations
+
+import copy
+import io
+
+import numpy as np
+import pytest
+import torch
+from torch.nn import functional as F
+
+from levelray.actors.envs import env_spec, make_env_vector
+from levelray.actors.rollout import RolloutWorker
+from levelray.contracts import snapshot
+from levelray.contracts.config import ModelConfig, RunConfig
+from levelray.contracts.presets import apply_preset
+from levelray.contracts.spec import EnvSpec
+from levelray.deploy.cli import main
+from levelray.deploy.components import make_replay
+from levelray.learner.core import LearnerCore
+from levelray.learner.model_loss import ModelBatch, MuZeroLoss
+from levelray.learner.model_targets import inverse_value_transform, step_weights, two_hot, value_transform
+from levelray.policy.models import MLP
+
+SPEC = EnvSpec(obs_shape=(4,), obs_dtype="float32", discrete=True, num_actions=2)
+GAMMA = 0.9
+
+
+def _hand_batch(T: int = 6) -> ModelBatch:
+    """Three sequences of a [T, 3] unroll: column 0 terminates after step 2, column 1 is truncated after
+    step 3, column 2 runs off the end of the stored data (start 4, K = 3 reaches step 7 > T)."""
+    rng = np.random.default_rng(0)
+    n = 3
+    terminated = np.zeros((T, n), bool)
+    truncated = np.zeros((T, n), bool)
+    terminated[2, 0] = True
+    truncated[3, 1] = True
+    final_values = np.zeros((T, n), np.float32)
+    final_values[3, 1] = 2.5
+    return ModelBatch(
+        obs=rng.normal(size=(T + 1, n, 4)).astype(np.float32),
+        actions=rng.integers(0, 2, size=(T, n)),
+        rewards=rng.normal(size=(T, n)).astype(np.float32),
+        terminated=terminated,
+        truncated=truncated,
+        behaviour_params=rng.normal(size=(T, n, 2)).astype(np.float32),
+        values=rng.normal(size=(T + 1, n)).astype(np.float32),
+        final_values=final_values,
+        final_obs=rng.normal(size=(1, 4)).astype(np.float32),
+        final_obs_index=np.array([[3, 1]]),
+        age=np.zeros(n),
+        starts=np.array([1, 1, 4]),
+        weights=np.ones(n, np.float32),
+        ids=np.arange(n),
+    )
+
+
+def _reference_returns(b: ModelBatch, td: int) -> np.ndarray:
+    """z [T+1, n] in float64 by the formula, with loops: episode ends folded as V-trace folds them."""
+    T, n = b.rewards.shape
+    r = b.rewards.astype(np.float64).copy()
+    d = np.full((T, n), GAMMA)
+    for t in range(T):
+        for i in range(n):
+            if b.terminated[t, i]:
+                d[t, i] = 0.0
+            elif b.truncated[t, i]:
+                d[t, i] = 0.0
+                r[t, i] += GAMMA * float(b.final_values[t, i])
+    v = b.values.astype(np.float64)
+    z = np.zeros((T + 1, n))
+    for i in range(n):
+        for t in range(T + 1):
+            m = min(td, T - t)
+            total, coef = 0.0, 1.0
+            for j in range(m):
+                total += coef * r[t + j, i]
+                coef *= d[t + j, i]
+            z[t, i] = total + coef * v[t + m, i]
+    return z
+
+
+def _muzero(**overrides) -> MuZeroLoss:
+    cfg = ModelConfig(**{"loss": "muzero", "num_unroll_steps": 3, "td_steps": 2, **overrides})
+    torch.manual_seed(0)
+    return MuZeroLoss(MLP(SPEC), 2, cfg, discount=GAMMA, seed=0, device=torch.device("cpu"))
+
+
+def test_masks_and_value_targets_on_hand_built_unrolls():
+    b = _hand_batch()
+    targets, reanalysed = _muzero().targets(b)
+    z = _reference_returns(b, td=2)
+    r = b.rewards
+    assert not reanalysed.any()
+    # column 0: terminated after step 2 = the transition into unroll step k* = 2 -> absorbing from there
+    np.testing.assert_array_equal(targets.value_mask[0], [1, 1, 1, 1])
+    np.testing.assert_allclose(targets.value[0], [z[1, 0], z[2, 0], 0, 0], rtol=1e-5, atol=1e-6)
+    np.testing.assert_array_equal(targets.reward_mask[0], [0, 1, 1, 1])
+    np.testing.assert_allclose(targets.reward[0], [0, r[1, 0], r[2, 0], 0], rtol=1e-6)
+    np.testing.assert_array_equal(targets.terminal[0], [0, 0, 1, 1])
+    np.testing.assert_array_equal(targets.policy_mask[0], [1, 1, 0, 0])
+    np.testing.assert_array_equal(targets.consistency_mask[0], [0, 1, 0, 0])
+    # column 1: truncated after step 3 (k* = 3): the last real reward is trained, nothing else from there
+    np.testing.assert_array_equal(targets.value_mask[1], [1, 1, 1, 0])
+    np.testing.assert_allclose(targets.value[1], [z[1, 1], z[2, 1], z[3, 1], 0], rtol=1e-5, atol=1e-6)
+    np.testing.assert_array_equal(targets.reward_mask[1], [0, 1, 1, 1])
+    np.testing.assert_allclose(targets.reward[1], [0, r[1, 1], r[2, 1], r[3, 1]], rtol=1e-6)
+    np.testing.assert_array_equal(targets.terminal_mask[1], [1, 1, 1, 0])
+    np.testing.assert_array_equal(targets.policy_mask[1], [1, 1, 1, 0])
+    np.testing.assert_array_equal(targets.consistency_mask[1], [0, 1, 1, 0])
+    # the truncated step's bootstrap (folded final value) reaches z_2 and z_3 of column 1
+    assert z[3, 1] == pytest.approx(r[3, 1] + GAMMA * 2.5, rel=1e-6)
+    # column 2: start 4 of T = 6; x_6 is the stored bootstrap observation, step 7 does not exist
+    np.testing.assert_array_equal(targets.value_mask[2], [1, 1, 1, 0])
+    np.testing.assert_allclose(targets.value[2], [z[4, 2], z[5, 2], b.values[6, 2], 0], rtol=1e-5, atol=1e-6)
+    np.testing.assert_array_equal(targets.reward_mask[2], [0, 1, 1, 0])
+    # stored policy targets (behaviour logits) exist for x_0 .. x_{T-1}: x_6 has none
+    np.testing.assert_array_equal(targets.policy_mask[2], [1, 1, 0, 0])
+    probs = torch.from_numpy(b.behaviour_params).softmax(-1)
+    np.testing.assert_allclose(targets.policy[2, 1], probs[5, 2], rtol=1e-6)
+    assert float(targets.policy[2, 2].abs().sum()) == 0.0
+
+
+def test_reanalysed_targets_come_from_the_target_network():
+    b = _hand_batch()
+    mz = _muzero(reanalyze_ratio=1.0)
+    with torch.no_grad():  # make the target network differ from the stored values
+        for p in mz.target_module.prediction.parameters():
+            p.normal_()
+    values, finals, policy = mz._reanalyse(torch.from_numpy(b.obs), torch.from_numpy(b.final_obs))
+    re = copy.copy(b)
+    re.values, re.final_values = values.numpy(), np.zeros_like(b.final_values)
+    re.final_values[3, 1] = float(finals[0])
+    z = _reference_returns(re, td=2)
+    targets, reanalysed = mz.targets(b)
+    assert reanalysed.all()
+    np.testing.assert_allclose(targets.value[:, 0], z[[1, 1, 4], [0, 1, 2]], rtol=1e-5, atol=1e-5)
+    # the reanalysed policy exists at x_T too (T + 1 rows): column 2's step 2 is x_6
+    np.testing.assert_array_equal(targets.policy_mask[2], [1, 1, 1, 0])
+    np.testing.assert_allclose(targets.policy[2, 2], policy[6, 2], rtol=1e-6)
+
+
+@pytest.mark.parametrize("k", [1, 2, 3, 5])
+def test_gradient_through_k_linear_dynamics_steps_is_scaled_by_half_to_the_k(k):
+    """With linear dynamics s' = s + W [s, a] the gradient reaching s_0 through k steps is exactly
+    0.5^k times the unscaled one (float64)."""
+    grads = {}
+    for scale in (0.5, 1.0):
+        mz = _muzero(recurrent_gradient_scaling=scale)
+        torch.manual_seed(1)
+        linear = torch.nn.Linear(mz.module.transition[0].in_features, mz.module.transition[-1].out_features)
+        mz.module.transition = linear.double()
+        s0 = torch.randn(3, linear.out_features, dtype=torch.float64, requires_grad=True)
+
+        class Identity(torch.nn.Module):
+            def representation(self, x):
+                return x
+
+        actions = torch.tensor([[0, 1, 1, 0, 1]] * 3)[:, :k]
+        latents = mz.unroll(Identity(), s0, actions)
+        direction = torch.linspace(-1, 1, linear.out_features, dtype=torch.float64)
+        (latents[k] * direction).sum().backward()
+        grads[scale] = s0.grad.clone()
+    assert grads[1.0].abs().sum() > 0
+    torch.testing.assert_close(grads[0.5], grads[1.0] * 0.5**k, rtol=1e-12, atol=1e-12)
+
+
+def test_target_network_update_schedule_and_buffers():
+    torch.manual_seed(0)
+    net = MLP(SPEC)
+    net.register_buffer("stat", torch.zeros(3))
+    cfg = ModelConfig(loss="muzero", target_update_period=3, target_update_tau=0.25)
+    mz = MuZeroLoss(net, 2, cfg, discount=GAMMA, seed=0, device=torch.device("cpu"))
+    first = [p.detach().clone() for p in mz.target_net.parameters()]
+    first_module = [p.detach().clone() for p in mz.target_module.parameters()]
+    assert all(torch.equal(a, b) for a, b in zip(first, net.parameters(), strict=True))  # a copy at start
+    for step in range(1, 4):
+        with torch.no_grad():
+            for p in [*net.parameters(), *mz.module.parameters()]:
+                p.add_(1.0)
+            net.stat += 5.0
+        mz.after_update(net)
+        if step < 3:  # not yet: the target stays as it was
+            assert all(torch.equal(a, b) for a, b in zip(first, mz.target_net.parameters(), strict=True))
+            assert torch.equal(mz.target_net.stat, torch.zeros(3))
+    for old, new, target in zip(first, net.parameters(), mz.target_net.parameters(), strict=True):
+        torch.testing.assert_close(target, 0.75 * old + 0.25 * new.detach())
+    for old, new, target in zip(first_module, mz.module.parameters(), mz.target_module.parameters(), strict=True):
+        torch.testing.assert_close(target, 0.75 * old + 0.25 * new.detach())
+    assert torch.equal(mz.target_net.stat, torch.full((3,), 15.0))  # buffers are copied, not averaged
+    assert mz.updates == 3
+
+
+def _cartpole_cfg(**model) -> RunConfig:
+    cfg = RunConfig()
+    cfg.env.id = "CartPole-v1"
+    apply_preset(cfg, set())
+    cfg.actors.envs_per_actor = 4
+    cfg.learner.batch_size = 2
+    cfg.replay.min_size = 2
+    cfg.model.loss = "muzero"
+    cfg.model.batch_size = 8
+    for key, value in model.items():
+        setattr(cfg.model, key, value)
+    return cfg
+
+
+def _unrolls(cfg: RunConfig, n: int) -> list:
+    worker = RolloutWorker(make_env_vector(cfg.env, cfg.actors.envs_per_actor, None, seed=3),
+                           cfg.actors.unroll_length, model_kind=cfg.learner.model,
+                           hidden_sizes=tuple(cfg.learner.hidden_sizes), seed=3)
+    torch.manual_seed(5)
+    worker.set_weights(0, {k: v.numpy() for k, v in MLP(env_spec(cfg.env)).state_dict().items()})
+    out = []
+    for _ in range(n):
+        u = worker.unroll()
+        u["policy_version"] = 0
+        out.append(u)
+    worker.envs.close()
+    return out
+
+
+def _expected_priorities(core: LearnerCore, net, module, batch: ModelBatch) -> np.ndarray:
+    """sqrt(step-weighted masked value loss) per sequence, recomputed in float64 from the weights the
+    update started from."""
+    mz = core.learner.muzero
+    targets, _ = mz.targets(batch)
+    net64, module64 = copy.deepcopy(net).double(), copy.deepcopy(module).double()
+    n, K = len(batch.starts), mz.cfg.num_unroll_steps
+    T = batch.rewards.shape[0]
+    obs = torch.from_numpy(batch.obs).double()
+    cols = torch.arange(n)
+    starts = torch.from_numpy(batch.starts)
+    x = obs[starts, cols]  # MLP.representation casts to float32: the same layers, in float64
+    s = torch.cat([net64.policy[:-1](x), net64.value[:-1](x)], dim=1)
+    support = mz.support.double()
+    w = step_weights(K, dtype=torch.float64)
+    total = torch.zeros(n, dtype=torch.float64)
+    for k in range(K + 1):
+        if k:
+            a = torch.from_numpy(batch.actions)[(starts + k - 1).clamp(max=T - 1), cols]
+            s = s + module64.transition(torch.cat([s, F.one_hot(a, 2).double()], 1))
+        probs = two_hot(value_transform(targets.value[:, k].double()), support)
+        value_logits = module64.prediction(s)[:, :support.numel()]  # the first outputs of f are the value's
+        loss = -(probs * value_logits.log_softmax(-1)).sum(-1)
+        total += w[k] * targets.value_mask[:, k].double() * loss
+    return total.sqrt().detach().numpy()
+
+
+def test_priorities_written_back_equal_the_formula():
+    cfg = _cartpole_cfg()
+    spec = env_spec(cfg.env)
+    core = LearnerCore(cfg, spec, replay=make_replay(cfg))
+    unrolls = _unrolls(cfg, 12)
+    for i in range(4):
+        core.train(unrolls[2 * i: 2 * i + 2])
+    seen = {}
+    real = core._model_batch
+
+    def recording():  # the real sampling, with its result kept for the check below
+        seen["batch"] = real()
+        return seen["batch"]
+
+    core._model_batch = recording
+    net, module = copy.deepcopy(core.learner.model), copy.deepcopy(core.learner.muzero.module)
+    metrics = core.train(unrolls[8:10])
+    batch = seen["batch"]
+    assert batch is not None and "model_value_loss" in metrics
+    expected = _expected_priorities(core, net, module, batch)
+    np.testing.assert_allclose(core.learner.last_outputs["model_priorities"], expected, rtol=1e-4, atol=1e-6)
+    replay = core.mixer.replay._replay
+    eta = cfg.replay.eta
+    for item in np.unique(batch.ids):
+        mine = expected[batch.ids == item]
+        slot = int(item) % replay.capacity
+        assert replay._slot_ids[slot] == item
+        assert replay._raw[slot] == pytest.approx(eta * mine.max() + (1 - eta) * mine.mean(), rel=1e-4)
+
+
+def test_td_priority_mode_leaves_priorities_to_vtrace():
+    cfg = _cartpole_cfg(priority="td")
+    core = LearnerCore(cfg, env_spec(cfg.env), replay=make_replay(cfg))
+    unrolls = _unrolls(cfg, 8)
+    for i in range(4):
+        metrics = core.train(unrolls[2 * i: 2 * i + 2])
+    assert "model_value_loss" in metrics
+    # fresh unrolls went in with their V-trace priorities (eta*max + (1-eta)*mean |td|), not the max seen
+    raw = core.mixer.replay._replay.raw_priorities()
+    assert len(np.unique(raw)) == len(raw) == 8
+
+
+def _roundtrip(state):
+    buf = io.BytesIO()
+    torch.save(state, buf)
+    buf.seek(0)
+    return torch.load(buf, weights_only=True)  # as deploy.rundir loads learner.pt
+
+
+def test_checkpoint_and_resume_give_the_same_next_update():
+    cfg = _cartpole_cfg(target_update_period=2, target_update_tau=0.5, reanalyze_ratio=0.5,
+                        consistency_weight=1.0, max_bootstrap_age=3.0)
+    spec = env_spec(cfg.env)
+    unrolls = _unrolls(cfg, 12)
+    a = LearnerCore(cfg, spec, replay=make_replay(cfg))
+    for i in range(5):
+        a.train(unrolls[2 * i: 2 * i + 2])
+    state = _roundtrip(a.state_dict())
+    replay_state = snapshot.unpackb(snapshot.packb(a.mixer.replay.state_dict()))
+    assert state["learner"]["model_loss"]["updates"] == 5
+    b_replay = make_replay(cfg)
+    b_replay.load_state_dict(replay_state)
+    torch.manual_seed(123)  # a fresh process: nothing about the next update may come from the old one
+    b = LearnerCore(cfg, spec, replay=b_replay)
+    b.load_state_dict(state)
+    ma = a.train(unrolls[10:12])
+    mb = b.train(unrolls[10:12])
+    assert "model_consistency_loss" in ma and ma == mb
+    pairs = [(a.learner.model, b.learner.model), (a.learner.muzero.module, b.learner.muzero.module),
+             (a.learner.muzero.target_net, b.learner.muzero.target_net),
+             (a.learner.muzero.target_module, b.learner.muzero.target_module)]
+    for x, y in pairs:
+        for (name, p), q in zip(x.state_dict().items(), y.state_dict().values(), strict=True):
+            assert torch.equal(p, q), name
+    sa, sb = a.learner.optimizer.state_dict()["state"], b.learner.optimizer.state_dict()["state"]
+    assert sa.keys() == sb.keys() and len(sa) == len(a.learner.parameters())
+    for key in sa:
+        for name in ("exp_avg", "exp_avg_sq"):
+            assert torch.equal(sa[key][name], sb[key][name])
+    np.testing.assert_array_equal(a.mixer.replay._replay.raw_priorities(), b.mixer.replay._replay.raw_priorities())
+
+
+def test_actors_get_the_policy_network_alone():
+    cfg = _cartpole_cfg()
+    core = LearnerCore(cfg, env_spec(cfg.env), replay=make_replay(cfg))
+    _version, weights = core.learner.get_weights()
+    assert set(weights) == set(MLP(env_spec(cfg.env)).state_dict())
+
+
+def test_categorical_decode_round_trips_through_the_support():
+    mz = _muzero()
+    x = torch.tensor([-30.0, -1.0, 0.0, 0.5, 7.0, 80.0])
+    logits = two_hot(value_transform(x), mz.support).clamp(min=1e-30).log()
+    torch.testing.assert_close(mz._decode(logits), x, rtol=1e-4, atol=1e-4)
+    assert inverse_value_transform(value_transform(x)).allclose(x, rtol=1e-5)
+
+
+BASE = ["train", "--backend", "inline", "--env", "CartPole-v1", "--metrics-port", "0", "--quiet",
+        "--model-loss", "muzero"]
+
+
+@pytest.mark.parametrize(
+    "flags, fields",
+    [
+        (["--unroll-length", "5"], ("model.num_unroll_steps", "actors.unroll_length")),
+        (["--model-unroll-steps", "20"], ("model.num_unroll_steps", "actors.unroll_length")),
+        (["--replay-capacity", "0"], ("replay.capacity",)),
+        (["--replay-min-size", "50", "--replay-capacity", "10"], ("replay.min_size", "replay.capacity")),
+        (["--model-td-steps", "0"], ("model.td_steps",)),
+        (["--model-td-steps", "-2"], ("model.td_steps",)),
+        (["--model-max-bootstrap-age", "10", "--model-td-steps", "-1"], ("model.max_bootstrap_age",
+                                                                          "model.td_steps")),
+        (["--model-max-bootstrap-age", "10", "--model-min-td-steps", "6"], ("model.min_td_steps",
+                                                                             "model.td_steps")),
+        (["--model-target-tau", "0"], ("model.target_update_tau",)),
+        (["--model-loss-weight", "0"], ("model.loss_weight",)),
+        (["--model-reanalyze-ratio", "1.5"], ("model.reanalyze_ratio",)),
+        (["--model-value-repr", "gaussian"], ("model.value_repr",)),
+    ],
+)
+def test_bad_model_config_is_refused_naming_the_fields_before_anything_starts(tmp_path, capsys, flags, fields):
+    run = tmp_path / "run"
+    with pytest.raises(SystemExit) as exit_info:
+        main([*BASE, *flags, "--run-dir", str(run)])
+    assert exit_info.value.code == 2
+    err = capsys.readouterr().err
+    for field in fields:
+        assert field in err, (field, err)
+    assert not run.exists()
+
+
+def test_model_loss_with_continuous_actions_is_refused_before_anything_starts(tmp_path, capsys):
+    run = tmp_path / "run"
+    with pytest.raises(SystemExit) as exit_info:
+        main(["train", "--backend", "inline", "--env", "Pendulum-v1", "--num-levels", "0", "--model-loss", "muzero",
+              "--metrics-port", "0", "--quiet", "--run-dir", str(run)])
+    assert exit_info.value.code == 2
+    err = capsys.readouterr().err
+    assert "model.loss" in err and "env.id" in err and "discrete" in err
+    assert not run.exists()
+
+
+def test_model_loss_off_has_no_replay_service_and_no_model_modules():
+    cfg = _cartpole_cfg()
+    cfg.model.loss = "none"
+    from levelray.deploy.inline import InlineBackend
+
+    backend = InlineBackend(cfg)
+    try:
+        assert backend.replay is None and backend.core.learner.muzero is None
+    finally:
+        backend.close()
+
+
+def test_model_loss_terms_are_exported_to_prometheus_by_term():
+    from prometheus_client import CollectorRegistry, generate_latest
+    from prometheus_client.parser import text_string_to_metric_families
+
+    from levelray.deploy.metrics import JobCollector
+
+    def exposition(snapshot: dict) -> dict[str, float]:
+        registry, collector = CollectorRegistry(), JobCollector()
+        registry.register(collector)
+        collector.update(snapshot)
+        families = {f.name: f.samples for f in text_string_to_metric_families(generate_latest(registry).decode())}
+        return {s.labels["term"]: s.value for s in families["levelray_learner_model_loss"]}
+
+    terms = {"total", "value", "reward", "policy", "game_over", "consistency"}
+    off = exposition({})
+    assert set(off) == terms and all(v != v for v in off.values())  # NaN without the model loss, never absent
+    metrics = {"model_loss": 3.5, "model_value_loss": 1.25, "model_reward_loss": 0.5, "model_policy_loss": 0.75,
+               "model_game_over_loss": 1.0}
+    on = exposition({"learner": {"metrics": metrics}})
+    assert {k: v for k, v in on.items() if k != "consistency"} == {
+        "total": 3.5, "value": 1.25, "reward": 0.5, "policy": 0.75, "game_over": 1.0}
+    assert on["consistency"] != on["consistency"]  # the term is off by default
+
+
+def test_dynamic_horizon_bootstraps_older_sequences_sooner():
+    b = _hand_batch()
+    b.age = np.array([0.0, 5.0, 100.0])  # td = ceil(1 + 3 * relu(1 - age / 10)) = 4, 3 (2.5 up), 1
+    targets, _ = _muzero(td_steps=4, max_bootstrap_age=10.0, min_td_steps=1).targets(b)
+    expected = [_reference_returns(b, td)[t, i] for i, (td, t) in enumerate(zip((4, 3, 1), b.starts, strict=True))]
+    np.testing.assert_allclose(targets.value[:, 0], expected, rtol=1e-5, atol=1e-6)
+    fixed, _ = _muzero(td_steps=4).targets(b)  # without the dynamic horizon every sequence uses 4 steps
+    assert not np.allclose(fixed.value[:, 0], expected)
+
+
+def test_model_loss_together_with_replayed_vtrace_unrolls():
+    """replay_ratio > 0 and the model loss share the replay service: replayed unrolls (which carry the model
+    fields) stack into the V-trace batch, and the model batch is sampled from the same buffer."""
+    cfg = _cartpole_cfg()
+    cfg.replay.replay_ratio = 0.5
+    core = LearnerCore(cfg, env_spec(cfg.env), replay=make_replay(cfg))
+    assert core.num_fresh == 1
+    unrolls = _unrolls(cfg, 8)
+    for u in unrolls:
+        metrics = core.train([u])
+    assert "model_value_loss" in metrics and np.isfinite(metrics["loss_total"])
+    assert len(core.mixer.replay) == 8
+    assert core.mixer.replay.stats()["samples"] > 0
