@@ -10,6 +10,8 @@ import json
 import os
 import platform
 import statistics
+import subprocess
+import sys
 import time
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
@@ -121,3 +123,49 @@ def write_json(path: str | os.PathLike, data: Mapping[str, Any], *, benchmark: s
     path.write_text(json.dumps(payload, indent=2, default=str))
     print(f"wrote {path}")
     return path
+
+
+# ------------------------------------------------------------------ comparison benchmarks (arms x seeds)
+ROOT = Path(__file__).resolve().parents[1]
+_VENV_LEVELRAY = ROOT / ".venv" / "bin" / "levelray"
+LEVELRAY = [str(_VENV_LEVELRAY)] if _VENV_LEVELRAY.exists() else [sys.executable, "-m", "levelray.deploy.cli"]
+
+
+def run_levelray(cmd: list[str], log: Path, env: Mapping[str, str] | None = None) -> str:
+    """Run a `levelray` command (`[*LEVELRAY, ...]`) from the repo root; stdout+stderr go to `log`; returns
+    stdout. A failure ends the benchmark with the command's last 30 lines."""
+    start = time.time()
+    print(f"$ levelray {' '.join(cmd[len(LEVELRAY):])}", file=sys.stderr, flush=True)
+    proc = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, env=None if env is None else dict(env))
+    log.write_text(f"$ {' '.join(cmd)}\n--- stdout\n{proc.stdout}\n--- stderr\n{proc.stderr}")
+    if proc.returncode != 0:
+        tail = "\n".join((proc.stdout + proc.stderr).splitlines()[-30:])
+        raise SystemExit(f"command failed (exit {proc.returncode}, log {log}):\n{tail}")
+    print(f"  done in {time.time() - start:.0f} s: {log.name}", file=sys.stderr, flush=True)
+    return proc.stdout
+
+
+def thread_share_env(parallel: int) -> dict[str, str]:
+    """The environment for one of `parallel` runs at once: an equal share of the cores as torch's threads
+    (each run with torch's default threads would oversubscribe the machine)."""
+    threads = str(max(1, (os.cpu_count() or 1) // max(1, parallel)))
+    return {**os.environ, "OMP_NUM_THREADS": threads, "MKL_NUM_THREADS": threads}
+
+
+def ci_stat(values: Sequence[float | None]) -> dict:
+    """{mean, ci95 (Student-t half-width; None for fewer than 2 values), n} over the values that are not None."""
+    from levelray.deploy.stats import mean_ci
+
+    xs = [float(v) for v in values if v is not None]
+    if not xs:
+        return {"mean": None, "ci95": None, "n": 0}
+    mean, half = mean_ci(xs)
+    return {"mean": mean, "ci95": None if len(xs) < 2 else half, "n": len(xs)}
+
+
+def fmt_ci(stat: Mapping | None, spec: str = ".3f") -> str:
+    """"mean ± half-width" of a `ci_stat` ("-" when it has no values)."""
+    if not stat or stat.get("mean") is None:
+        return "-"
+    half = "" if stat.get("ci95") is None else f" ± {format(stat['ci95'], spec)}"
+    return f"{format(stat['mean'], spec)}{half}"

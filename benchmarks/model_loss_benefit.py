@@ -33,17 +33,14 @@ from __future__ import annotations
 import argparse
 import json
 import shutil
-import subprocess
 import sys
 import time
+from concurrent.futures import ThreadPoolExecutor
+from functools import partial
 from pathlib import Path
 
-from benchmarks.common import print_table, write_json
-from levelray.deploy.stats import mean_ci
+from benchmarks.common import LEVELRAY, ROOT, ci_stat, fmt_ci, print_table, run_levelray, thread_share_env, write_json
 
-ROOT = Path(__file__).resolve().parents[1]
-_VENV_LEVELRAY = ROOT / ".venv" / "bin" / "levelray"
-LEVELRAY = [str(_VENV_LEVELRAY)] if _VENV_LEVELRAY.exists() else [sys.executable, "-m", "levelray.deploy.cli"]
 ARMS = ("none", "muzero")
 FAMILIES = {
     "minigrid": {"env": ["--env", "minigrid:DoorKey-5x5", "--num-levels", "200", "--start-level", "0"],
@@ -52,19 +49,6 @@ FAMILIES = {
     "cartpole": {"env": ["--env", "CartPole-v1"], "levels": "test", "steps": 300_000, "quick_steps": 4_000,
                  "threshold": 475.0, "success_return": 475.0},
 }
-
-
-def _run(cmd: list[str], log: Path) -> str:
-    """Run a levelray command from the repo root; stdout+stderr go to `log`; returns stdout."""
-    start = time.time()
-    print(f"$ levelray {' '.join(cmd[len(LEVELRAY):])}", file=sys.stderr, flush=True)
-    proc = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True)
-    log.write_text(f"$ {' '.join(cmd)}\n--- stdout\n{proc.stdout}\n--- stderr\n{proc.stderr}")
-    if proc.returncode != 0:
-        tail = "\n".join((proc.stdout + proc.stderr).splitlines()[-30:])
-        raise SystemExit(f"command failed (exit {proc.returncode}, log {log}):\n{tail}")
-    print(f"  done in {time.time() - start:.0f} s", file=sys.stderr, flush=True)
-    return proc.stdout
 
 
 def steps_to_threshold(records: list[dict], threshold: float) -> int | None:
@@ -76,25 +60,7 @@ def steps_to_threshold(records: list[dict], threshold: float) -> int | None:
     return None
 
 
-def _ci(values: list[float]) -> dict:
-    values = [v for v in values if v is not None]
-    if not values:
-        return {"mean": None, "ci95": None, "n": 0}
-    if len(values) == 1:
-        return {"mean": values[0], "ci95": None, "n": 1}
-    mean, half = mean_ci(values)
-    return {"mean": mean, "ci95": half, "n": len(values)}
-
-
-def _fmt(stat: dict, digits: int = 3) -> str:
-    if stat["mean"] is None:
-        return "-"
-    if stat["ci95"] is None:
-        return f"{stat['mean']:.{digits}f}"
-    return f"{stat['mean']:.{digits}f} ± {stat['ci95']:.{digits}f}"
-
-
-def run_one(family: str, arm: str, seed: int, args, out: Path, total: int, episodes: int) -> dict:
+def run_one(family: str, arm: str, seed: int, args, out: Path, total: int, episodes: int, env: dict) -> dict:
     fam = FAMILIES[family]
     run = out / family / arm / f"seed{seed}"
     cmd = [*LEVELRAY, "train", "--backend", args.backend, *fam["env"], "--model-loss", arm, "--seed", str(seed),
@@ -104,12 +70,13 @@ def run_one(family: str, arm: str, seed: int, args, out: Path, total: int, episo
         cmd += ["--num-actors", "1", "--envs-per-actor", "4"]
     cmd += args.train_args
     start = time.time()
-    _run(cmd, out / family / f"train-{arm}-seed{seed}.log")
+    run_levelray(cmd, out / family / f"train-{arm}-seed{seed}.log", env)
     wall = time.time() - start
     records = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines() if line.strip()]
     ev_cmd = [*LEVELRAY, "evaluate", str(run), "--levels", fam["levels"], "--episodes", str(episodes),
               "--seed", str(seed), "--json", "--backend", "inline"]
-    ev = json.loads(_run(ev_cmd, out / family / f"evaluate-{arm}-seed{seed}.log").strip().splitlines()[-1])
+    ev = json.loads(run_levelray(ev_cmd, out / family / f"evaluate-{arm}-seed{seed}.log", env)
+                    .strip().splitlines()[-1])
     test = ev["results"]["test"]
     if fam["success_return"] is not None:
         success = sum(r >= fam["success_return"] for r in test["returns"]) / len(test["returns"])
@@ -126,17 +93,22 @@ def run_one(family: str, arm: str, seed: int, args, out: Path, total: int, episo
     }
 
 
+def _run_job(family: str, args, out: Path, total: int, episodes: int, env: dict, job: tuple[int, str]) -> dict:
+    seed, arm = job
+    return run_one(family, arm, seed, args, out, total, episodes, env)
+
+
 def summarise(runs: list[dict], family: str, arm: str) -> dict:
     mine = [r for r in runs if r["family"] == family and r["arm"] == arm]
     reached = [r["steps_to_threshold"] for r in mine if r["steps_to_threshold"] is not None]
     return {
         "family": family, "arm": arm, "seeds": len(mine),
-        "test_return": _ci([r["test_return"] for r in mine]),
-        "test_success": _ci([r["test_success"] for r in mine]),
-        "training_return": _ci([r["training_return_last100"] for r in mine]),
-        "steps_to_threshold": _ci([float(s) for s in reached]),
+        "test_return": ci_stat([r["test_return"] for r in mine]),
+        "test_success": ci_stat([r["test_success"] for r in mine]),
+        "training_return": ci_stat([r["training_return_last100"] for r in mine]),
+        "steps_to_threshold": ci_stat([float(s) for s in reached]),
         "reached_threshold": len(reached),
-        "train_wall_s": _ci([r["train_wall_s"] for r in mine]),
+        "train_wall_s": ci_stat([r["train_wall_s"] for r in mine]),
     }
 
 
@@ -148,6 +120,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--total-steps", type=int, default=None, help="env steps per run (default: per family)")
     p.add_argument("--eval-episodes", type=int, default=None, help="episodes per level set (default 50; 4 --quick)")
     p.add_argument("--backend", choices=("inline", "ray"), default="inline")
+    p.add_argument("--parallel", type=int, default=1,
+                   help="runs at once, each with cores/parallel torch threads (inline runs are synchronous, so "
+                        "this changes wall time, not what is learned)")
     p.add_argument("--out-dir", default=None,
                    help="run directories (default: a fresh benchmarks/out/model_loss_benefit)")
     p.add_argument("--json", default=str(ROOT / "benchmarks" / "out" / "model_loss_benefit.json"))
@@ -169,17 +144,18 @@ def main(argv: list[str] | None = None) -> int:
         (out / family).mkdir(parents=True, exist_ok=True)
         total = args.total_steps or (FAMILIES[family]["quick_steps"] if args.quick else FAMILIES[family]["steps"])
         budgets[family] = total
-        for seed in range(seeds):  # arms interleaved per seed: a slow spell of the machine hits both
-            for arm in ARMS:
-                runs.append(run_one(family, arm, seed, args, out, total, episodes))
-        _run([*LEVELRAY, "report", *(r["run_dir"] for r in runs if r["family"] == family), "--group-by",
+        jobs = [(seed, arm) for seed in range(seeds) for arm in ARMS]  # interleaved: a slow spell hits both arms
+        env = thread_share_env(args.parallel)
+        with ThreadPoolExecutor(max_workers=max(1, args.parallel)) as pool:
+            runs += pool.map(partial(_run_job, family, args, out, total, episodes, env), jobs)
+        run_levelray([*LEVELRAY, "report", *(r["run_dir"] for r in runs if r["family"] == family), "--group-by",
               "model.loss", "--out", str(out / family / "report")], out / family / "report.log")
 
     summary = [summarise(runs, f, a) for f in families for a in ARMS]
-    rows = [[s["family"], s["arm"], s["seeds"], f"{budgets[s['family']]:,}", _fmt(s["test_return"]),
-             _fmt(s["test_success"], 2), _fmt(s["training_return"]),
-             f"{_fmt(s['steps_to_threshold'], 0)} ({s['reached_threshold']}/{s['seeds']})",
-             _fmt(s["train_wall_s"], 0)] for s in summary]
+    rows = [[s["family"], s["arm"], s["seeds"], f"{budgets[s['family']]:,}", fmt_ci(s["test_return"]),
+             fmt_ci(s["test_success"], ".2f"), fmt_ci(s["training_return"]),
+             f"{fmt_ci(s['steps_to_threshold'], ',.0f')} ({s['reached_threshold']}/{s['seeds']})",
+             fmt_ci(s["train_wall_s"], ".0f")] for s in summary]
     print(f"\nmodel loss benefit, backend {args.backend}, {seeds} seeds per arm, {episodes} evaluation episodes "
           f"per level set; mean ± 95% t-CI over seeds; {time.time() - start:.0f} s in all")
     print_table(rows, ["family", "model loss", "seeds", "env steps", "test return", "test success",

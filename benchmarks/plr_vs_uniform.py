@@ -36,21 +36,14 @@ from __future__ import annotations
 
 import argparse
 import json
-import math
-import os
 import shutil
-import subprocess
 import sys
 import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
-from benchmarks.common import print_table, write_json
-from levelray.deploy.stats import mean_ci
+from benchmarks.common import LEVELRAY, ROOT, ci_stat, fmt_ci, print_table, run_levelray, thread_share_env, write_json
 
-ROOT = Path(__file__).resolve().parents[1]
-_VENV_LEVELRAY = ROOT / ".venv" / "bin" / "levelray"
-LEVELRAY = [str(_VENV_LEVELRAY)] if _VENV_LEVELRAY.exists() else [sys.executable, "-m", "levelray.deploy.cli"]
 STRATEGIES = ("random", "value_l1")
 # PLR paper (Jiang et al. 2021), Table 2, procgen easy, 200 training levels, 25M steps: mean test return
 PAPER = {"procgen:bigfish": {"steps": 25_000_000, "random": 3.7, "value_l1": 10.9}}
@@ -68,19 +61,6 @@ PROTOCOL_TRAIN_ARGS = {
 }
 
 
-def _run(cmd: list[str], log: Path, env: dict | None = None) -> str:
-    """Run a levelray command from the repo root; stdout+stderr go to `log`; returns stdout."""
-    start = time.time()
-    print(f"$ levelray {' '.join(cmd[len(LEVELRAY):])}", file=sys.stderr, flush=True)
-    proc = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, env=env)
-    log.write_text(f"$ {' '.join(cmd)}\n--- stdout\n{proc.stdout}\n--- stderr\n{proc.stderr}")
-    if proc.returncode != 0:
-        tail = "\n".join((proc.stdout + proc.stderr).splitlines()[-30:])
-        raise SystemExit(f"command failed (exit {proc.returncode}, log {log}):\n{tail}")
-    print(f"  done in {time.time() - start:.0f} s: {log.name}", file=sys.stderr, flush=True)
-    return proc.stdout
-
-
 def steps_to_threshold(records: list[dict], threshold: float) -> int | None:
     """Env steps of the first held-out evaluation whose success rate reached `threshold` (None: never)."""
     for rec in records:
@@ -96,24 +76,15 @@ def arm_summary(runs: list[dict], budget: int) -> dict:
     out: dict = {"n": len(runs)}
     for key in ("test_return", "test_success", "train_return", "train_success", "generalization_gap",
                 "training_return_last100", "env_steps"):
-        values = [r[key] for r in runs if r.get(key) is not None]
-        if values:
-            mean, half = mean_ci(values)
-            out[key] = {"mean": mean, "ci95": None if math.isnan(half) else half, "n": len(values)}
+        stat = ci_stat([r.get(key) for r in runs])
+        if stat["n"]:
+            out[key] = stat
     steps = [r["steps_to_threshold"] for r in runs if "steps_to_threshold" in r]
     if steps:
-        reached = [s for s in steps if s is not None]
-        mean, half = mean_ci([budget if s is None else s for s in steps])
-        out["steps_to_threshold"] = {"mean": mean, "ci95": None if math.isnan(half) else half,
-                                     "reached": len(reached), "n": len(steps), "lower_bound": len(reached) < len(steps)}
+        reached = sum(s is not None for s in steps)
+        out["steps_to_threshold"] = {**ci_stat([budget if s is None else s for s in steps]), "reached": reached,
+                                     "lower_bound": reached < len(steps)}
     return out
-
-
-def _ci(stat: dict | None, spec: str = ".3f") -> str:
-    if not stat:
-        return "n/a"
-    half = "" if stat.get("ci95") is None else f" ± {format(stat['ci95'], spec)}"
-    return f"{format(stat['mean'], spec)}{half}"
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -162,16 +133,14 @@ def main(argv: list[str] | None = None) -> int:
     if args.quick and args.protocol == "procgen":
         common += ["--num-actors", "2", "--envs-per-actor", "4"]  # 2 actors: batches of 2 distinct unrolls
     common += args.train_args
-    # Each run gets an equal share of the cores: two runs with torch's default threads would oversubscribe.
-    threads = str(max(1, (os.cpu_count() or 1) // parallel))
-    child_env = {**os.environ, "OMP_NUM_THREADS": threads, "MKL_NUM_THREADS": threads}
+    child_env = thread_share_env(parallel)
 
     def one_run(strategy: str, seed: int) -> dict:
         name = f"{strategy}-seed{seed}"
         run = out / name
         start = time.time()
-        _run([*LEVELRAY, "train", *common, "--seed", str(seed), "--level-strategy", strategy, "--run-dir", str(run)],
-             out / f"train-{name}.log", child_env)
+        run_levelray([*LEVELRAY, "train", *common, "--seed", str(seed), "--level-strategy", strategy,
+                      "--run-dir", str(run)], out / f"train-{name}.log", child_env)
         train_s = time.time() - start
         records = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines() if line.strip()]
         last = records[-1]
@@ -179,7 +148,7 @@ def main(argv: list[str] | None = None) -> int:
                     "--seed", str(seed), "--json", "--backend", backend]
         if args.eval_greedy:
             eval_cmd.append("--greedy")
-        ev = json.loads(_run(eval_cmd, out / f"evaluate-{name}.log", child_env).strip().splitlines()[-1])
+        ev = json.loads(run_levelray(eval_cmd, out / f"evaluate-{name}.log", child_env).strip().splitlines()[-1])
         tr, te = ev["results"]["train"], ev["results"]["test"]
         result = {
             "strategy": strategy, "seed": seed, "run_dir": str(run), "env_steps": last["env_steps"],
@@ -198,7 +167,7 @@ def main(argv: list[str] | None = None) -> int:
     with ThreadPoolExecutor(max_workers=parallel) as pool:
         results = list(pool.map(lambda job: one_run(*job), jobs))
     wall_s = time.time() - started
-    _run([*LEVELRAY, "report", *(r["run_dir"] for r in results), "--out", str(out / "report"),
+    run_levelray([*LEVELRAY, "report", *(r["run_dir"] for r in results), "--out", str(out / "report"),
           "--group-by", "levels.strategy"], out / "report.log")
 
     arms = {s: arm_summary([r for r in results if r["strategy"] == s], total) for s in strategies}
@@ -215,11 +184,11 @@ def main(argv: list[str] | None = None) -> int:
     rows = []
     for s, a in arms.items():
         stt = a.get("steps_to_threshold")
-        stt_text = "n/a" if not stt else (f"{_ci(stt, ',.0f')}{' (lower bound)' if stt['lower_bound'] else ''}, "
+        stt_text = "n/a" if not stt else (f"{fmt_ci(stt, ',.0f')}{' (lower bound)' if stt['lower_bound'] else ''}, "
                                           f"{stt['reached']}/{stt['n']} reached")
         paper = PAPER.get(env_id, {}).get(s)
-        rows.append([s, a["n"], _ci(a.get("test_return")), _ci(a.get("test_success")), _ci(a.get("train_return")),
-                     _ci(a.get("generalization_gap")), stt_text,
+        rows.append([s, a["n"], fmt_ci(a.get("test_return")), fmt_ci(a.get("test_success")),
+                     fmt_ci(a.get("train_return")), fmt_ci(a.get("generalization_gap")), stt_text,
                      "n/a" if paper is None else f"{paper} @ {PAPER[env_id]['steps'] // 1_000_000}M"])
     print_table(rows, ["strategy", "seeds", "test return", "test success", "train return", "train-test gap",
                        f"steps to test success {threshold}", "paper test return"])
