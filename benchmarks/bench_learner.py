@@ -28,9 +28,10 @@ CASES = {
 COLUMNS = ["model", "device", "T", "B", ("update_ms", "update ms"), ("samples_per_s", "samples/s")]
 
 
-def make_batch(spec: EnvSpec, T: int, B: int, rng: np.random.Generator) -> dict:
+def make_batch(spec: EnvSpec, T: int, B: int, rng: np.random.Generator, obs_high: int = 256) -> dict:
+    """Random `[T, B, ...]` learner inputs of `spec`'s shapes (uint8 observations below `obs_high`)."""
     if spec.obs_dtype == "uint8":
-        obs = rng.integers(0, 256, size=(T + 1, B, *spec.obs_shape), dtype=np.uint8)
+        obs = rng.integers(0, obs_high, size=(T + 1, B, *spec.obs_shape), dtype=np.uint8)
     else:
         obs = rng.normal(size=(T + 1, B, *spec.obs_shape)).astype(np.float32)
     return {

@@ -21,6 +21,7 @@ import time
 import numpy as np
 import torch
 
+from benchmarks.bench_learner import make_batch
 from benchmarks.common import print_table, write_json
 from levelray.contracts.config import RunConfig
 from levelray.contracts.presets import apply_preset
@@ -39,22 +40,11 @@ COLUMNS = ["model", "arm", "device", ("columns", "B"), ("update_ms", "update ms"
 
 
 def make_unroll(spec: EnvSpec, T: int, K: int, rng: np.random.Generator, actor: int) -> dict:
-    if spec.obs_dtype == "uint8":
-        obs = rng.integers(0, 11, size=(T + 1, K, *spec.obs_shape), dtype=np.uint8)
-    else:
-        obs = rng.normal(size=(T + 1, K, *spec.obs_shape)).astype(np.float32)
-    return {
-        "obs": obs,
-        "actions": rng.integers(0, spec.num_actions, size=(T, K)),
-        "rewards": rng.normal(size=(T, K)).astype(np.float32),
-        "terminated": rng.random((T, K)) < 0.02,
-        "truncated": np.zeros((T, K), dtype=bool),
-        "behaviour_params": rng.normal(size=(T, K, spec.num_actions)).astype(np.float32),
-        "level_seeds": np.zeros((T, K), dtype=np.int64),
-        "env_ids": np.arange(K, dtype=np.int64),
-        "policy_version": 0,
-        "actor_id": actor,
-    }
+    """One actor's unroll as the replay service stores it (MiniGrid-sized symbol ids below 11)."""
+    unroll = make_batch(spec, T, K, rng, obs_high=11)
+    unroll["terminated"] = rng.random((T, K)) < 0.02
+    return {**unroll, "level_seeds": np.zeros((T, K), dtype=np.int64), "env_ids": np.arange(K, dtype=np.int64),
+            "policy_version": 0, "actor_id": actor}
 
 
 def make_core(case: str, arm: str, device: str) -> tuple[LearnerCore, RunConfig]:
