@@ -158,6 +158,7 @@ class RunDir:
             "config": to_dict(config) if config is not None else None,
             "files": {name: _digest(tmp / name) for name in files},
         }
+        meta["meta_sha256"] = _meta_digest(meta)
         snapshot.atomic_write_bytes(tmp / "meta.json", json.dumps(meta).encode())
         snapshot.fsync_dir(tmp)
         if final.exists():
@@ -216,6 +217,12 @@ def load_checkpoint(path: Path, device: str = "cpu") -> dict[str, Any]:
         meta = json.loads(meta_path.read_text())
     except (OSError, json.JSONDecodeError) as exc:
         raise ValueError(f"checkpoint {path.name} has no readable meta.json ({exc})") from exc
+    if not isinstance(meta, dict):
+        raise ValueError(f"checkpoint {path.name}: meta.json is not a JSON object")
+    # A damaged byte can leave valid JSON (a key renamed, a digit changed): meta.json checks itself. Checkpoints
+    # written before the digest existed have none and are read as they are.
+    if "meta_sha256" in meta and meta["meta_sha256"] != _meta_digest(meta):
+        raise ValueError(f"checkpoint {path.name}: meta.json is damaged (its sha256 does not match)")
     for name, expected in meta.get("files", {}).items():
         actual = _digest(path / name)
         if actual != expected:
@@ -226,6 +233,12 @@ def load_checkpoint(path: Path, device: str = "cpu") -> dict[str, Any]:
     out["levels"] = snapshot.load(path / "levels.msgpack") if (path / "levels.msgpack").exists() else None
     out["replay"] = snapshot.load(path / "replay.msgpack") if (path / "replay.msgpack").exists() else None
     return out
+
+
+def _meta_digest(meta: dict[str, Any]) -> str:
+    """sha256 of meta.json's content without its own digest, keys sorted (JSON floats round-trip exactly)."""
+    body = {k: v for k, v in meta.items() if k != "meta_sha256"}
+    return hashlib.sha256(json.dumps(body, sort_keys=True).encode()).hexdigest()
 
 
 def _digest(path: Path) -> dict[str, Any]:

@@ -216,6 +216,33 @@ def test_damaged_checkpoint_files_fall_back_or_fail_clearly(checkpoint_bytes, na
         assert ckpt["version"] == 1
 
 
+def test_every_byte_flip_of_meta_json_is_caught(checkpoint_bytes, tmp_path):
+    """Each single damaged byte of the newest meta.json, one at a time: the loader falls back to the older
+    checkpoint, or (only where the damage hit the name of the digest key itself) reads the newest one with
+    every other field intact. Hypothesis found the gap this closes: a flip inside a key name left valid JSON
+    without "version" or "files", and the checkpoint was taken as good."""
+    import shutil
+
+    run = RunDir(tmp_path / "run")
+    shutil.copytree(checkpoint_bytes.path, run.path, dirs_exist_ok=True)
+    target = run.list_checkpoints()[-1] / "meta.json"
+    original = target.read_bytes()
+    intact = json.loads(original)
+    accepted_newest = 0
+    for pos in range(len(original)):
+        data = bytearray(original)
+        data[pos] ^= 0x5A
+        target.write_bytes(bytes(data))
+        ckpt = run.load_latest_checkpoint()
+        if ckpt["version"] == 2:
+            accepted_newest += 1
+            assert {k: v for k, v in ckpt.items() if k in intact and k != "meta_sha256"} == {
+                k: v for k, v in intact.items() if k != "meta_sha256"}, pos
+        else:
+            assert ckpt["version"] == 1, pos
+    assert accepted_newest <= len("meta_sha256")
+
+
 def _level_core():
     return LevelServiceCore(np.arange(20), {"strategy": "value_l1", "rng": 0})
 
