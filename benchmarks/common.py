@@ -152,19 +152,8 @@ def thread_share_env(parallel: int) -> dict[str, str]:
     return {**os.environ, "OMP_NUM_THREADS": threads, "MKL_NUM_THREADS": threads}
 
 
-def ci_stat(values: Sequence[float | None]) -> dict:
-    """{mean, ci95 (Student-t half-width; None for fewer than 2 values), n} over the values that are not None."""
-    from levelray.deploy.stats import mean_ci
-
-    xs = [float(v) for v in values if v is not None]
-    if not xs:
-        return {"mean": None, "ci95": None, "n": 0}
-    mean, half = mean_ci(xs)
-    return {"mean": mean, "ci95": None if len(xs) < 2 else half, "n": len(xs)}
-
-
 def fmt_ci(stat: Mapping | None, spec: str = ".3f") -> str:
-    """"mean ± half-width" of a `ci_stat` ("-" when it has no values)."""
+    """"mean ± half-width" of a `levelray.deploy.stats.ci_summary` ("-" when it has no values)."""
     if not stat or stat.get("mean") is None:
         return "-"
     half = "" if stat.get("ci95") is None else f" ± {format(stat['ci95'], spec)}"

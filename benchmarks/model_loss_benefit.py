@@ -40,7 +40,8 @@ from concurrent.futures import ThreadPoolExecutor
 from functools import partial
 from pathlib import Path
 
-from benchmarks.common import LEVELRAY, ROOT, ci_stat, fmt_ci, print_table, run_levelray, thread_share_env, write_json
+from benchmarks.common import LEVELRAY, ROOT, fmt_ci, print_table, run_levelray, thread_share_env, write_json
+from levelray.deploy.stats import ci_summary
 
 ARMS = ("none", "muzero")
 FAMILIES = {
@@ -109,12 +110,12 @@ def summarise(runs: list[dict], family: str, arm: str) -> dict:
     reached = [r["steps_to_threshold"] for r in mine if r["steps_to_threshold"] is not None]
     return {
         "family": family, "arm": arm, "seeds": len(mine),
-        "test_return": ci_stat([r["test_return"] for r in mine]),
-        "test_success": ci_stat([r["test_success"] for r in mine]),
-        "training_return": ci_stat([r["training_return_last100"] for r in mine]),
-        "steps_to_threshold": ci_stat([float(s) for s in reached]),
+        "test_return": ci_summary([r["test_return"] for r in mine]),
+        "test_success": ci_summary([r["test_success"] for r in mine]),
+        "training_return": ci_summary([r["training_return_last100"] for r in mine]),
+        "steps_to_threshold": ci_summary([float(s) for s in reached]),
         "reached_threshold": len(reached),
-        "train_wall_s": ci_stat([r["train_wall_s"] for r in mine]),
+        "train_wall_s": ci_summary([r["train_wall_s"] for r in mine]),
     }
 
 

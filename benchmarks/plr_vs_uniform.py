@@ -42,7 +42,8 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
-from benchmarks.common import LEVELRAY, ROOT, ci_stat, fmt_ci, print_table, run_levelray, thread_share_env, write_json
+from benchmarks.common import LEVELRAY, ROOT, fmt_ci, print_table, run_levelray, thread_share_env, write_json
+from levelray.deploy.stats import ci_summary
 
 STRATEGIES = ("random", "value_l1")
 # PLR paper (Jiang et al. 2021), Table 2, procgen easy, 200 training levels, 25M steps: mean test return
@@ -76,13 +77,13 @@ def arm_summary(runs: list[dict], budget: int) -> dict:
     out: dict = {"n": len(runs)}
     for key in ("test_return", "test_success", "train_return", "train_success", "generalization_gap",
                 "training_return_last100", "env_steps"):
-        stat = ci_stat([r.get(key) for r in runs])
+        stat = ci_summary([r.get(key) for r in runs])
         if stat["n"]:
             out[key] = stat
     steps = [r["steps_to_threshold"] for r in runs if "steps_to_threshold" in r]
     if steps:
         reached = sum(s is not None for s in steps)
-        out["steps_to_threshold"] = {**ci_stat([budget if s is None else s for s in steps]), "reached": reached,
+        out["steps_to_threshold"] = {**ci_summary([budget if s is None else s for s in steps]), "reached": reached,
                                      "lower_bound": reached < len(steps)}
     return out
 

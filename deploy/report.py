@@ -35,7 +35,7 @@ import numpy as np
 
 from levelray.contracts.config import ConfigError, leaves
 from levelray.contracts.levels import UNSCORED_STRATEGIES
-from levelray.deploy.stats import mean_ci
+from levelray.deploy.stats import ci_summary, mean_ci
 
 BAND_POINTS = 60  # env-step grid the grouped curves are interpolated onto
 
@@ -273,12 +273,7 @@ def group_curve(runs: list[dict], key: str, x_key: str = "env_steps") -> dict[st
 
 def final_values(runs: list[dict], key: str) -> dict[str, Any]:
     """Mean and 95% t-interval of the runs' last `key` (n: how many runs have one)."""
-    values = [v for v in (_last(r["records"], key) for r in runs)
-              if isinstance(v, int | float) and math.isfinite(v)]
-    if not values:
-        return {"n": 0, "mean": None, "ci95": None}
-    mean, half = mean_ci(values)
-    return {"n": len(values), "mean": mean, "ci95": None if math.isnan(half) else half}
+    return ci_summary([_last(r["records"], key) for r in runs])
 
 
 def bands_figure(runs: list[dict], out: Path, group_by: str) -> dict:

@@ -15,7 +15,7 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 
-__all__ = ["mean_ci", "t_quantile"]
+__all__ = ["ci_summary", "mean_ci", "t_quantile"]
 
 
 def _beta_continued_fraction(a: float, b: float, x: float) -> float:
@@ -92,3 +92,13 @@ def mean_ci(values: Sequence[float], level: float = 0.95) -> tuple[float, float]
         return mean, math.nan
     sd = math.sqrt(math.fsum((v - mean) ** 2 for v in xs) / (n - 1))
     return mean, t_quantile(0.5 + level / 2.0, n - 1) * sd / math.sqrt(n)
+
+
+def ci_summary(values: Sequence[float | None]) -> dict:
+    """{mean, ci95 (half-width; None below 2 values), n} over the values that are finite numbers: the form
+    the report's groups table and the comparison benchmarks' JSON use. No values: mean None, n 0."""
+    xs = [float(v) for v in values if isinstance(v, int | float) and not isinstance(v, bool) and math.isfinite(v)]
+    if not xs:
+        return {"mean": None, "ci95": None, "n": 0}
+    mean, half = mean_ci(xs)
+    return {"mean": mean, "ci95": None if len(xs) < 2 else half, "n": len(xs)}

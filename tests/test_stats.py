@@ -72,3 +72,13 @@ def test_one_value_has_no_spread_and_bad_input_is_refused():
         t_quantile(1.0, 3)
     with pytest.raises(ValueError, match="df"):
         t_quantile(0.9, 0)
+
+
+def test_ci_summary_keeps_only_finite_numbers():
+    from levelray.deploy.stats import ci_summary
+
+    got = ci_summary([1.0, None, float("nan"), 3, True, float("inf")])
+    assert got["n"] == 2 and got["mean"] == 2.0
+    assert got["ci95"] == pytest.approx(t_quantile(0.975, 1) * math.sqrt(2.0) / math.sqrt(2))
+    assert ci_summary([5.0]) == {"mean": 5.0, "ci95": None, "n": 1}
+    assert ci_summary([None]) == {"mean": None, "ci95": None, "n": 0}
