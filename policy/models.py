@@ -38,7 +38,30 @@ class _ConvSequence(nn.Module):
         return self.res1(self.res0(x))
 
 
-class ImpalaCNN(nn.Module):
+class _SharedTorso(nn.Module):
+    """A network whose policy and value heads read one feature vector `_features(obs) [N, latent_dim]`:
+    that vector is also the representation the model loss (`learner.model_loss`) unrolls."""
+
+    policy: nn.Module
+    value: nn.Module
+
+    def _features(self, obs: torch.Tensor) -> torch.Tensor:
+        raise NotImplementedError
+
+    def forward(self, obs: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        x = self._features(obs)
+        return self.policy(x), self.value(x).squeeze(-1)
+
+    def policy_params(self, obs: torch.Tensor) -> torch.Tensor:
+        """The policy head alone: what an actor needs to act."""
+        return self.policy(self._features(obs))
+
+    def representation(self, obs: torch.Tensor) -> torch.Tensor:
+        """The features both heads read, `[N, latent_dim]`."""
+        return self._features(obs)
+
+
+class ImpalaCNN(_SharedTorso):
     """Espeholt et al. 2018 (fig. 3, large network) as used for Procgen: depths 16/32/32, 256 units."""
 
     def __init__(self, spec: EnvSpec, depths: tuple[int, ...] = (16, 32, 32), hidden: int = 256):
@@ -60,21 +83,9 @@ class ImpalaCNN(nn.Module):
         x = F.relu(self.trunk(x)).flatten(1)
         return F.relu(self.fc(x))
 
-    def forward(self, obs: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        x = self._features(obs)
-        return self.policy(x), self.value(x).squeeze(-1)
-
-    def policy_params(self, obs: torch.Tensor) -> torch.Tensor:
-        """The policy head alone: what an actor needs to act."""
-        return self.policy(self._features(obs))
-
     @property
     def latent_dim(self) -> int:
         return self.fc.out_features
-
-    def representation(self, obs: torch.Tensor) -> torch.Tensor:
-        """The torso both heads read, `[N, latent_dim]`: what the model loss (`learner.model_loss`) unrolls."""
-        return self._features(obs)
 
 
 class MLP(nn.Module):
@@ -125,7 +136,7 @@ class MLP(nn.Module):
         return torch.cat([self.policy[:-1](x), self.value[:-1](x)], dim=1)
 
 
-class MiniGridNet(nn.Module):
+class MiniGridNet(_SharedTorso):
     """For MiniGrid's symbolic view (`contracts.spec.MINIGRID_OBS`, uint8 `[7, 7, 4]`).
 
     Each cell's object, colour and state index has a learned embedding (one table, offset per channel,
@@ -178,21 +189,9 @@ class MiniGridNet(nn.Module):
         x = self.conv(cells.permute(0, 3, 1, 2)).flatten(1)
         return torch.cat([x, self.embed(idx[:, 0, 0, 3])], dim=1)
 
-    def forward(self, obs: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        x = self._features(obs)
-        return self.policy(x), self.value(x).squeeze(-1)
-
-    def policy_params(self, obs: torch.Tensor) -> torch.Tensor:
-        """The policy tower alone: what an actor needs to act."""
-        return self.policy(self._features(obs))
-
     @property
     def latent_dim(self) -> int:
         return self.policy[0].in_features
-
-    def representation(self, obs: torch.Tensor) -> torch.Tensor:
-        """The features both towers read, `[N, latent_dim]`: what the model loss unrolls."""
-        return self._features(obs)
 
 
 MODEL_KINDS = ("auto", "impala_cnn", "minigrid_cnn", "mlp")
