@@ -34,3 +34,16 @@ def apply_overrides(cfg, overrides: dict) -> None:
 
     for key, value in overrides.items():
         set_path(cfg, key.replace("__", "."), value)
+
+
+def cartpole_config(tmp_path, **overrides):
+    """A `RunConfig` for CartPole-v1 with no metrics port and its run directory under `tmp_path`, then the
+    `section__field=value` overrides (each test file's own sizes first, then the test's)."""
+    from levelray.contracts.config import RunConfig
+
+    cfg = RunConfig()
+    cfg.env.id = "CartPole-v1"
+    cfg.metrics_port = 0
+    cfg.run_dir = str(tmp_path / "run")
+    apply_overrides(cfg, overrides)
+    return cfg

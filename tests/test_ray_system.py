@@ -20,24 +20,17 @@ from levelray.contracts.config import RunConfig, to_dict
 from levelray.deploy.driver import train
 from levelray.deploy.ray_backend import RayJob
 from levelray.deploy.rundir import RunDir
-from tests.support import apply_overrides, free_port, wait_for
+from tests import support
+from tests.support import free_port, wait_for
 
 REPO = Path(__file__).resolve().parents[1]
 
 
 def cartpole_config(tmp_path, **overrides) -> RunConfig:
-    cfg = RunConfig()
-    cfg.env.id = "CartPole-v1"
-    cfg.env.num_levels = 0
-    cfg.actors.num_actors = 2
-    cfg.actors.envs_per_actor = 8
-    cfg.learner.batch_size = 2
-    cfg.learner.learning_rate = 1e-3  # 2e-3 sometimes collapses the policy at ~3 versions of lag
-    cfg.metrics_port = 0
-    cfg.report_interval_s = 0.5
-    cfg.run_dir = str(tmp_path / "run")
-    apply_overrides(cfg, overrides)
-    return cfg
+    sizes = dict(env__num_levels=0, actors__num_actors=2, actors__envs_per_actor=8, learner__batch_size=2,
+                 learner__learning_rate=1e-3,  # 2e-3 sometimes collapses the policy at ~3 versions of lag
+                 report_interval_s=0.5)
+    return support.cartpole_config(tmp_path, **{**sizes, **overrides})
 
 
 

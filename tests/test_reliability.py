@@ -18,24 +18,16 @@ from levelray.contracts.config import RunConfig
 from levelray.deploy.driver import write_checkpoint
 from levelray.deploy.ray_backend import RayJob
 from levelray.deploy.rundir import RunDir
-from tests.support import apply_overrides, wait_for
+from tests import support
+from tests.support import wait_for
 
 REPO = Path(__file__).resolve().parents[1]
 
 
 def job_config(tmp_path, **kw) -> RunConfig:
-    cfg = RunConfig()
-    cfg.env.id = "CartPole-v1"
-    cfg.env.num_levels = 50
-    cfg.actors.num_actors = 2
-    cfg.actors.envs_per_actor = 4
-    cfg.learner.batch_size = 2
-    cfg.levels.snapshot_interval_s = 0.5
-    cfg.replay.snapshot_interval_s = 0.5
-    cfg.metrics_port = 0
-    cfg.run_dir = str(tmp_path / "run")
-    apply_overrides(cfg, kw)
-    return cfg
+    sizes = dict(env__num_levels=50, actors__num_actors=2, actors__envs_per_actor=4, learner__batch_size=2,
+                 levels__snapshot_interval_s=0.5, replay__snapshot_interval_s=0.5)
+    return support.cartpole_config(tmp_path, **{**sizes, **kw})
 
 
 

@@ -18,24 +18,17 @@ from levelray.contracts.config import RunConfig
 from levelray.deploy.ray_backend import RayJob
 from levelray.deploy.rundir import RunDir
 from levelray.deploy.supervisor import RESPAWN_DELAY_MAX_S, error_summary, respawn_delay
-from tests.support import apply_overrides, wait_for
+from tests import support
+from tests.support import wait_for
 
 REPO = Path(__file__).resolve().parents[1]
 DRIVER_ONLY_ENV = "LevelrayDriverOnlyCartPole-v0"
 
 
 def small_config(tmp_path, **overrides) -> RunConfig:
-    cfg = RunConfig()
-    cfg.env.id = "CartPole-v1"
-    cfg.env.num_levels = 0
-    cfg.actors.num_actors = 1
-    cfg.actors.envs_per_actor = 2
-    cfg.learner.batch_size = 2
-    cfg.metrics_port = 0
-    cfg.report_interval_s = 0.5
-    cfg.run_dir = str(tmp_path / "run")
-    apply_overrides(cfg, overrides)
-    return cfg
+    sizes = dict(env__num_levels=0, actors__num_actors=1, actors__envs_per_actor=2, learner__batch_size=2,
+                 report_interval_s=0.5)
+    return support.cartpole_config(tmp_path, **{**sizes, **overrides})
 
 
 def test_respawn_delay_doubles_from_half_a_second_to_a_cap():
