@@ -27,19 +27,21 @@ def _actors_for_this_machine() -> int:
     return max(1, os.cpu_count() or 1)
 
 
+# The PLR / procgen setting this project was built around: IMPALA CNN, 16 envs per actor.
+_PROCGEN: dict[str, Any] = {
+    "actors.num_actors": _actors_for_this_machine,
+    "actors.envs_per_actor": 16,
+    "actors.unroll_length": 20,
+    "actors.unrolls_per_submit": 1,
+    "learner.model": "impala_cnn",
+    "learner.batch_size": 2,
+    "learner.learning_rate": 5e-4,
+    "learner.entropy_weight": 0.01,
+}
+
 # dotted config path -> value, or a function of nothing that gives it (machine-dependent values)
 PRESETS: dict[str, dict[str, Any]] = {
-    # The PLR / procgen setting this project was built around: IMPALA CNN, 16 envs per actor.
-    "procgen": {
-        "actors.num_actors": _actors_for_this_machine,
-        "actors.envs_per_actor": 16,
-        "actors.unroll_length": 20,
-        "actors.unrolls_per_submit": 1,
-        "learner.model": "impala_cnn",
-        "learner.batch_size": 2,
-        "learner.learning_rate": 5e-4,
-        "learner.entropy_weight": 0.01,
-    },
+    "procgen": _PROCGEN,
     # benchmarks/bench_vs_rllib.py, benchmarks/cartpole_value_scale.py: 8 unrolls per update keep the
     # learner ahead of fast NumPy actors (policy lag ~2.5 versions); 4 unrolls per Ray call amortise it.
     "classic_control": {
@@ -75,17 +77,7 @@ PRESETS: dict[str, dict[str, Any]] = {
     # RMSProp 6e-4 was tuned for losses summed over the batch, levelray's are means. Levels do not change an
     # Atari game (the reset seed drives sticky actions and no-op starts): no level service, every episode a
     # fresh seed. Env throughput is measured (benchmarks/RESULTS.md); learning with these values is not yet.
-    "atari": {
-        "env.num_levels": 0,
-        "actors.num_actors": _actors_for_this_machine,
-        "actors.envs_per_actor": 16,
-        "actors.unroll_length": 20,
-        "actors.unrolls_per_submit": 1,
-        "learner.model": "impala_cnn",
-        "learner.batch_size": 2,
-        "learner.learning_rate": 5e-4,
-        "learner.entropy_weight": 0.01,
-    },
+    "atari": {**_PROCGEN, "env.num_levels": 0},
 }
 PRESET_NAMES = ("auto", "none", *PRESETS)
 
