@@ -151,7 +151,7 @@ class ProcgenVector(EnvVector):
                 num=1, env_name=self.game, num_levels=1, start_level=seed, distribution_mode=self.distribution_mode
             )
             blob = single.get_state()[0]
-            single.close() if hasattr(single, "close") else None
+            single.close()
             self.fresh_level_builds += 1
             self._start_states[seed] = blob
             if len(self._start_states) > self._max_cached:
@@ -159,6 +159,13 @@ class ProcgenVector(EnvVector):
         else:
             self._start_states.move_to_end(seed)
         return blob
+
+    def close(self) -> None:
+        """Close the C env now. Left to the garbage collector, gym3's `CEnv.__del__` looks up `libenv_close`
+        on the shared cffi library, which takes that library's (non-reentrant) lock: a collection that runs
+        while this thread already holds it (inside another lookup) deadlocks. Seen once in the suite: an
+        evaluation hung until pytest-timeout's alarm broke the wait 300 s later."""
+        self.env.close()
 
     def _inject(self, env_indices: np.ndarray) -> None:
         """Start a chosen level in each listed env slot (one get_state/set_state for all of them)."""

@@ -125,3 +125,13 @@ def test_native_cartpole_vector_plays_exactly_the_looped_envs_episodes(max_episo
         truncations += int(a.truncated.sum())
     assert ends > 300 and (truncations > 50 if max_episode_steps else True)
     np.testing.assert_array_equal(native.current_levels(), looped.current_levels())
+
+
+def test_procgen_vector_close_frees_the_c_env_itself():
+    """`close()` closes procgen's C env at once, so the garbage collector's `CEnv.__del__` (which can deadlock
+    on cffi's library lock) finds nothing left to do."""
+    vec = make_env_vector(EnvConfig(id="procgen:coinrun", num_levels=10, start_level=0), 2, seed=0)
+    vec.reset()
+    assert not vec.env.closed
+    vec.close()
+    assert vec.env.closed
