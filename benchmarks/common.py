@@ -158,3 +158,18 @@ def fmt_ci(stat: Mapping | None, spec: str = ".3f") -> str:
         return "-"
     half = "" if stat.get("ci95") is None else f" ± {format(stat['ci95'], spec)}"
     return f"{format(stat['mean'], spec)}{half}"
+
+
+RETURN_WINDOW = 100  # episodes behind `episode_return_mean` once the run has finished that many
+
+
+def steps_to_threshold(records: list[dict], threshold: float) -> int | None:
+    """First env_steps in `metrics.jsonl` records at which the training return, a mean over the last 100
+    episodes, reached `threshold` (None: never). Records before the 100th episode are skipped: one lucky early
+    episode is a mean of one (a first version of model_loss_benefit reported DoorKey "reached 0.8" at 3,200
+    steps that way)."""
+    for r in records:
+        ret = r.get("episode_return_mean")
+        if ret is not None and ret >= threshold and (r.get("episodes") or 0) >= RETURN_WINDOW:
+            return int(r["env_steps"])
+    return None

@@ -40,7 +40,16 @@ from concurrent.futures import ThreadPoolExecutor
 from functools import partial
 from pathlib import Path
 
-from benchmarks.common import LEVELRAY, ROOT, fmt_ci, print_table, run_levelray, thread_share_env, write_json
+from benchmarks.common import (
+    LEVELRAY,
+    ROOT,
+    fmt_ci,
+    print_table,
+    run_levelray,
+    steps_to_threshold,
+    thread_share_env,
+    write_json,
+)
 from levelray.deploy.stats import ci_summary
 
 ARMS = ("none", "muzero")
@@ -51,20 +60,6 @@ FAMILIES = {
     "cartpole": {"env": ["--env", "CartPole-v1"], "levels": "test", "steps": 300_000, "quick_steps": 4_000,
                  "threshold": 475.0, "success_return": 475.0},
 }
-
-
-RETURN_WINDOW = 100  # episodes behind `episode_return_mean` once the run has finished that many
-
-
-def steps_to_threshold(records: list[dict], threshold: float) -> int | None:
-    """First env_steps at which the training return, a mean over the last 100 episodes, reached `threshold`
-    (None: never). Records before the 100th episode are skipped: one lucky early episode is a mean of one
-    (a first version of this benchmark reported DoorKey "reached 0.8" at 3,200 steps that way)."""
-    for r in records:
-        ret = r.get("episode_return_mean")
-        if ret is not None and ret >= threshold and (r.get("episodes") or 0) >= RETURN_WINDOW:
-            return int(r["env_steps"])
-    return None
 
 
 def run_one(family: str, arm: str, seed: int, args, out: Path, total: int, episodes: int, env: dict) -> dict:

@@ -99,6 +99,11 @@ class LearnerConfig:
         default=3e-3, metadata=_flag("--popart-beta", "step size of PopArt's target statistics", min=1e-8, max=1.0)
     )
     entropy_weight: float = field(default=0.01, metadata=_flag("--entropy-weight", "entropy bonus weight", min=0.0))
+    action_bound_weight: float = field(
+        default=1.0,
+        metadata=_flag("--action-bound-weight", "continuous actions: penalty on the Gaussian mean outside the "
+                       "action box (squared, in half-widths)", min=0.0),
+    )
     clip_rho: float | None = field(default=1.0, metadata=_flag("--clip-rho", "V-trace rho-bar (None: no clip)"))
     clip_c: float | None = field(default=1.0, metadata=_flag("--clip-c", "V-trace c-bar (None: no clip)"))
     clip_pg_rho: float | None = field(default=1.0, metadata=_flag("--clip-pg-rho", "policy-gradient rho clip"))
@@ -285,7 +290,8 @@ class RunConfig:
         default="auto",
         metadata=_flag("--preset", "defaults for the env's family (contracts/presets.py): auto picks one by the env "
                        "id, none keeps the general defaults",
-                       choices=("auto", "none", "procgen", "classic_control", "minigrid", "atari")),
+                       choices=("auto", "none", "procgen", "classic_control", "continuous_control", "minigrid",
+                                "atari")),
     )
     backend: str = field(default="ray", metadata=_flag("--backend", "ray or single-process", choices=("ray", "inline")))
     address: str | None = field(default=None, metadata=_flag("--address", "Ray cluster: auto or HOST:PORT"))

@@ -7,9 +7,8 @@ and fills every key the user did not set (by flag, YAML or, from Python, a dict 
 from that family's table below. The resolved config, with the preset's name, is what `config.yaml` holds.
 
 Presets are measured (see `benchmarks/RESULTS.md`) or, for Atari, the IMPALA paper's settings scaled to the
-machine as the procgen preset was (its comment says which value comes from where); a family without one
-(MuJoCo/Box2D-style continuous control, ...) runs on the general defaults of `contracts.config` and says so
-(`preset: none`).
+machine as the procgen preset was (its comment says which value comes from where); an env of no family
+runs on the general defaults of `contracts.config` and says so (`preset: none`).
 """
 
 from __future__ import annotations
@@ -20,6 +19,12 @@ from typing import Any
 from levelray.contracts.config import ConfigError, RunConfig, differing_paths, is_atari, set_path
 
 CLASSIC_CONTROL = ("CartPole-", "Acrobot-", "MountainCar-")
+# Box-action envs: gymnasium's classic and Box2D ones, and the MuJoCo suite (installed separately).
+CONTINUOUS_CONTROL = (
+    "Pendulum-", "MountainCarContinuous-", "LunarLanderContinuous-", "BipedalWalker",
+    "HalfCheetah-", "Hopper-", "Walker2d-", "Ant-", "Humanoid", "Swimmer-", "Reacher-", "Pusher-",
+    "InvertedPendulum-", "InvertedDoublePendulum-",
+)
 
 
 def _actors_for_this_machine() -> int:
@@ -56,6 +61,24 @@ PRESETS: dict[str, dict[str, Any]] = {
         "learner.learning_rate": 1e-3,
         "learner.entropy_weight": 0.01,
     },
+    # benchmarks/RESULTS.md, "Continuous control preset": measured on Pendulum-v1 (the one Box-action env that
+    # runs here without Box2D or MuJoCo). A Gaussian policy wants many small updates: one unroll per update
+    # (IMPALA takes one gradient step per batch, where PPO would take 10 epochs), no entropy bonus (it kept
+    # the std from shrinking to the precision Pendulum needs), lambda 0.95 as GAE-based baselines use. One
+    # actor: a batch-1 learner consumes about one actor's output, and each extra actor adds policy lag.
+    "continuous_control": {
+        "env.num_levels": 0,
+        "actors.num_actors": 1,
+        "actors.envs_per_actor": 8,
+        "actors.unroll_length": 20,
+        "actors.unrolls_per_submit": 1,
+        "learner.model": "mlp",
+        "learner.hidden_sizes": [64, 64],
+        "learner.batch_size": 1,
+        "learner.learning_rate": 1e-3,
+        "learner.entropy_weight": 0.0,
+        "learner.lambda_": 0.95,
+    },
     # benchmarks/RESULTS.md, "MiniGridNet learns" and "PLR vs uniform on MiniGrid": 16 envs per actor and
     # batches of 2 unrolls of 20 steps learn DoorKey-5x5 in ~430k and DoorKey-6x6 in ~1M env steps.
     "minigrid": {
@@ -88,6 +111,8 @@ def family(env_id: str) -> str:
         return "procgen"
     if env_id.startswith(CLASSIC_CONTROL):
         return "classic_control"
+    if env_id.startswith(CONTINUOUS_CONTROL):
+        return "continuous_control"
     if env_id.startswith("minigrid:"):
         return "minigrid"
     if is_atari(env_id):

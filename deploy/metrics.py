@@ -27,7 +27,9 @@ METRICS = {
     "levelray_learner_updates_total": ("counter", "Learner updates (the learner version)"),
     "levelray_learner_samples_total": ("counter", "Samples (steps) trained on"),
     "levelray_learner_version": ("gauge", "Current learner version"),
-    "levelray_learner_loss": ("gauge", "Learner losses of the last update, by kind (total, policy, value)"),
+    "levelray_learner_loss": (
+        "gauge", "Learner losses of the last update, by kind (total, policy, value; action_bound for continuous "
+                 "actions, NaN otherwise)"),
     "levelray_learner_model_loss": (
         "gauge", "Model loss (--model-loss muzero) of the last update, by term (total, value, reward, policy, "
                  "game_over, consistency); NaN without it"),
@@ -121,7 +123,7 @@ class JobCollector:
             counter("levelray_learner_restarts_total", s.get("learner_restarts")),
             counter("levelray_learner_nonfinite_updates_total", learner.get("nonfinite_updates")),
             labelled("levelray_learner_loss", "kind",
-                     [([kind], metrics.get(f"loss_{kind}")) for kind in ("total", "policy", "value")]),
+                     [([kind], metrics.get(f"loss_{kind}")) for kind in ("total", "policy", "value", "action_bound")]),
             labelled("levelray_learner_model_loss", "term",
                      [(["total"], metrics.get("model_loss"))]
                      + [([term], metrics.get(f"model_{term}_loss")) for term in MODEL_LOSS_TERMS]),

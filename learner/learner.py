@@ -53,6 +53,9 @@ class Learner:
             f" ({torch.cuda.get_device_name(self.device)})" if self.device.type == "cuda" else "",
         )
         self.model = build_model(spec, config.model, tuple(config.hidden_sizes)).to(self.device)
+        if not spec.discrete:  # the box the env clips actions to (`losses.impala_losses`' action_bound term)
+            self._action_low = torch.tensor(spec.action_low, dtype=torch.float32, device=self.device)
+            self._action_high = torch.tensor(spec.action_high, dtype=torch.float32, device=self.device)
         # The model loss's dynamics and heads are not part of `self.model`: actors load exactly the policy
         # network's weights. One optimiser trains both (agent parameters first, so its state is ordered).
         self.muzero: MuZeroLoss | None = None
@@ -145,6 +148,11 @@ class Learner:
         if batch.get("sample_weights") is not None:
             weights = weights * self._tensor(batch["sample_weights"], torch.float32).view(1, B)
         entropies = distributions.entropy(target, self.spec.discrete)
+        bound_excess = None
+        if not self.spec.discrete:
+            bound_excess = distributions.mean_bound_excess(
+                distributions.split_gaussian(target)[0], self._action_low, self._action_high
+            )
         value_targets, value_preds, pg_advantages = vt.vs, values[:T], vt.pg_advantages
         if self.value_norm is not None:
             old_stats = self.value_norm.update(vt.vs, weights > 0)
@@ -160,6 +168,8 @@ class Learner:
             value_weight=cfg.value_weight,
             entropy_weight=cfg.entropy_weight,
             weights=weights,
+            action_bound_excess=bound_excess,
+            action_bound_weight=cfg.action_bound_weight,
         )
         total = losses.total
         model_metrics: dict[str, float] = {}
@@ -204,6 +214,7 @@ class Learner:
                 "loss_policy": losses.policy.item(),
                 "loss_value": losses.value.item(),
                 "entropy": losses.entropy.item(),
+                **({"loss_action_bound": losses.action_bound.item()} if losses.action_bound is not None else {}),
                 "grad_norm": grad_norm,
                 "rho_mean": rhos.mean().item(),
                 "rho_clipped_fraction": (rhos > clip_rho).float().mean().item(),

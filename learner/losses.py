@@ -12,7 +12,10 @@ reduction would need the rate divided by T*B.
     policy_loss  = -mean(w * log pi(a_t|x_t) * A_t)          A_t = V-trace pg advantage
     value_loss   = 0.5 * mean(w * (v_t - V(x_t))^2)
     entropy      = mean(w * H[pi(.|x_t)])
+    action_bound = mean(w * sum_d relu((|mu_d - c_d| - h_d) / h_d)^2)   continuous actions only: the Gaussian
+                   mean's excess beyond the action box (centre c, half-width h); see `mean_bound_excess`
     total        = policy_loss + value_weight * value_loss - entropy_weight * entropy
+                   + action_bound_weight * action_bound
 """
 
 from __future__ import annotations
@@ -27,6 +30,7 @@ class ImpalaLosses(NamedTuple):
     policy: torch.Tensor
     value: torch.Tensor
     entropy: torch.Tensor
+    action_bound: torch.Tensor | None = None
 
 
 def impala_losses(
@@ -39,8 +43,11 @@ def impala_losses(
     value_weight: float,
     entropy_weight: float,
     weights: torch.Tensor | None = None,
+    action_bound_excess: torch.Tensor | None = None,
+    action_bound_weight: float = 0.0,
 ) -> ImpalaLosses:
-    """All inputs `[T, B]`; `weights [T, B]` = mask * importance weight (None: all ones)."""
+    """All inputs `[T, B]`; `weights [T, B]` = mask * importance weight (None: all ones);
+    `action_bound_excess [T, B]` (continuous actions) is `distributions.mean_bound_excess` of the target mean."""
     if weights is None:
         weights = torch.ones_like(values)
     denom = torch.clamp((weights > 0).sum(), min=1).to(values.dtype)
@@ -52,4 +59,8 @@ def impala_losses(
     value = 0.5 * wmean((vs.detach() - values) ** 2)
     entropy = wmean(entropies)
     total = policy + value_weight * value - entropy_weight * entropy
-    return ImpalaLosses(total, policy, value, entropy)
+    action_bound = None
+    if action_bound_excess is not None:
+        action_bound = wmean(action_bound_excess)
+        total = total + action_bound_weight * action_bound
+    return ImpalaLosses(total, policy, value, entropy, action_bound)

@@ -32,6 +32,25 @@ def split_gaussian(params: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     return mean, log_std.clamp(LOG_STD_MIN, LOG_STD_MAX)
 
 
+def mean_bound_excess(mean: torch.Tensor, low: torch.Tensor, high: torch.Tensor) -> torch.Tensor:
+    """How far a Gaussian's mean lies outside the action box, `mean [..., D]` -> `[...]`:
+
+        sum_d relu((|mean_d - c_d| - h_d) / h_d)^2,    c = (high + low) / 2,  h = (high - low) / 2
+
+    in half-widths of the box, so one weight fits Pendulum's [-2, 2] and BipedalWalker's [-1, 1]; dimensions
+    with an infinite bound contribute 0. Why a penalty is needed at all: the env clips actions, so once the
+    mean is a few standard deviations past a bound every sample acts the same and the advantage no longer
+    says which way to move. What is left is the bias of truncated importance weights under policy lag,
+    which keeps pushing the mean the way it last moved; measured on Pendulum, a lag of 1-2 versions sent
+    the mean to |mu| = 5-16 (bounds 2) and the return back to a random policy's, and this term stopped it.
+    """
+    center, half = (high + low) / 2, (high - low) / 2
+    finite = torch.isfinite(half) & (half > 0)
+    half = torch.where(finite, half, torch.ones_like(half))
+    excess = torch.relu(((mean - torch.where(finite, center, torch.zeros_like(center))).abs() - half) / half)
+    return (torch.where(finite, excess, torch.zeros_like(excess)) ** 2).sum(-1)
+
+
 def sample(params: torch.Tensor, discrete: bool, generator: torch.Generator | None = None) -> torch.Tensor:
     """One action per row of `params [N, P]` -> `[N]` (discrete) or `[N, D]`."""
     if discrete:

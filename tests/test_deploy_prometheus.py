@@ -205,7 +205,7 @@ def test_every_family_the_dashboard_and_rules_use_is_exported_before_the_first_r
     assert (dashboard_metric_names() | rule_metric_names()) & set(METRICS) <= names
     assert [s.value for s in exported["levelray_env_steps"]] == [0.0]
     assert all(s.value != s.value for s in exported["levelray_episode_return"])  # NaN
-    assert {s.labels["kind"] for s in exported["levelray_learner_loss"]} == {"total", "policy", "value"}
+    assert {s.labels["kind"] for s in exported["levelray_learner_loss"]} == {"total", "policy", "value", "action_bound"}
 
 
 def test_actor_failures_are_exported_with_one_fixed_series_each():

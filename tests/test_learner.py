@@ -190,3 +190,72 @@ def test_impala_cnn_scales_uint8_inside():
     assert params.shape == (2, 15) and value.shape == (2,)
     with pytest.raises(ValueError, match="impala_cnn"):
         build_model(VEC, "impala_cnn")
+
+
+def test_mean_bound_excess_matches_float64_reference():
+    rng = np.random.default_rng(11)
+    low = np.array([-2.0, -1.0, 0.0, -np.inf])
+    high = np.array([2.0, 1.0, 3.0, np.inf])
+    mean = rng.normal(scale=1.2, size=(6, 5, 4)) * np.array([2.0, 1.0, 1.0, 50.0])
+    ref = np.zeros((6, 5))
+    for idx in np.ndindex(6, 5):
+        for d in range(3):  # the unbounded dimension adds nothing
+            c, h = (high[d] + low[d]) / 2, (high[d] - low[d]) / 2
+            ref[idx] += max(0.0, (abs(mean[idx][d] - c) - h) / h) ** 2
+    got = distributions.mean_bound_excess(*(torch.from_numpy(x) for x in (mean, low, high)))
+    np.testing.assert_allclose(got.numpy(), ref, rtol=1e-12)
+    assert ref.min() == 0.0 and ref.max() > 1.0  # both sides of the bound are exercised
+
+
+def test_losses_add_the_weighted_action_bound_term():
+    rng = np.random.default_rng(12)
+    T, B = 4, 3
+    logp, adv, vs, values, ent, w, excess = (rng.normal(size=(T, B)) for _ in range(7))
+    w, excess = np.abs(w), np.abs(excess)
+    w[1, 2] = 0.0
+    tensors = [torch.from_numpy(x) for x in (logp, adv, vs, values, ent)]
+    base = impala_losses(*tensors, value_weight=0.5, entropy_weight=0.01, weights=torch.from_numpy(w))
+    out = impala_losses(*tensors, value_weight=0.5, entropy_weight=0.01, weights=torch.from_numpy(w),
+                        action_bound_excess=torch.from_numpy(excess), action_bound_weight=3.0)
+    bound = (w * excess).sum() / (w > 0).sum()
+    assert base.action_bound is None
+    assert out.action_bound.item() == pytest.approx(bound, rel=1e-12)
+    assert out.total.item() == pytest.approx(base.total.item() + 3.0 * bound, rel=1e-12)
+
+
+def _continuous_batch(rng, T=5, B=2):
+    return {
+        "obs": rng.normal(size=(T + 1, B, 3)).astype(np.float32),
+        "actions": rng.normal(size=(T, B, 1)).astype(np.float32),
+        "rewards": np.zeros((T, B), np.float32),
+        "terminated": np.zeros((T, B), bool),
+        "truncated": np.zeros((T, B), bool),
+        "behaviour_params": np.zeros((T, B, 2), np.float32),
+    }
+
+
+def test_action_bound_term_pulls_an_escaped_mean_back_and_leaves_one_inside_alone():
+    """With zero rewards the policy gradient is small next to the bound term: from 5 (bound 2) the mean comes
+    down with the term on and barely moves with it off; inside the box the term is 0."""
+    spec = EnvSpec((3,), "float32", False, action_dim=1, action_low=(-2.0,), action_high=(2.0,))
+    rng = np.random.default_rng(13)
+    batch = _continuous_batch(rng)
+    obs = torch.from_numpy(batch["obs"][:-1].reshape(-1, 3))
+
+    def mean_after(weight: float, bias: float, updates: int = 20) -> tuple[float, float, float]:
+        cfg = LearnerConfig(action_bound_weight=weight, value_normalization=False, learning_rate=1e-2)
+        learner = Learner(spec, cfg, seed=0)
+        with torch.no_grad():
+            learner.model.policy[-1].bias.fill_(bias)
+        before = learner.model.policy_params(obs)[:, 0].mean().item()
+        metrics = [learner.update(batch) for _ in range(updates)]
+        return before, learner.model.policy_params(obs)[:, 0].mean().item(), metrics[0]["loss_action_bound"]
+
+    before, on, first = mean_after(1.0, 5.0)
+    assert first == pytest.approx(np.mean(((np.abs(before) - 2.0) / 2.0) ** 2), rel=0.05)
+    assert on < before - 1.0
+    _, off, first_off = mean_after(0.0, 5.0)
+    assert abs(off - before) < abs(on - before) / 5
+    assert first_off == pytest.approx(first, rel=1e-6)  # reported even when it does not train
+    _, _, inside = mean_after(1.0, 0.5, updates=1)
+    assert inside == 0.0

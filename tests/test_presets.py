@@ -23,7 +23,10 @@ def test_family_by_env_id():
     assert family("procgen:bigfish") == "procgen"
     assert [family(e) for e in ("CartPole-v1", "Acrobot-v1", "MountainCar-v0")] == ["classic_control"] * 3
     assert family("minigrid:DoorKey-8x8") == "minigrid"
-    assert family("Pendulum-v1") == "none" and family("LunarLander-v3") == "none"
+    assert family("LunarLander-v3") == "none" and family("FrozenLake-v1") == "none"
+    continuous = ("Pendulum-v1", "MountainCarContinuous-v0", "LunarLanderContinuous-v3", "BipedalWalker-v3",
+                  "HalfCheetah-v5", "Humanoid-v5", "InvertedPendulum-v5")
+    assert [family(e) for e in continuous] == ["continuous_control"] * len(continuous)
     assert [family(e) for e in ("atari:breakout", "ALE/Breakout-v5", "PongNoFrameskip-v4")] == ["atari"] * 3
 
 
@@ -45,6 +48,10 @@ def test_cli_fills_only_what_the_user_left_alone(tmp_path):
     assert cfg.preset == "none" and cfg.learner.batch_size == RunConfig().learner.batch_size
     cfg = cli_config("--env", "procgen:coinrun")
     assert cfg.preset == "procgen" and cfg.learner.model == "impala_cnn" and cfg.actors.envs_per_actor == 16
+    cfg = cli_config("--env", "Pendulum-v1", "--learning-rate", "0.0003")
+    assert cfg.preset == "continuous_control" and cfg.learner.learning_rate == 3e-4
+    learner = cfg.learner
+    assert (learner.batch_size, learner.entropy_weight, learner.lambda_, cfg.actors.num_actors) == (1, 0, 0.95, 1)
     cfg = cli_config("--env", "minigrid:DoorKey-6x6", "--unroll-length", "32")
     assert cfg.preset == "minigrid" and cfg.learner.model == "minigrid_cnn" and cfg.actors.envs_per_actor == 16
     assert cfg.actors.unroll_length == 32 and cfg.env.num_levels == RunConfig().env.num_levels
