@@ -64,8 +64,10 @@ PRESETS: dict[str, dict[str, Any]] = {
     # benchmarks/RESULTS.md, "Continuous control preset": measured on Pendulum-v1 (the one Box-action env that
     # runs here without Box2D or MuJoCo). A Gaussian policy wants many small updates: one unroll per update
     # (IMPALA takes one gradient step per batch, where PPO would take 10 epochs), no entropy bonus (it kept
-    # the std from shrinking to the precision Pendulum needs), lambda 0.95 as GAE-based baselines use. One
-    # actor: a batch-1 learner consumes about one actor's output, and each extra actor adds policy lag.
+    # the std from shrinking to the precision Pendulum needs), lambda 0.95 as GAE-based baselines use. Policy
+    # lag hurts a Gaussian policy more than a categorical one (RESULTS), so one actor (a batch-1 learner takes
+    # about one actor's output; each extra actor adds lag) and a learner queue of 2 unrolls: with the default
+    # 32 a loaded machine let the lag grow to 7-14 versions and a run that had reached -226 fell back to -1,100.
     "continuous_control": {
         "env.num_levels": 0,
         "actors.num_actors": 1,
@@ -78,6 +80,7 @@ PRESETS: dict[str, dict[str, Any]] = {
         "learner.learning_rate": 1e-3,
         "learner.entropy_weight": 0.0,
         "learner.lambda_": 0.95,
+        "learner.queue_size": 2,
     },
     # benchmarks/RESULTS.md, "MiniGridNet learns" and "PLR vs uniform on MiniGrid": 16 envs per actor and
     # batches of 2 unrolls of 20 steps learn DoorKey-5x5 in ~430k and DoorKey-6x6 in ~1M env steps.
