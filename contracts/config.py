@@ -81,6 +81,11 @@ class LearnerConfig:
     learning_rate: float = field(
         default=5e-4, metadata=_flag("--learning-rate", "learning rate (losses are means over T*B)", min=0.0)
     )
+    lr_schedule: str = field(
+        default="constant",
+        metadata=_flag("--lr-schedule", "learning rate over the run: constant, or linear decay to 0 at the total_steps "
+                       "budget (by env steps received)", choices=("constant", "linear")),
+    )
     adam_eps: float = field(default=1e-8, metadata=_flag("--adam-eps", "Adam epsilon", min=0.0))
     rmsprop_alpha: float = field(default=0.99, metadata=_flag("--rmsprop-alpha", "RMSprop decay", min=0.0))
     rmsprop_eps: float = field(default=1e-5, metadata=_flag("--rmsprop-eps", "RMSprop epsilon", min=0.0))

@@ -68,6 +68,8 @@ PRESETS: dict[str, dict[str, Any]] = {
     # lag hurts a Gaussian policy more than a categorical one (RESULTS), so one actor (a batch-1 learner takes
     # about one actor's output; each extra actor adds lag) and a learner queue of 2 unrolls: with the default
     # 32 a loaded machine let the lag grow to 7-14 versions and a run that had reached -226 fell back to -1,100.
+    # The rate decays linearly to 0 over the budget: at a constant rate runs kept swinging back to -800..-1,200
+    # late in training (and a final checkpoint taken in a swing evaluated there).
     "continuous_control": {
         "env.num_levels": 0,
         "actors.num_actors": 1,
@@ -81,6 +83,7 @@ PRESETS: dict[str, dict[str, Any]] = {
         "learner.entropy_weight": 0.0,
         "learner.lambda_": 0.95,
         "learner.queue_size": 2,
+        "learner.lr_schedule": "linear",
     },
     # benchmarks/RESULTS.md, "MiniGridNet learns" and "PLR vs uniform on MiniGrid": 16 envs per actor and
     # batches of 2 unrolls of 20 steps learn DoorKey-5x5 in ~430k and DoorKey-6x6 in ~1M env steps.

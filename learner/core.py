@@ -81,6 +81,15 @@ class LearnerCore:
         the learner consumes at most one batch past the budget, whichever transport feeds it."""
         return self.env_steps >= self.cfg.total_steps
 
+    def learning_rate(self) -> float:
+        """`--lr-schedule linear`: IMPALA's (and PPO's MuJoCo) decay to 0 at the budget, by env steps received,
+        so a resumed run picks up where it was. On Pendulum it removed the late-run swings of the policy that a
+        constant rate left in (benchmarks/RESULTS.md, "Continuous control preset")."""
+        base = self.cfg.learner.learning_rate
+        if self.cfg.learner.lr_schedule == "linear":
+            return base * max(0.0, 1.0 - self.env_steps / self.cfg.total_steps)
+        return base
+
     # -- arrivals --------------------------------------------------------------------------------
     def accept(self, unroll: Unroll) -> bool:
         """Count an arrived unroll; False when it is older than `max_policy_lag` versions (dropped:
@@ -111,8 +120,10 @@ class LearnerCore:
         """One update on `fresh` (`num_fresh` unrolls) plus replayed ones; returns the loss metrics."""
         batch, book = self.mixer.build_batch(fresh)
         model_batch = self._model_batch()
+        lr = self.learning_rate()
+        self.learner.set_learning_rate(lr)
         try:
-            metrics = self.learner.update(batch, model_batch)
+            metrics = {**self.learner.update(batch, model_batch), "learning_rate": lr}
         except NonFiniteUpdate as exc:
             self._count_nonfinite(str(exc))
             return {}

@@ -89,6 +89,10 @@ class Learner:
             params += list(self.muzero.module.parameters())
         return params
 
+    def set_learning_rate(self, lr: float) -> None:
+        for group in self.optimizer.param_groups:
+            group["lr"] = lr
+
     def _tensor(self, x: np.ndarray, dtype: torch.dtype | None = None) -> torch.Tensor:
         t = torch.from_numpy(np.ascontiguousarray(x))
         return t.to(self.device, dtype=dtype, non_blocking=True)

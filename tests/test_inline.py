@@ -148,3 +148,30 @@ def test_resume_refuses_changes_to_the_saved_state_before_writing_anything(tmp_p
     with pytest.raises(SystemExit) as no_ckpt:
         main(["train", "--resume", str(empty), "--quiet"])
     assert no_ckpt.value.code == 2 and "holds no checkpoint" in capsys.readouterr().err
+
+
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize("schedule", ["constant", "linear"])
+def test_learning_rate_schedule_follows_the_env_steps_received(tmp_path, schedule):
+    """`--lr-schedule linear`: each update trains at lr * (1 - env steps received / total steps), the rate the
+    optimiser actually holds and the one reported; `constant` keeps the configured rate."""
+    from levelray.deploy.inline import InlineBackend
+    from tests.support import cartpole_config
+
+    cfg = cartpole_config(tmp_path, actors__num_actors=1, actors__envs_per_actor=4, actors__unroll_length=10,
+                          learner__batch_size=1, learner__learning_rate=1e-3, learner__lr_schedule=schedule,
+                          env__num_levels=0, total_steps=400)
+    backend = InlineBackend(cfg)
+    try:
+        seen = []
+        while not backend.core.budget_spent:
+            metrics = backend.train_step()
+            received = backend.core.env_steps
+            expected = 1e-3 * (1 - received / 400) if schedule == "linear" else 1e-3
+            assert metrics["learning_rate"] == pytest.approx(expected, rel=1e-12)
+            assert backend.core.learner.optimizer.param_groups[0]["lr"] == pytest.approx(expected, rel=1e-12)
+            seen.append(metrics["learning_rate"])
+        assert len(seen) == 10
+        assert (seen[-1] == 0.0) if schedule == "linear" else (set(seen) == {1e-3})
+    finally:
+        backend.close()

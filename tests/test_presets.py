@@ -52,7 +52,7 @@ def test_cli_fills_only_what_the_user_left_alone(tmp_path):
     assert cfg.preset == "continuous_control" and cfg.learner.learning_rate == 3e-4
     learner = cfg.learner
     assert (learner.batch_size, learner.entropy_weight, learner.lambda_, learner.queue_size) == (1, 0, 0.95, 2)
-    assert cfg.actors.num_actors == 1
+    assert cfg.actors.num_actors == 1 and learner.lr_schedule == "linear"
     cfg = cli_config("--env", "minigrid:DoorKey-6x6", "--unroll-length", "32")
     assert cfg.preset == "minigrid" and cfg.learner.model == "minigrid_cnn" and cfg.actors.envs_per_actor == 16
     assert cfg.actors.unroll_length == 32 and cfg.env.num_levels == RunConfig().env.num_levels
