@@ -61,15 +61,15 @@ PRESETS: dict[str, dict[str, Any]] = {
         "learner.learning_rate": 1e-3,
         "learner.entropy_weight": 0.01,
     },
-    # benchmarks/RESULTS.md, "Continuous control preset": measured on Pendulum-v1 (the one Box-action env that
-    # runs here without Box2D or MuJoCo). A Gaussian policy wants many small updates: one unroll per update
-    # (IMPALA takes one gradient step per batch, where PPO would take 10 epochs), no entropy bonus (it kept
-    # the std from shrinking to the precision Pendulum needs), lambda 0.95 as GAE-based baselines use. Policy
-    # lag hurts a Gaussian policy more than a categorical one (RESULTS), so one actor (a batch-1 learner takes
-    # about one actor's output; each extra actor adds lag) and a learner queue of 2 unrolls: with the default
-    # 32 a loaded machine let the lag grow to 7-14 versions and a run that had reached -226 fell back to -1,100.
-    # The rate decays linearly to 0 over the budget: at a constant rate runs kept swinging back to -800..-1,200
-    # late in training (and a final checkpoint taken in a swing evaluated there).
+    # benchmarks/RESULTS.md, "Continuous control preset": measured on Pendulum-v1 (the one Box-action env that runs
+    # here without Box2D or MuJoCo). A Gaussian policy wants many small updates: one unroll per update (IMPALA takes
+    # one gradient step per batch, where PPO would take 10 epochs), no entropy bonus (the std has to shrink to hold
+    # the pendulum up; RL Zoo's Pendulum settings have none), lambda 0.95 as GAE-based baselines use. Policy lag
+    # hurts a Gaussian policy more than a categorical one (RESULTS), so one actor (a batch-1 learner takes about one
+    # actor's output; each extra actor adds lag) and a learner queue of 2 unrolls: with the default 32 a loaded
+    # machine let the lag grow to 7-14 versions and a run that had reached -226 fell back to -1,100. The rate decays
+    # linearly to 0 over the budget: at a constant rate runs kept swinging back to -800..-1,200 late in training
+    # (and a final checkpoint taken in a swing evaluated there).
     "continuous_control": {
         "env.num_levels": 0,
         "actors.num_actors": 1,
