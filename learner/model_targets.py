@@ -375,7 +375,7 @@ def window_targets(
       caller that gathers its own policy targets at the stored steps 0 .. T-1.
     - The stored x_T exists (T + 1 observations), so consistency and value are trained up to t + k = T.
     - A termination and a truncation on the same step count as a termination (as in V-trace inputs).
-    Vectorised over n with index gathers; one Python iteration per unroll step. Runs under no_grad.
+    Vectorised over windows and steps (`[n, K + 1]` index gathers, no Python loop). Runs under no_grad.
     """
     if rewards.dim() != 2:
         raise ValueError(f"rewards must be [T, B], got shape {_shape(rewards)}")
@@ -408,61 +408,49 @@ def window_targets(
             raise ValueError(f"{name} must lie in [0, {upper - 1}], got [{int(tensor.min())}, {int(tensor.max())}]")
 
     device, dtype = rewards.device, rewards.dtype
-    starts = starts.to(device=device, dtype=torch.long)
-    columns = columns.to(device=device, dtype=torch.long)
-    terminated = terminated.to(device).bool()
-    truncated = truncated.to(device).bool() & ~terminated
+    K = num_unroll_steps
     policy_rows = T if policy_targets is None else policy_targets.shape[0]  # without targets: as for T rows
-    n = starts.shape[0]
-
-    ended_terminated = torch.zeros(n, dtype=torch.bool, device=device)  # a termination at some j < t + k - 1
-    ended_truncated = torch.zeros(n, dtype=torch.bool, device=device)
-    fields: dict[str, list[torch.Tensor]] = {
-        key: [] for key in ("reward", "value", "terminal", "reward_mask", "value_mask", "policy_mask", "consistency")
-    }
-    policies: list[torch.Tensor] = []
-    for k in range(num_unroll_steps + 1):
-        step = starts + k  # t + k: the observation index of this unroll step
-        if k == 0:
-            real = torch.zeros(n, dtype=torch.bool, device=device)  # no transition into x_t inside the window
-            alive = torch.ones(n, dtype=torch.bool, device=device)  # x_t is a stored state of its episode
-            term_here = trunc_here = real
-        else:
-            j = (step - 1).clamp(max=T - 1)  # the transition into x_{t+k}, when step <= T
-            real = (step <= T) & ~ended_terminated & ~ended_truncated
-            term_here = real & terminated[j, columns]
-            trunc_here = real & truncated[j, columns]
-            alive = real & ~term_here & ~trunc_here
-        absorbing = ended_terminated | term_here
-
-        reward = torch.where(real, rewards[(step - 1).clamp(0, T - 1), columns], 0)
-        value = torch.where(alive, value_targets[step.clamp(max=T), columns], 0)
-        fields["reward"].append(reward)
-        fields["value"].append(value)
-        fields["terminal"].append(absorbing)
-        fields["reward_mask"].append(real | ended_terminated)
-        fields["value_mask"].append(alive | absorbing)
-        fields["consistency"].append(alive & (k > 0))
-        policy_mask = alive & (step < policy_rows)
-        fields["policy_mask"].append(policy_mask)
-        if policy_targets is not None:
-            policy = policy_targets[step.clamp(max=policy_rows - 1), columns]
-            policies.append(torch.where(policy_mask.unsqueeze(-1), policy, 0))
-        ended_terminated = absorbing
-        ended_truncated = ended_truncated | trunc_here
-
-    def stack(key: str) -> torch.Tensor:
-        return torch.stack(fields[key], dim=1).to(dtype)
-
-    value_mask = stack("value_mask")
+    # Every step of every window at once, [n, K + 1]: a loop over k costs ~30 small ops per step, which at
+    # CartPole's sizes was most of the model loss's target time.
+    offsets = torch.arange(K + 1, device=device)
+    step = starts.to(device=device, dtype=torch.long).unsqueeze(1) + offsets  # t + k: observation index
+    col = columns.to(device=device, dtype=torch.long).unsqueeze(1).expand_as(step)
+    prev = (step - 1).clamp(0, T - 1)  # the transition into x_{t+k} (k >= 1, t + k <= T)
+    # An episode end on the transition into step k (k >= 1, inside the stored data); a termination and a
+    # truncation on the same step count as a termination.
+    in_data = (step <= T) & (offsets > 0)
+    term_at = in_data & terminated.to(device).bool()[prev, col]
+    trunc_at = in_data & truncated.to(device).bool()[prev, col] & ~term_at
+    # Only the first end in a window counts: `real` (a stored transition into x_{t+k} of x_t's episode) is
+    # in_data with no end before k. in_data is monotone in k (once past T, always past), so "no end before
+    # k" is an exclusive running OR of the ends.
+    ended = _exclusive_any(term_at | trunc_at)
+    real = in_data & ~ended
+    term_here, trunc_here = real & term_at, real & trunc_at
+    absorbing = torch.cumsum(term_here, dim=1) > 0  # ended by a termination at or before k
+    ended_terminated = absorbing & ~term_here  # ... strictly before k
+    alive = (real & ~term_here & ~trunc_here) | (offsets == 0)  # x_t itself is a stored state of its episode
+    reward = torch.where(real, rewards[prev, col], 0)
+    value = torch.where(alive, value_targets[step.clamp(max=T), col], 0)
+    policy_mask = alive & (step < policy_rows)
+    value_mask = (alive | absorbing).to(dtype)
+    policy = None
+    if policy_targets is not None:
+        policy = torch.where(policy_mask.unsqueeze(-1), policy_targets[step.clamp(max=policy_rows - 1), col], 0)
     return ModelTargets(
-        reward=torch.stack(fields["reward"], dim=1),
-        value=torch.stack(fields["value"], dim=1),
-        terminal=stack("terminal"),
-        reward_mask=stack("reward_mask"),
+        reward=reward,
+        value=value,
+        terminal=absorbing.to(dtype),
+        reward_mask=(real | ended_terminated).to(dtype),
         value_mask=value_mask,
-        policy_mask=stack("policy_mask"),
-        consistency_mask=stack("consistency"),
+        policy_mask=policy_mask.to(dtype),
+        consistency_mask=(alive & (offsets > 0)).to(dtype),
         terminal_mask=value_mask.clone(),  # game over is known exactly where the value is: alive or absorbing
-        policy=None if policy_targets is None else torch.stack(policies, dim=1),
+        policy=policy,
     )
+
+
+def _exclusive_any(x: torch.Tensor) -> torch.Tensor:
+    """`[n, S]` bool -> `[n, S]`: whether any of `x[:, :s]` is true (False at s = 0)."""
+    seen = torch.cumsum(x, dim=1) > 0
+    return torch.cat([torch.zeros_like(seen[:, :1]), seen[:, :-1]], dim=1)
