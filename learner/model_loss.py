@@ -170,49 +170,54 @@ class MuZeroLoss:
         enough and a start drawn uniformly in [0, T); windows that run off the stored data are masked."""
         items, ids, weights = sample["items"], np.asarray(sample["ids"]), np.asarray(sample["weights"])
         n = self.cfg.batch_size
-        picks: list[tuple[int, int, int]] = []  # (item, column, start)
-        blocks: list[tuple[dict, np.ndarray]] = []  # consecutive picks from one unroll: (unroll, columns)
-        item = 0
-        while len(picks) < n:
-            unroll = items[item % len(items)]
-            T, width = unroll["rewards"].shape
-            take = min(SEQUENCES_PER_UNROLL, n - len(picks))
+        # Consecutive sequences from one unroll form a block: (item, columns, starts). The random draws are
+        # made in the same order as when this picked sequence by sequence, so a seed gives the same batch.
+        blocks: list[tuple[int, np.ndarray, np.ndarray]] = []
+        picked = 0
+        while picked < n:
+            i = len(blocks) % len(items)
+            T, width = items[i]["rewards"].shape
+            take = min(SEQUENCES_PER_UNROLL, n - picked)
             columns = self.rng.choice(width, size=take, replace=take > width)
-            starts = self.rng.integers(0, T, size=take)
-            picks.extend((item % len(items), int(c), int(t)) for c, t in zip(columns, starts, strict=True))
-            blocks.append((unroll, columns))
-            item += 1
-        cols = [(items[i], c) for i, c, _ in picks]
-
-        def column(key: str) -> np.ndarray:  # one gather per unroll, not per sequence
-            return np.concatenate([u[key][:, c] for u, c in blocks], axis=1)
-
-        finals, index = [], []
-        for j, (u, c) in enumerate(cols):
-            if u.get("final_obs") is not None and len(u["final_obs"]):
-                rows = np.flatnonzero(u["final_obs_index"][:, 1] == c)
-                finals.extend(u["final_obs"][rows])
-                index.extend((int(u["final_obs_index"][r, 0]), j) for r in rows)
-        obs = column("obs")
+            blocks.append((i, columns, self.rng.integers(0, T, size=take)))
+            picked += take
+        unrolls = [items[i] for i, _, _ in blocks]
         for key in ("model_values", "model_final_values", "inserted_at"):
-            if any(key not in u for u, _ in cols):
+            if any(key not in u for u in unrolls):
                 raise ValueError(f"replayed unroll has no {key!r}: it was not inserted by a learner with the "
                                  f"model loss (model.loss muzero) on")
+
+        def column(key: str) -> np.ndarray:  # one gather per unroll, not per sequence
+            return np.concatenate([u[key][:, c] for u, (_, c, _) in zip(unrolls, blocks, strict=True)], axis=1)
+
+        # Final observations of the truncated steps in the picked columns, sequence by sequence (and in
+        # stored order within a sequence): (t, j) of each, j the sequence.
+        finals, index, first = [], [], 0
+        for u, (_, c, _) in zip(unrolls, blocks, strict=True):
+            if u.get("final_obs") is not None and len(u["final_obs"]):
+                seq, rows = np.nonzero(c[:, None] == u["final_obs_index"][None, :, 1])  # sequence-major
+                finals.append(u["final_obs"][rows])
+                index.append(np.stack([u["final_obs_index"][rows, 0], seq + first], axis=1))
+            first += len(c)
+        obs = column("obs")
+        sizes = [len(c) for _, c, _ in blocks]
+        which = np.repeat([i for i, _, _ in blocks], sizes)  # each sequence's item
+        inserted_at = np.array([int(u["inserted_at"]) for u in unrolls], dtype=np.int64)
         return ModelBatch(
             obs=obs,
             actions=column("actions"),
-            rewards=column("rewards").astype(np.float32),
+            rewards=column("rewards").astype(np.float32, copy=False),
             terminated=column("terminated"),
             truncated=column("truncated"),
-            behaviour_params=column("behaviour_params").astype(np.float32),
-            values=column("model_values").astype(np.float32),
-            final_values=column("model_final_values").astype(np.float32),
-            final_obs=np.stack(finals) if finals else np.zeros((0, *obs.shape[2:]), obs.dtype),
-            final_obs_index=np.asarray(index, dtype=np.int64).reshape(-1, 2),
-            age=np.array([max(0, version - int(u["inserted_at"])) for u, _ in cols], dtype=np.float64),
-            starts=np.array([t for _, _, t in picks], dtype=np.int64),
-            weights=np.array([weights[i] for i, _, _ in picks], dtype=np.float32),
-            ids=np.array([ids[i] for i, _, _ in picks], dtype=np.int64),
+            behaviour_params=column("behaviour_params").astype(np.float32, copy=False),
+            values=column("model_values").astype(np.float32, copy=False),
+            final_values=column("model_final_values").astype(np.float32, copy=False),
+            final_obs=np.concatenate(finals) if finals else np.zeros((0, *obs.shape[2:]), obs.dtype),
+            final_obs_index=(np.concatenate(index) if index else np.zeros((0, 2))).astype(np.int64, copy=False),
+            age=np.repeat(np.maximum(0, version - inserted_at), sizes).astype(np.float64),
+            starts=np.concatenate([t for _, _, t in blocks]).astype(np.int64, copy=False),
+            weights=weights[which].astype(np.float32),
+            ids=ids[which].astype(np.int64),
         )
 
     # -- targets ---------------------------------------------------------------------------------
