@@ -241,7 +241,7 @@ class MuZeroLoss:
         """A value/reward head's output `[N, W]` -> scalar `[N]` in reward units."""
         if self.support is None:
             return logits.squeeze(-1)
-        return inverse_value_transform(from_categorical(logits.softmax(-1), self.support))
+        return inverse_value_transform(from_categorical(logits.softmax(-1), self.support, validate=False))
 
     @torch.no_grad()
     def _reanalyse(self, obs: torch.Tensor, final_obs: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
@@ -353,7 +353,7 @@ class MuZeroLoss:
         if self.support is None:
             vr_loss = (vr_out.squeeze(-1) - vr_target) ** 2
         else:
-            probs = two_hot(value_transform(vr_target), self.support)
+            probs = two_hot(value_transform(vr_target), self.support, validate=False)  # make_support's
             vr_loss = -(probs * vr_out.log_softmax(-1)).sum(-1)
         policy_l = -(targets.policy.view(N, A) * out[:, 2 * W : 2 * W + A].log_softmax(-1)).sum(-1, keepdim=True)
         parts, masks = [vr_loss, policy_l], [targets.value_mask, targets.reward_mask, targets.policy_mask]
