@@ -412,6 +412,8 @@ class MuZeroLoss:
 def sequence_priorities_by_unroll(ids: np.ndarray, priorities: np.ndarray, eta: float) -> tuple[np.ndarray, np.ndarray]:
     """One priority per sampled unroll from its sequences' priorities, as the TD priorities aggregate steps:
     eta * max + (1 - eta) * mean. Returns (unique ids, priorities)."""
-    unique = np.unique(ids)
-    prios = np.array([eta * priorities[ids == i].max() + (1.0 - eta) * priorities[ids == i].mean() for i in unique])
-    return unique, prios
+    unique, inverse = np.unique(ids, return_inverse=True)
+    peak = np.full(len(unique), -np.inf)
+    np.maximum.at(peak, inverse, priorities)
+    mean = np.bincount(inverse, weights=priorities, minlength=len(unique)) / np.bincount(inverse, minlength=len(unique))
+    return unique, eta * peak + (1.0 - eta) * mean
