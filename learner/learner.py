@@ -66,6 +66,9 @@ class Learner:
             self.muzero = MuZeroLoss(self.model, spec.num_actions, model_config, discount=config.discount,
                                      seed=seed, device=self.device)
         params = self.parameters()
+        # What the gradient norm and clipping walk every update: the list made once (module.parameters()
+        # walks the module tree each call, ~0.1 ms an update with the model loss's modules added).
+        self._trained = params
         # foreach: one multi-tensor kernel per step instead of a loop over parameters. PyTorch picks
         # it by default on CUDA only; on a CPU learner with a small MLP it saves ~5% of an update.
         if config.optimizer == "adam":
@@ -234,12 +237,12 @@ class Learner:
 
     def _gradient_norm(self) -> float:
         """The global L2 norm of the gradients (before clipping)."""
-        grads = [p.grad for p in self.parameters() if p.grad is not None]
+        grads = [p.grad for p in self._trained if p.grad is not None]
         return float(torch.nn.utils.get_total_norm(grads))
 
     def _clip_gradients(self) -> float:
         cfg = self.config
-        params = [p for p in self.parameters() if p.grad is not None]
+        params = [p for p in self._trained if p.grad is not None]
         if cfg.grad_clip_type == "norm":
             return float(torch.nn.utils.clip_grad_norm_(params, cfg.grad_clip))
         norm = self._gradient_norm()

@@ -28,6 +28,7 @@ observations, and its policy head (softmax).
 from __future__ import annotations
 
 import copy
+import functools
 import math
 from dataclasses import dataclass
 from typing import Any
@@ -46,7 +47,6 @@ from levelray.learner.model_targets import (
     linear_td_steps,
     make_support,
     nstep_returns,
-    scale_gradient,
     step_weights,
     two_hot,
     value_transform,
@@ -59,8 +59,21 @@ SEQUENCES_PER_UNROLL = 4
 TERMS = ("value", "reward", "policy", "game_over", "consistency")
 
 
+class _MLP(nn.Sequential):
+    """`Linear -> ReLU -> Linear`, called as one module: the unroll calls the dynamics K times an update, and
+    at CartPole's sizes the three inner module calls cost about as much as the products. A Sequential, so
+    parameters and checkpoints keep their names (`0.weight`, `2.weight`, ...)."""
+
+    def __init__(self, d_in: int, hidden: int, d_out: int):
+        super().__init__(nn.Linear(d_in, hidden), nn.ReLU(), nn.Linear(hidden, d_out))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        first, _, second = self
+        return F.linear(F.relu(F.linear(x, first.weight, first.bias)), second.weight, second.bias)
+
+
 def _mlp(d_in: int, hidden: int, d_out: int) -> nn.Sequential:
-    return nn.Sequential(nn.Linear(d_in, hidden), nn.ReLU(), nn.Linear(hidden, d_out))
+    return _MLP(d_in, hidden, d_out)
 
 
 class LatentModel(nn.Module):
@@ -86,7 +99,10 @@ class LatentModel(nn.Module):
         self.predict = _mlp(hidden, hidden, hidden) if cfg.consistency_weight > 0 else None
 
     def dynamics(self, latent: torch.Tensor, actions: torch.Tensor) -> torch.Tensor:
-        onehot = F.one_hot(actions.long(), self.num_actions).to(latent.dtype)
+        return self.step(latent, F.one_hot(actions.long(), self.num_actions).to(latent.dtype))
+
+    def step(self, latent: torch.Tensor, onehot: torch.Tensor) -> torch.Tensor:
+        """`dynamics` on one-hot actions `[N, A]` (the unroll makes all K steps' one-hots at once)."""
         return latent + self.transition(torch.cat([latent, onehot], dim=1))
 
     def heads(self, latent: torch.Tensor) -> dict[str, torch.Tensor]:
@@ -131,6 +147,16 @@ class MuZeroLoss:
         self.updates = 0
         self.rng = np.random.default_rng(seed + 0x6D75)
         self.support = make_support(cfg.support_size, device=device) if cfg.value_repr == "categorical" else None
+        # Made once rather than every update: the loss's terms in the order `loss` lays them out, their
+        # weights in the total, the step weights and the offsets k = 0..K.
+        K = cfg.num_unroll_steps
+        self._terms = [name for name in TERMS if name != "game_over" or cfg.game_over]
+        if cfg.consistency_weight <= 0:
+            self._terms.remove("consistency")
+        self._term_coefs = torch.tensor([cfg.consistency_weight if name == "consistency" else 1.0
+                                         for name in self._terms], device=device)
+        self._step_weights = step_weights(K, device=device).view(1, K + 1, 1)
+        self._offsets = torch.arange(K + 1, device=device)
 
     # -- the schedule ----------------------------------------------------------------------------
     @torch.no_grad()
@@ -157,49 +183,54 @@ class MuZeroLoss:
         enough and a start drawn uniformly in [0, T); windows that run off the stored data are masked."""
         items, ids, weights = sample["items"], np.asarray(sample["ids"]), np.asarray(sample["weights"])
         n = self.cfg.batch_size
-        picks: list[tuple[int, int, int]] = []  # (item, column, start)
-        blocks: list[tuple[dict, np.ndarray]] = []  # consecutive picks from one unroll: (unroll, columns)
-        item = 0
-        while len(picks) < n:
-            unroll = items[item % len(items)]
-            T, width = unroll["rewards"].shape
-            take = min(SEQUENCES_PER_UNROLL, n - len(picks))
+        # Consecutive sequences from one unroll form a block: (item, columns, starts). The random draws are
+        # made in the same order as when this picked sequence by sequence, so a seed gives the same batch.
+        blocks: list[tuple[int, np.ndarray, np.ndarray]] = []
+        picked = 0
+        while picked < n:
+            i = len(blocks) % len(items)
+            T, width = items[i]["rewards"].shape
+            take = min(SEQUENCES_PER_UNROLL, n - picked)
             columns = self.rng.choice(width, size=take, replace=take > width)
-            starts = self.rng.integers(0, T, size=take)
-            picks.extend((item % len(items), int(c), int(t)) for c, t in zip(columns, starts, strict=True))
-            blocks.append((unroll, columns))
-            item += 1
-        cols = [(items[i], c) for i, c, _ in picks]
-
-        def column(key: str) -> np.ndarray:  # one gather per unroll, not per sequence
-            return np.concatenate([u[key][:, c] for u, c in blocks], axis=1)
-
-        finals, index = [], []
-        for j, (u, c) in enumerate(cols):
-            if u.get("final_obs") is not None and len(u["final_obs"]):
-                rows = np.flatnonzero(u["final_obs_index"][:, 1] == c)
-                finals.extend(u["final_obs"][rows])
-                index.extend((int(u["final_obs_index"][r, 0]), j) for r in rows)
-        obs = column("obs")
+            blocks.append((i, columns, self.rng.integers(0, T, size=take)))
+            picked += take
+        unrolls = [items[i] for i, _, _ in blocks]
         for key in ("model_values", "model_final_values", "inserted_at"):
-            if any(key not in u for u, _ in cols):
+            if any(key not in u for u in unrolls):
                 raise ValueError(f"replayed unroll has no {key!r}: it was not inserted by a learner with the "
                                  f"model loss (model.loss muzero) on")
+
+        def column(key: str) -> np.ndarray:  # one gather per unroll, not per sequence
+            return np.concatenate([u[key][:, c] for u, (_, c, _) in zip(unrolls, blocks, strict=True)], axis=1)
+
+        # Final observations of the truncated steps in the picked columns, sequence by sequence (and in
+        # stored order within a sequence): (t, j) of each, j the sequence.
+        finals, index, first = [], [], 0
+        for u, (_, c, _) in zip(unrolls, blocks, strict=True):
+            if u.get("final_obs") is not None and len(u["final_obs"]):
+                seq, rows = np.nonzero(c[:, None] == u["final_obs_index"][None, :, 1])  # sequence-major
+                finals.append(u["final_obs"][rows])
+                index.append(np.stack([u["final_obs_index"][rows, 0], seq + first], axis=1))
+            first += len(c)
+        obs = column("obs")
+        sizes = [len(c) for _, c, _ in blocks]
+        which = np.repeat([i for i, _, _ in blocks], sizes)  # each sequence's item
+        inserted_at = np.array([int(u["inserted_at"]) for u in unrolls], dtype=np.int64)
         return ModelBatch(
             obs=obs,
             actions=column("actions"),
-            rewards=column("rewards").astype(np.float32),
+            rewards=column("rewards").astype(np.float32, copy=False),
             terminated=column("terminated"),
             truncated=column("truncated"),
-            behaviour_params=column("behaviour_params").astype(np.float32),
-            values=column("model_values").astype(np.float32),
-            final_values=column("model_final_values").astype(np.float32),
-            final_obs=np.stack(finals) if finals else np.zeros((0, *obs.shape[2:]), obs.dtype),
-            final_obs_index=np.asarray(index, dtype=np.int64).reshape(-1, 2),
-            age=np.array([max(0, version - int(u["inserted_at"])) for u, _ in cols], dtype=np.float64),
-            starts=np.array([t for _, _, t in picks], dtype=np.int64),
-            weights=np.array([weights[i] for i, _, _ in picks], dtype=np.float32),
-            ids=np.array([ids[i] for i, _, _ in picks], dtype=np.int64),
+            behaviour_params=column("behaviour_params").astype(np.float32, copy=False),
+            values=column("model_values").astype(np.float32, copy=False),
+            final_values=column("model_final_values").astype(np.float32, copy=False),
+            final_obs=np.concatenate(finals) if finals else np.zeros((0, *obs.shape[2:]), obs.dtype),
+            final_obs_index=(np.concatenate(index) if index else np.zeros((0, 2))).astype(np.int64, copy=False),
+            age=np.repeat(np.maximum(0, version - inserted_at), sizes).astype(np.float64),
+            starts=np.concatenate([t for _, _, t in blocks]).astype(np.int64, copy=False),
+            weights=weights[which].astype(np.float32),
+            ids=ids[which].astype(np.int64),
         )
 
     # -- targets ---------------------------------------------------------------------------------
@@ -210,7 +241,7 @@ class MuZeroLoss:
         """A value/reward head's output `[N, W]` -> scalar `[N]` in reward units."""
         if self.support is None:
             return logits.squeeze(-1)
-        return inverse_value_transform(from_categorical(logits.softmax(-1), self.support))
+        return inverse_value_transform(from_categorical(logits.softmax(-1), self.support, validate=False))
 
     @torch.no_grad()
     def _reanalyse(self, obs: torch.Tensor, final_obs: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
@@ -230,18 +261,17 @@ class MuZeroLoss:
         """`ModelTargets` `[n, K + 1]` for every sequence (the first round(reanalyze_ratio * n) reanalysed),
         and the reanalysed flags `[n]`."""
         cfg = self.cfg
+        K = cfg.num_unroll_steps
         obs = self._tensor(batch.obs) if obs is None else obs  # `loss` passes the copy it already made
         T, n = batch.rewards.shape
         values = self._tensor(batch.values)
         final_values = self._tensor(batch.final_values)
-        behaviour = self._tensor(batch.behaviour_params).softmax(-1)
-        policy = torch.cat([behaviour, behaviour.new_zeros(1, n, behaviour.shape[-1])])  # row T: unused, masked
         n_re = int(round(cfg.reanalyze_ratio * n))
+        p_re = None
         if n_re:
             sel = batch.final_obs_index[:, 1] < n_re
             v_re, f_re, p_re = self._reanalyse(obs[:, :n_re], self._tensor(batch.final_obs[sel]))
             values = torch.cat([v_re, values[:, n_re:]], dim=1)
-            policy = torch.cat([p_re, policy[:, n_re:]], dim=1)
             idx = self._tensor(batch.final_obs_index[sel], torch.long)
             final_values[:, :n_re] = 0.0
             final_values[idx[:, 0], idx[:, 1]] = f_re
@@ -258,96 +288,108 @@ class MuZeroLoss:
         starts = self._tensor(batch.starts, torch.long)
         columns = torch.arange(n, device=self.device)
         reanalysed = columns < n_re
-        full = window_targets(rewards, terminated, truncated, value_targets, starts, columns,
-                              num_unroll_steps=cfg.num_unroll_steps, policy_targets=policy)
-        # Stored policy targets exist for x_0 .. x_{T-1} only (behaviour logits): mask step T for those.
-        stored_row_T = (~reanalysed).unsqueeze(1) & (
-            starts.unsqueeze(1) + torch.arange(cfg.num_unroll_steps + 1, device=self.device) >= T)
-        policy_mask = full.policy_mask.masked_fill(stored_row_T, 0.0)
+        # Without policy targets, window_targets gives the policy mask for T stored rows: what the stored
+        # (behaviour) targets need, which exist for x_0 .. x_{T-1} only. The policy targets are gathered here,
+        # and only the [n, K + 1] rows used are put through softmax (softmax is row-wise: the same values as
+        # softmax over all [T, n] rows; at A = 2 that whole-tensor softmax alone took ~40 us).
+        full = window_targets(rewards, terminated, truncated, value_targets, starts, columns, num_unroll_steps=K)
+        step = starts.unsqueeze(1) + self._offsets  # [n, K + 1]: t + k
+        col = columns.unsqueeze(1)
+        behaviour = self._tensor(batch.behaviour_params)[step.clamp(max=T - 1), col]
+        policy, policy_mask = behaviour.softmax(-1), full.policy_mask
+        if n_re:  # the target network's policy exists at x_T too (T + 1 rows): masked only by episode ends
+            alive = full.value_mask[:n_re] - full.terminal[:n_re]  # alive and absorbing are disjoint
+            policy_mask = torch.cat([alive, policy_mask[n_re:]])
+            policy = torch.cat([p_re[step[:n_re].clamp(max=T), col[:n_re]], policy[n_re:]])
         targets = ModelTargets(
             reward=full.reward, value=full.value, terminal=full.terminal, reward_mask=full.reward_mask,
             value_mask=full.value_mask, policy_mask=policy_mask, consistency_mask=full.consistency_mask,
-            terminal_mask=full.terminal_mask, policy=full.policy * policy_mask.unsqueeze(-1),
+            terminal_mask=full.terminal_mask, policy=torch.where(policy_mask.unsqueeze(-1) > 0, policy, 0),
         )
         return targets, reanalysed
 
     # -- the loss --------------------------------------------------------------------------------
-    def _scalar_loss(self, head_out: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
-        """`[N, W]` head output vs `[N]` target: cross-entropy on the two-hot of h(target), or squared error."""
-        if self.support is None:
-            return (head_out.squeeze(-1) - target) ** 2
-        probs = two_hot(value_transform(target), self.support)
-        return -(probs * head_out.log_softmax(-1)).sum(-1)
-
     def unroll(self, net: nn.Module, obs0: torch.Tensor, actions: torch.Tensor) -> list[torch.Tensor]:
         """Latents `s_0 .. s_K` from `obs0 [n, ...]` and `actions [n, K]`; after each dynamics step the
         latent's gradient is scaled by `recurrent_gradient_scaling` (forward unchanged)."""
         latents = [net.representation(obs0)]
+        onehot = F.one_hot(actions.long(), self.module.num_actions).to(latents[0].dtype)  # every step at once
+        scale = float(self.cfg.recurrent_gradient_scaling)
         for k in range(actions.shape[1]):
-            nxt = self.module.dynamics(latents[-1], actions[:, k])
-            latents.append(scale_gradient(nxt, self.cfg.recurrent_gradient_scaling))
+            nxt = self.module.step(latents[-1], onehot[:, k])
+            # `scale_gradient`'s backward (grad * scale) as a hook on the step's output: the same gradient,
+            # without a Python autograd.Function node per step (~20 us each, forward and backward).
+            if nxt.requires_grad and scale != 1.0:
+                nxt.register_hook(functools.partial(torch.mul, other=scale))
+            latents.append(nxt)
         return latents
 
     def loss(self, net: nn.Module, batch: ModelBatch) -> tuple[torch.Tensor, dict[str, float], np.ndarray]:
         """(weighted total, metrics, per-sequence priorities [n]). Per-term losses are `[n, K + 1]`, masked,
         weighted by `step_weights`, summed over k and averaged over sequences with the replay importance
-        weights; the total is the sum of the terms (consistency times `consistency_weight`)."""
+        weights; the total is the sum of the terms (consistency times `consistency_weight`).
+
+        At CartPole's sizes the cost is the number of small ops, not their size, so the terms are computed
+        together: the heads once on all `n (K + 1)` latents, value and reward in one two-hot cross-entropy,
+        every term's `[n, K + 1]` losses in one tensor masked, weighted and reduced at once, and the metrics
+        read back in one transfer."""
         cfg = self.cfg
         K = cfg.num_unroll_steps
         obs = self._tensor(batch.obs)  # [T+1, n, ...] on the learner's device, once
         targets, reanalysed = self.targets(batch, obs)
         T, n = batch.rewards.shape
+        N = n * (K + 1)
         starts = self._tensor(batch.starts, torch.long)
-        columns = torch.arange(n, device=self.device)
-        steps = (starts.unsqueeze(1) + torch.arange(K, device=self.device)).clamp(max=T - 1)  # [n, K]
-        actions = self._tensor(batch.actions)[steps, columns.unsqueeze(1)]
-        latents = self.unroll(net, obs[starts, columns], actions)
-        s = torch.stack(latents, dim=1)  # [n, K+1, D]
-        flat = s.reshape(n * (K + 1), -1)
+        columns = torch.arange(n, device=self.device).unsqueeze(1)
+        steps = (starts.unsqueeze(1) + self._offsets[:K]).clamp(max=T - 1)  # [n, K]
+        actions = self._tensor(batch.actions)[steps, columns]
+        latents = self.unroll(net, obs[starts, columns.squeeze(1)], actions)
+        flat = torch.stack(latents, dim=1).reshape(N, -1)  # [n (K+1), D], sequence-major like the targets
         m = self.module
-
-        def per_step(x: torch.Tensor) -> torch.Tensor:
-            return x.view(n, K + 1)
-
-        out = m.heads(flat)
-        value_l = per_step(self._scalar_loss(out["value"], targets.value.reshape(-1)))
-        reward_l = per_step(self._scalar_loss(out["reward"], targets.reward.reshape(-1)))
-        policy_l = per_step(-(targets.policy.reshape(n * (K + 1), -1) * out["policy"].log_softmax(-1)).sum(-1))
-        terms = {"value": value_l * targets.value_mask, "reward": reward_l * targets.reward_mask,
-                 "policy": policy_l * targets.policy_mask}
-        if "game_over" in out:
-            go = F.binary_cross_entropy_with_logits(out["game_over"].squeeze(-1), targets.terminal.reshape(-1),
-                                                    reduction="none")
-            terms["game_over"] = per_step(go) * targets.terminal_mask
+        out = m.prediction(flat)  # the heads' outputs side by side (LatentModel.heads splits the same tensor)
+        W, A = m.split["value"], m.split["policy"]
+        vr_target = torch.stack([targets.value, targets.reward], dim=-1).view(N, 2)
+        vr_out = out[:, : 2 * W].view(N, 2, W)  # value and reward heads
+        if self.support is None:
+            vr_loss = (vr_out.squeeze(-1) - vr_target) ** 2
+        else:
+            probs = two_hot(value_transform(vr_target), self.support, validate=False)  # make_support's
+            vr_loss = -(probs * vr_out.log_softmax(-1)).sum(-1)
+        policy_l = -(targets.policy.view(N, A) * out[:, 2 * W : 2 * W + A].log_softmax(-1)).sum(-1, keepdim=True)
+        parts, masks = [vr_loss, policy_l], [targets.value_mask, targets.reward_mask, targets.policy_mask]
+        if "game_over" in self._terms:
+            parts.append(F.binary_cross_entropy_with_logits(out[:, -1:], targets.terminal.view(N, 1),
+                                                            reduction="none"))
+            masks.append(targets.terminal_mask)
         if m.project is not None:
-            rows = (starts.unsqueeze(1) + torch.arange(K + 1, device=self.device)).clamp(max=T)
-            real = obs[rows, columns.unsqueeze(1)]
+            rows = (starts.unsqueeze(1) + self._offsets).clamp(max=T)
+            real = obs[rows, columns]
             with torch.no_grad():
-                target_proj = self.target_module.project(
-                    self.target_net.representation(real.reshape(n * (K + 1), *obs.shape[2:])))
-            pred = m.predict(m.project(flat))
-            cos = F.cosine_similarity(pred, target_proj, dim=-1)
-            terms["consistency"] = per_step(-cos) * targets.consistency_mask
-        w = step_weights(K, device=self.device)
-        iw = self._tensor(batch.weights)
-        per_seq = {name: (t * w).sum(1) for name, t in terms.items()}  # [n]
-        term_means = {name: (v * iw).mean() for name, v in per_seq.items()}
-        total = sum(term_means[name] * (cfg.consistency_weight if name == "consistency" else 1.0)
-                    for name in term_means)
+                target_proj = self.target_module.project(self.target_net.representation(real.view(N, *obs.shape[2:])))
+            cos = F.cosine_similarity(m.predict(m.project(flat)), target_proj, dim=-1)
+            parts.append(-cos.unsqueeze(1))
+            masks.append(targets.consistency_mask)
+        # [n, K + 1, terms]: masked, step-weighted, summed over k; importance-weighted mean over sequences
+        per_step = torch.cat(parts, dim=1).view(n, K + 1, len(parts) + 1) * torch.stack(masks, dim=-1)
+        per_seq = (per_step * self._step_weights).sum(1)  # [n, terms]
+        term_means = (per_seq * self._tensor(batch.weights).unsqueeze(1)).mean(0)  # [terms]
+        total = (term_means * self._term_coefs).sum()
         with torch.no_grad():
-            priorities = per_seq["value"].clamp(min=0).sqrt().cpu().numpy().astype(np.float64)
-            value_pred = self._decode(out["value"].view(n, K + 1, -1)[:, 0])
-            metrics = {f"model_{name}_loss": float(v) for name, v in term_means.items()}
-            metrics.update(
-                model_loss=float(total),
-                model_value_error=float(((value_pred - targets.value[:, 0]).abs() * targets.value_mask[:, 0]).sum()
-                                        / targets.value_mask[:, 0].sum().clamp(min=1)),
-                model_value_mask_fraction=float(targets.value_mask.mean()),
-                model_absorbing_fraction=float(targets.terminal.mean()),
-                model_reanalysed_fraction=float(reanalysed.float().mean()),
-                model_target_mean=float((targets.value * targets.value_mask).sum()
-                                        / targets.value_mask.sum().clamp(min=1)),
-            )
+            priorities = per_seq[:, 0].clamp(min=0).sqrt().cpu().numpy().astype(np.float64)
+            value_pred = self._decode(vr_out[:, 0].view(n, K + 1, W)[:, 0])
+            vm0 = targets.value_mask[:, 0]
+            stats = torch.stack([
+                ((value_pred - targets.value[:, 0]).abs() * vm0).sum() / vm0.sum().clamp(min=1),
+                targets.value_mask.mean(),
+                targets.terminal.mean(),
+                reanalysed.float().mean(),
+                (targets.value * targets.value_mask).sum() / targets.value_mask.sum().clamp(min=1),
+            ])
+            values = torch.cat([term_means, total.view(1), stats]).tolist()  # one read-back
+            metrics = {f"model_{name}_loss": v for name, v in zip(self._terms, values, strict=False)}
+            metrics.update(zip(("model_loss", "model_value_error", "model_value_mask_fraction",
+                                "model_absorbing_fraction", "model_reanalysed_fraction", "model_target_mean"),
+                               values[len(self._terms):], strict=True))
         return total, metrics, priorities
 
     # -- checkpoints -----------------------------------------------------------------------------
@@ -370,6 +412,8 @@ class MuZeroLoss:
 def sequence_priorities_by_unroll(ids: np.ndarray, priorities: np.ndarray, eta: float) -> tuple[np.ndarray, np.ndarray]:
     """One priority per sampled unroll from its sequences' priorities, as the TD priorities aggregate steps:
     eta * max + (1 - eta) * mean. Returns (unique ids, priorities)."""
-    unique = np.unique(ids)
-    prios = np.array([eta * priorities[ids == i].max() + (1.0 - eta) * priorities[ids == i].mean() for i in unique])
-    return unique, prios
+    unique, inverse = np.unique(ids, return_inverse=True)
+    peak = np.full(len(unique), -np.inf)
+    np.maximum.at(peak, inverse, priorities)
+    mean = np.bincount(inverse, weights=priorities, minlength=len(unique)) / np.bincount(inverse, minlength=len(unique))
+    return unique, eta * peak + (1.0 - eta) * mean

@@ -108,7 +108,8 @@ def nstep_returns(
     `rewards_t <- rewards_t + gamma * V(x_final)` folded in, which bootstraps the cut-off episode from its
     real final observation and never from `x_{t+1}` (the next episode's first observation).
 
-    Vectorised over `[T, B]`; one Python iteration per reward term (at most T). Returns `rewards.dtype`.
+    Vectorised over `[T, B]` and the reward terms (`[T, B, min(td_steps, T)]` windows, no Python loop).
+    Returns `rewards.dtype`.
     A per-element `td_steps` is checked (>= 1) on the host, which synchronises a GPU stream once.
     """
     if rewards.dim() != 2:
@@ -127,18 +128,18 @@ def nstep_returns(
             raise ValueError(f"{name} must have the dtype of rewards ({rewards.dtype}), got {tensor.dtype}")
     m, max_m = _horizons(td_steps, T, B, rewards.device)
 
-    # Zero rows past T so that rows t + i exist for every t < T and i < T; they are never selected.
-    pad = rewards.new_zeros(max_m, B)
-    padded_rewards = torch.cat([rewards, pad])
-    padded_discounts = torch.cat([discounts, pad])
-    total = torch.zeros_like(rewards)
-    coef = torch.ones_like(rewards)  # prod_{j<i} discounts_{t+j}
-    for i in range(max_m):
-        active = m > i
-        total = torch.where(active, total + coef * padded_rewards[i : i + T], total)
-        coef = torch.where(active, coef * padded_discounts[i : i + T], coef)
+    # Every (t, i) term at once, `[T, B, max_m]` windows: rows t + i of `rewards`/`discounts` (zero rows
+    # past T so that they exist for every t; a term with i >= m is never selected). A Python loop over i
+    # cost ~8 small ops per term (40 at td_steps 5), where the cost of CartPole's update is the op count.
+    pad = rewards.new_zeros(max_m - 1, B)
+    windows = torch.cat([torch.stack([rewards, discounts]), torch.stack([pad, pad])], dim=1).unfold(1, max_m, 1)
+    active = m.unsqueeze(-1) > torch.arange(max_m, device=rewards.device)  # [T, B, max_m]: i < m
+    # prod_{j<=i} discounts_{t+j} over active terms (cumprod multiplies left to right, as a loop would)
+    through = torch.where(active, windows[1], 1).cumprod(-1)
+    before = torch.cat([torch.ones_like(through[..., :1]), through[..., :-1]], dim=-1)  # prod_{j<i}
+    total = torch.where(active, before * windows[0], 0).sum(-1)
     bootstrap = values.gather(0, torch.arange(T, device=rewards.device).unsqueeze(1) + m)  # values_{t+m}
-    return total + coef * bootstrap
+    return total + through[..., -1] * bootstrap
 
 
 def linear_td_steps(
@@ -225,7 +226,7 @@ def _check_support(support: torch.Tensor) -> None:
         raise ValueError("support must be strictly increasing")
 
 
-def two_hot(x: torch.Tensor, support: torch.Tensor) -> torch.Tensor:
+def two_hot(x: torch.Tensor, support: torch.Tensor, *, validate: bool = True) -> torch.Tensor:
     """Categorical target `[..., N]` whose expectation on `support [N]` is `x [...]` clipped to the support.
 
     `x` is clipped to `[support[0], support[-1]]` and its mass split linearly between the two neighbouring
@@ -233,8 +234,10 @@ def two_hot(x: torch.Tensor, support: torch.Tensor) -> torch.Tensor:
     distribution on two adjacent atoms with mean `x`, so a cross-entropy on it trains the head's
     expectation (`from_categorical`) towards `x`. Any strictly increasing support works. Pass values
     already squashed with `value_transform` when the head predicts in the transformed space.
+    `validate=False` skips the support check (a host sync), for a caller that made it with `make_support`.
     """
-    _check_support(support)
+    if validate:
+        _check_support(support)
     n_atoms = support.numel()
     x = torch.clamp(x.to(support.dtype), min=support[0], max=support[-1])
     lower = (torch.searchsorted(support, x.contiguous(), right=True) - 1).clamp(0, n_atoms - 2)
@@ -246,14 +249,15 @@ def two_hot(x: torch.Tensor, support: torch.Tensor) -> torch.Tensor:
     return probs
 
 
-def from_categorical(probs: torch.Tensor, support: torch.Tensor) -> torch.Tensor:
+def from_categorical(probs: torch.Tensor, support: torch.Tensor, *, validate: bool = True) -> torch.Tensor:
     """Expectation `sum_i probs[..., i] * support[i]` -> `[...]`.
 
     `probs [..., N]` must be probabilities (apply `softmax` to a head's logits first); this is the scalar
     a categorical head predicts, still in the transformed space if the targets were `value_transform`ed
-    (undo with `inverse_value_transform`).
+    (undo with `inverse_value_transform`). `validate=False` skips the support check, as for `two_hot`.
     """
-    _check_support(support)
+    if validate:
+        _check_support(support)
     if probs.shape[-1:] != support.shape:
         raise ValueError(f"probs must be [..., {support.numel()}] to match support, got {_shape(probs)}")
     return (probs * support.to(probs.dtype)).sum(-1)
@@ -375,7 +379,7 @@ def window_targets(
       caller that gathers its own policy targets at the stored steps 0 .. T-1.
     - The stored x_T exists (T + 1 observations), so consistency and value are trained up to t + k = T.
     - A termination and a truncation on the same step count as a termination (as in V-trace inputs).
-    Vectorised over n with index gathers; one Python iteration per unroll step. Runs under no_grad.
+    Vectorised over windows and steps (`[n, K + 1]` index gathers, no Python loop). Runs under no_grad.
     """
     if rewards.dim() != 2:
         raise ValueError(f"rewards must be [T, B], got shape {_shape(rewards)}")
@@ -408,61 +412,49 @@ def window_targets(
             raise ValueError(f"{name} must lie in [0, {upper - 1}], got [{int(tensor.min())}, {int(tensor.max())}]")
 
     device, dtype = rewards.device, rewards.dtype
-    starts = starts.to(device=device, dtype=torch.long)
-    columns = columns.to(device=device, dtype=torch.long)
-    terminated = terminated.to(device).bool()
-    truncated = truncated.to(device).bool() & ~terminated
+    K = num_unroll_steps
     policy_rows = T if policy_targets is None else policy_targets.shape[0]  # without targets: as for T rows
-    n = starts.shape[0]
-
-    ended_terminated = torch.zeros(n, dtype=torch.bool, device=device)  # a termination at some j < t + k - 1
-    ended_truncated = torch.zeros(n, dtype=torch.bool, device=device)
-    fields: dict[str, list[torch.Tensor]] = {
-        key: [] for key in ("reward", "value", "terminal", "reward_mask", "value_mask", "policy_mask", "consistency")
-    }
-    policies: list[torch.Tensor] = []
-    for k in range(num_unroll_steps + 1):
-        step = starts + k  # t + k: the observation index of this unroll step
-        if k == 0:
-            real = torch.zeros(n, dtype=torch.bool, device=device)  # no transition into x_t inside the window
-            alive = torch.ones(n, dtype=torch.bool, device=device)  # x_t is a stored state of its episode
-            term_here = trunc_here = real
-        else:
-            j = (step - 1).clamp(max=T - 1)  # the transition into x_{t+k}, when step <= T
-            real = (step <= T) & ~ended_terminated & ~ended_truncated
-            term_here = real & terminated[j, columns]
-            trunc_here = real & truncated[j, columns]
-            alive = real & ~term_here & ~trunc_here
-        absorbing = ended_terminated | term_here
-
-        reward = torch.where(real, rewards[(step - 1).clamp(0, T - 1), columns], 0)
-        value = torch.where(alive, value_targets[step.clamp(max=T), columns], 0)
-        fields["reward"].append(reward)
-        fields["value"].append(value)
-        fields["terminal"].append(absorbing)
-        fields["reward_mask"].append(real | ended_terminated)
-        fields["value_mask"].append(alive | absorbing)
-        fields["consistency"].append(alive & (k > 0))
-        policy_mask = alive & (step < policy_rows)
-        fields["policy_mask"].append(policy_mask)
-        if policy_targets is not None:
-            policy = policy_targets[step.clamp(max=policy_rows - 1), columns]
-            policies.append(torch.where(policy_mask.unsqueeze(-1), policy, 0))
-        ended_terminated = absorbing
-        ended_truncated = ended_truncated | trunc_here
-
-    def stack(key: str) -> torch.Tensor:
-        return torch.stack(fields[key], dim=1).to(dtype)
-
-    value_mask = stack("value_mask")
+    # Every step of every window at once, [n, K + 1]: a loop over k cost ~30 small ops per step, ~60% of
+    # the model loss's target time at CartPole's sizes (cProfile).
+    offsets = torch.arange(K + 1, device=device)
+    step = starts.to(device=device, dtype=torch.long).unsqueeze(1) + offsets  # t + k: observation index
+    col = columns.to(device=device, dtype=torch.long).unsqueeze(1).expand_as(step)
+    prev = (step - 1).clamp(0, T - 1)  # the transition into x_{t+k} (k >= 1, t + k <= T)
+    # An episode end on the transition into step k (k >= 1, inside the stored data); a termination and a
+    # truncation on the same step count as a termination.
+    in_data = (step <= T) & (offsets > 0)
+    term_at = in_data & terminated.to(device).bool()[prev, col]
+    trunc_at = in_data & truncated.to(device).bool()[prev, col] & ~term_at
+    # Only the first end in a window counts: `real` (a stored transition into x_{t+k} of x_t's episode) is
+    # in_data with no end before k. in_data is monotone in k (once past T, always past), so "no end before
+    # k" is an exclusive running OR of the ends.
+    ended = _exclusive_any(term_at | trunc_at)
+    real = in_data & ~ended
+    term_here, trunc_here = real & term_at, real & trunc_at
+    absorbing = torch.cumsum(term_here, dim=1) > 0  # ended by a termination at or before k
+    ended_terminated = absorbing & ~term_here  # ... strictly before k
+    alive = (real & ~term_here & ~trunc_here) | (offsets == 0)  # x_t itself is a stored state of its episode
+    reward = torch.where(real, rewards[prev, col], 0)
+    value = torch.where(alive, value_targets[step.clamp(max=T), col], 0)
+    policy_mask = alive & (step < policy_rows)
+    value_mask = (alive | absorbing).to(dtype)
+    policy = None
+    if policy_targets is not None:
+        policy = torch.where(policy_mask.unsqueeze(-1), policy_targets[step.clamp(max=policy_rows - 1), col], 0)
     return ModelTargets(
-        reward=torch.stack(fields["reward"], dim=1),
-        value=torch.stack(fields["value"], dim=1),
-        terminal=stack("terminal"),
-        reward_mask=stack("reward_mask"),
+        reward=reward,
+        value=value,
+        terminal=absorbing.to(dtype),
+        reward_mask=(real | ended_terminated).to(dtype),
         value_mask=value_mask,
-        policy_mask=stack("policy_mask"),
-        consistency_mask=stack("consistency"),
+        policy_mask=policy_mask.to(dtype),
+        consistency_mask=(alive & (offsets > 0)).to(dtype),
         terminal_mask=value_mask.clone(),  # game over is known exactly where the value is: alive or absorbing
-        policy=None if policy_targets is None else torch.stack(policies, dim=1),
+        policy=policy,
     )
+
+
+def _exclusive_any(x: torch.Tensor) -> torch.Tensor:
+    """`[n, S]` bool -> `[n, S]`: whether any of `x[:, :s]` is true (False at s = 0)."""
+    seen = torch.cumsum(x, dim=1) > 0
+    return torch.cat([torch.zeros_like(seen[:, :1]), seen[:, :-1]], dim=1)

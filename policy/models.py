@@ -7,6 +7,7 @@ All map observations `[N, *obs_shape]` to `(policy_params [N, P], value [N])`. I
 
 from __future__ import annotations
 
+import itertools
 import math
 
 import torch
@@ -88,6 +89,13 @@ class ImpalaCNN(_SharedTorso):
         return self.fc.out_features
 
 
+def _hidden(tower: nn.Sequential, x: torch.Tensor) -> torch.Tensor:
+    """`tower[:-1](x)` without building a new Sequential per call (the model loss calls this every update)."""
+    for layer in itertools.islice(tower, len(tower) - 1):
+        x = layer(x)
+    return x
+
+
 class MLP(nn.Module):
     """Separate policy and value towers (tanh), orthogonal init as in most on-policy baselines."""
 
@@ -133,7 +141,7 @@ class MLP(nn.Module):
         """`[N, latent_dim]`: the last hidden layers of both towers, concatenated. The MLP has no shared
         torso, so the model loss (`learner.model_loss`) shapes both towers' features, policy and value."""
         x = obs.flatten(1).float()
-        return torch.cat([self.policy[:-1](x), self.value[:-1](x)], dim=1)
+        return torch.cat([_hidden(self.policy, x), _hidden(self.value, x)], dim=1)
 
 
 class MiniGridNet(_SharedTorso):
