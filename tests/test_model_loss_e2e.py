@@ -15,7 +15,7 @@ from levelray.deploy.rundir import RunDir
 COMMON = ["--num-actors", "1", "--envs-per-actor", "4", "--batch-size", "2", "--model-loss", "muzero",
           "--model-batch-size", "16", "--metrics-port", "0", "--quiet", "--tensorboard", "false"]
 ENVS = {
-    "cartpole": ["--env", "CartPole-v1", "--num-levels", "0", "--total-steps", "19200"],
+    "cartpole": ["--env", "CartPole-v1", "--num-levels", "0", "--total-steps", "9600"],
     "minigrid": ["--env", "minigrid:DoorKey-5x5", "--num-levels", "50", "--unroll-length", "10",
                  "--total-steps", "3200"],
 }
@@ -39,8 +39,9 @@ def test_model_losses_decrease_over_a_short_run(request, tmp_path, backend, env)
                  "--run-dir", str(run)]) == 0
     records = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
     trained = [r for r in records if "learner_model_loss" in r]
-    # Ray reports every 0.2 s while the learner runs on its own: CartPole's 9,600 steps once took 1.2 s and
-    # left 5 reports, so the budget is 120 updates and the test needs 4 (a first and a last third).
+    # Ray reports every 0.2 s while the learner runs on its own: CartPole's 60 updates take ~1.2 s and leave 5
+    # or 6 reports (measured over 8 runs: 5 twice), so 4 are asked for, a first and a last third to compare.
+    # A longer run is no fix: over 120 updates the value loss rose again as the returns grew.
     assert len(trained) >= 4, len(trained)
     assert set(TERMS) <= set(trained[-1])
     third = len(trained) // 3
