@@ -47,3 +47,22 @@ def cartpole_config(tmp_path, **overrides):
     cfg.run_dir = str(tmp_path / "run")
     apply_overrides(cfg, overrides)
     return cfg
+
+
+def json_output(stdout: str):
+    """The JSON document a `--json` command printed (one line or indented): the first line that starts one and
+    decodes. Ray's log monitor writes worker and raylet messages (e.g. "(raylet) A worker died ...") to this
+    process's stdout from a background thread, and with one Ray for the whole test session they can land in
+    any test's captured output, before or after the document (seen once in .ci/run)."""
+    import json
+
+    decoder = json.JSONDecoder()
+    offset = 0
+    for line in stdout.splitlines(keepends=True):
+        if line.startswith(("{", "[")):
+            try:
+                return decoder.raw_decode(stdout, offset)[0]
+            except json.JSONDecodeError:
+                pass
+        offset += len(line)
+    raise AssertionError(f"no JSON document in the output: {stdout[-2000:]!r}")

@@ -24,6 +24,7 @@ from levelray.deploy.evaluate import PeriodicEvaluator
 from levelray.deploy.rundir import RunDir
 from levelray.policy.models import ImpalaCNN, build_model
 from levelray.policy.weights import weights_to_numpy
+from tests.support import json_output
 
 NOOP, FIRE = 0, 1
 
@@ -237,7 +238,7 @@ def train_and_evaluate(run, backend: str, capsys) -> tuple[list[dict], dict]:
         assert main(["evaluate", str(run), "--levels", "test", "--episodes", "2", "--num-envs", "2", "--json"]) == 0
     finally:
         torch.set_num_threads(before)
-    return records, json.loads(capsys.readouterr().out)
+    return records, json_output(capsys.readouterr().out)
 
 
 def check_run(run, records: list[dict], out: dict) -> None:

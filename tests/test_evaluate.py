@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import time
 
 import numpy as np
@@ -21,6 +20,7 @@ from levelray.deploy.evaluate import (
     parse_level_sets,
     resolve_checkpoint,
 )
+from tests.support import json_output
 
 TINY = ["--backend", "inline", "--num-actors", "1", "--envs-per-actor", "2", "--unroll-length", "8",
         "--batch-size", "1", "--metrics-port", "0", "--report-interval", "0", "--quiet"]
@@ -83,7 +83,7 @@ def test_cli_json_on_gymnasium_levels(cartpole_run, capsys):
     capsys.readouterr()
     assert main(["evaluate", str(cartpole_run), "--levels", "train,test,5000-5002", "--episodes", "3",
                  "--greedy", "--num-envs", "2", "--json"]) == 0
-    out = json.loads(capsys.readouterr().out)
+    out = json_output(capsys.readouterr().out)
     assert out["env"] == "CartPole-v1" and out["training_levels"] == [100, 120] and out["greedy"]
     res = out["results"]
     assert set(res) == {"train", "test", "5000-5002"}

@@ -19,6 +19,7 @@ from levelray.deploy.cli import main
 from levelray.learner.value_normalization import value_output_layer
 from levelray.policy.models import MiniGridNet, build_model
 from levelray.policy.numpy_policy import NumpyPolicy
+from tests.support import json_output
 
 NAMES = {
     "DoorKey-8x8": "MiniGrid-DoorKey-8x8-v0",
@@ -188,7 +189,7 @@ def test_train_and_evaluate_through_the_cli(tmp_path, capsys):
                      "--json"]) == 0
     finally:
         torch.set_num_threads(before)
-    out = json.loads(capsys.readouterr().out)
+    out = json_output(capsys.readouterr().out)
     assert out["env"] == "minigrid:DoorKey-5x5" and out["training_levels"] == [1000, 1050] and out["held_out"]
     train, test = out["results"]["train"], out["results"]["test"]
     assert all(1000 <= s < 1050 for s in train["seeds"])

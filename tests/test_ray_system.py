@@ -21,7 +21,7 @@ from levelray.deploy.driver import train
 from levelray.deploy.ray_backend import RayJob
 from levelray.deploy.rundir import RunDir
 from tests import support
-from tests.support import free_port, wait_for
+from tests.support import free_port, json_output, wait_for
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -172,7 +172,7 @@ def test_scale_up_and_down_mid_run_and_status(ray_session, tmp_path, capsys):
         wait_for(lambda: ray.get(supervisor.status.remote())["progress"].get("env_steps_per_second") == 1234.5, 30)
         # the CLI commands against the same job (in-process: the session's Ray is already connected)
         assert control.cmd_status(type("A", (), {"address": "auto", "json": True})()) == 0
-        out = json.loads(capsys.readouterr().out)
+        out = json_output(capsys.readouterr().out)
         assert out["env_steps_per_second"] == 1234.5
         for key in ("actors_alive", "actors_desired", "learner_version", "env_steps", "env_steps_per_second",
                     "actors"):
