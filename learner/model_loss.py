@@ -72,10 +72,6 @@ class _MLP(nn.Sequential):
         return F.linear(F.relu(F.linear(x, first.weight, first.bias)), second.weight, second.bias)
 
 
-def _mlp(d_in: int, hidden: int, d_out: int) -> nn.Sequential:
-    return _MLP(d_in, hidden, d_out)
-
-
 class LatentModel(nn.Module):
     """Dynamics, prediction heads and the consistency projection; the representation is the agent's torso.
 
@@ -92,11 +88,11 @@ class LatentModel(nn.Module):
         self.num_actions = num_actions
         width = 2 * cfg.support_size + 1 if cfg.value_repr == "categorical" else 1
         hidden = cfg.hidden_size
-        self.transition = _mlp(latent_dim + num_actions, hidden, latent_dim)
+        self.transition = _MLP(latent_dim + num_actions, hidden, latent_dim)
         self.split = {"value": width, "reward": width, "policy": num_actions, "game_over": int(cfg.game_over)}
-        self.prediction = _mlp(latent_dim, hidden, sum(self.split.values()))
-        self.project = _mlp(latent_dim, hidden, hidden) if cfg.consistency_weight > 0 else None
-        self.predict = _mlp(hidden, hidden, hidden) if cfg.consistency_weight > 0 else None
+        self.prediction = _MLP(latent_dim, hidden, sum(self.split.values()))
+        self.project = _MLP(latent_dim, hidden, hidden) if cfg.consistency_weight > 0 else None
+        self.predict = _MLP(hidden, hidden, hidden) if cfg.consistency_weight > 0 else None
 
     def dynamics(self, latent: torch.Tensor, actions: torch.Tensor) -> torch.Tensor:
         return self.step(latent, F.one_hot(actions.long(), self.num_actions).to(latent.dtype))
