@@ -10,13 +10,14 @@ TRAIN_ARGS ?=
 
 install: $(STAMP)
 
-# torch is installed first, pinned, so nothing can pull a multi-GB CUDA build in its place.
-$(STAMP): pyproject.toml
+# torch is installed first, pinned, so nothing can pull a multi-GB CUDA build in its place; constraints.txt
+# pins everything the direct dependencies pull in.
+$(STAMP): pyproject.toml constraints.txt
 	@$(PYTHON) -c 'import sys; assert (3, 11) <= sys.version_info[:2] < (3, 13), "levelray needs Python 3.11 or 3.12, found " + sys.version.split()[0]'
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
 	$(PY) -m pip install --quiet torch==2.13.0
-	$(PY) -m pip install --quiet -e '.[test,lint]'
+	$(PY) -m pip install --quiet -c constraints.txt -e '.[test,lint]'
 	touch $(STAMP)
 
 train: $(STAMP)
