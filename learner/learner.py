@@ -191,10 +191,12 @@ class Learner:
             raw_grad_norm = self._gradient_norm()
         if not np.isfinite(raw_grad_norm):  # before anything below changes weights or statistics
             self._skip_update(norm_state, losses, raw_grad_norm, total, model_metrics)
-        if self.value_norm is not None:
+        grad_norm = raw_grad_norm
+        if self.value_norm is not None:  # rescales the value layer's gradients too: their norm changes
             new_stats = (self.value_norm.mu, self.value_norm.sigma)
             preserve_outputs_(value_output_layer(self.model), old_stats, new_stats)
-        grad_norm = self._clip_gradients()
+            grad_norm = self._gradient_norm()
+        self._clip_gradients(grad_norm)
         self.optimizer.step()
         if self.muzero is not None:
             self.muzero.after_update(self.model)
@@ -240,15 +242,19 @@ class Learner:
         grads = [p.grad for p in self._trained if p.grad is not None]
         return float(torch.nn.utils.get_total_norm(grads))
 
-    def _clip_gradients(self) -> float:
+    def _clip_gradients(self, norm: float) -> None:
+        """Clip by `grad_clip_type`; `norm` is the gradients' global norm as they are now (computed once an
+        update: the non-finite check needs it first). By norm this is `clip_grad_norm_`'s rule, scale by
+        min(1, max_norm / (norm + 1e-6))."""
         cfg = self.config
-        params = [p for p in self._trained if p.grad is not None]
+        grads = [p.grad for p in self._trained if p.grad is not None]
         if cfg.grad_clip_type == "norm":
-            return float(torch.nn.utils.clip_grad_norm_(params, cfg.grad_clip))
-        norm = self._gradient_norm()
-        if cfg.grad_clip_type == "value":
-            torch.nn.utils.clip_grad_value_(params, cfg.grad_clip)
-        return norm
+            scale = cfg.grad_clip / (norm + 1e-6)
+            if scale < 1.0:
+                torch._foreach_mul_(grads, scale)
+        elif cfg.grad_clip_type == "value":
+            torch._foreach_clamp_min_(grads, -cfg.grad_clip)
+            torch._foreach_clamp_max_(grads, cfg.grad_clip)
 
     def _skip_update(self, norm_state: dict | None, losses, grad_norm: float, total: torch.Tensor,
                      model_metrics: dict[str, float]) -> None:

@@ -150,17 +150,33 @@ def test_state_dict_round_trip_gives_identical_updates():
         np.testing.assert_allclose(wa[k], wb[k], rtol=1e-6, atol=1e-7)
 
 
-def test_gradient_clipping_by_norm_and_value():
+@pytest.mark.parametrize("value_normalization", [False, True])
+def test_gradient_clipping_by_norm_and_value(value_normalization):
+    """The clipped gradient against the unclipped one of the same update, in float64: by norm it is scaled by
+    min(1, max_norm / (norm + 1e-6)) (torch's clip_grad_norm_ rule), by value clamped elementwise, and
+    `grad_norm` reports the norm before clipping (after PopArt's rescaling of the value layer)."""
     rng = np.random.default_rng(7)
     batch = make_batch(rng)
     batch["rewards"] *= 1000.0
-    learner = Learner(VEC, LearnerConfig(grad_clip_type="norm", grad_clip=0.5), seed=0)
-    learner.update(batch)
-    total = torch.nn.utils.get_total_norm([p.grad for p in learner.model.parameters()])
-    assert total.item() <= 0.5 + 1e-4
-    learner = Learner(VEC, LearnerConfig(grad_clip_type="value", grad_clip=0.01), seed=0)
-    learner.update(batch)
-    assert max(p.grad.abs().max().item() for p in learner.model.parameters()) <= 0.01 + 1e-8
+
+    def grads(clip_type: str, clip: float = 0.0) -> tuple[torch.Tensor, float]:
+        cfg = LearnerConfig(grad_clip_type=clip_type, grad_clip=clip, value_normalization=value_normalization)
+        learner = Learner(VEC, cfg, seed=0)
+        metrics = learner.update(batch)
+        return torch.cat([p.grad.flatten() for p in learner.model.parameters()]).double(), metrics["grad_norm"]
+
+    raw, raw_norm = grads("none")
+    assert raw_norm == pytest.approx(raw.norm().item(), rel=1e-5)
+    assert raw_norm > 0.5  # the rewards make sure clipping by norm acts
+    by_norm, norm = grads("norm", 0.5)
+    assert norm == pytest.approx(raw_norm, rel=1e-6)
+    torch.testing.assert_close(by_norm, raw * (0.5 / (raw_norm + 1e-6)), rtol=1e-5, atol=1e-9)
+    by_value, norm = grads("value", 0.01)
+    assert norm == pytest.approx(raw_norm, rel=1e-6)
+    torch.testing.assert_close(by_value, raw.clamp(-0.01, 0.01), rtol=1e-5, atol=1e-9)
+    assert (raw.abs() > 0.01).any() and (raw.abs() < 0.01).any()  # both sides of the clamp are exercised
+    unclipped, norm = grads("norm", 10 * raw_norm)  # below the threshold: the gradient is left as it is
+    torch.testing.assert_close(unclipped, raw, rtol=0, atol=0)
 
 
 def test_rmsprop_and_continuous_actions():
