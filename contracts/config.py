@@ -192,6 +192,8 @@ class ReplayConfig:
 
 
 MODEL_LOSSES = ("none", "muzero")
+# The model loss's terms, in the order the learner reports them (`model_<term>_loss` metrics, Prometheus labels).
+MODEL_LOSS_TERMS = ("value", "reward", "policy", "game_over", "consistency")
 
 
 @dataclass

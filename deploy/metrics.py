@@ -14,8 +14,8 @@ import threading
 from prometheus_client import CollectorRegistry, start_http_server
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily
 
+from levelray.contracts.config import MODEL_LOSS_TERMS
 from levelray.learner.core import LAG_BUCKETS
-from levelray.learner.model_loss import TERMS as MODEL_LOSS_TERMS
 from levelray.replay_service.service import PRIORITY_HIST_EDGES
 
 # name -> (type, help): the list README documents and the deploy configs may use.

@@ -7,6 +7,7 @@ Reads each run's `config.yaml`, `metrics.jsonl` and checkpoints, and writes (mat
     throughput.png         env steps/s against env steps
     policy_lag.png         mean policy lag (versions) against env steps
     losses.png             learner total/policy/value loss and entropy against env steps
+    model_loss.png         with `--model-loss muzero`: the model loss and each of its terms against env steps
     level_weights.png      heat map of the PLR replay distribution (reports x levels) of the first PLR run
     level_staleness.png    heat map of level staleness (reports x levels) of the same run
     replay_priorities.png  the replay buffer's priority histogram (latest) of each run with replay
@@ -33,7 +34,7 @@ from typing import Any
 
 import numpy as np
 
-from levelray.contracts.config import ConfigError, leaves
+from levelray.contracts.config import MODEL_LOSS_TERMS, ConfigError, leaves
 from levelray.contracts.levels import UNSCORED_STRATEGIES
 from levelray.deploy.stats import ci_summary, mean_ci
 
@@ -331,6 +332,32 @@ def losses_figure(runs, out: Path) -> dict:
     return {"path": str(out), "series": labels}
 
 
+def model_loss_figure(runs, out: Path) -> dict:
+    """The model loss (`learner_model_loss`) and its terms, one panel each, for the runs that trained it."""
+    keys = [("learner_model_loss", "model loss (total)")] + [
+        (f"learner_model_{term}_loss", f"{term} term") for term in MODEL_LOSS_TERMS]
+    present = [(key, title) for key, title in keys if any(key in r for run in runs for r in run["records"])]
+    if not present:
+        return {"path": None, "series": [], "skipped": "no run has a model loss (--model-loss muzero) in metrics.jsonl"}
+    ncols = min(3, len(present))
+    nrows = (len(present) + ncols - 1) // ncols
+    fig, axes = _figure(nrows, ncols, size=(4 * ncols, 3.5 * nrows))
+    flat = axes.ravel()
+    for ax, (key, title) in zip(flat, present, strict=False):
+        for run in runs:
+            x, y = _series(run["records"], key)
+            if x.size:
+                ax.plot(x, y, label=f"{run['label']} {key.removeprefix('learner_')}")
+        ax.set(title=title, xlabel="env steps")
+        ax.grid(alpha=0.3)
+        ax.legend(fontsize="x-small")
+    for ax in flat[len(present):]:
+        ax.set_visible(False)
+    labels = _labels(*flat[: len(present)])
+    _save(fig, out)
+    return {"path": str(out), "series": labels}
+
+
 def _level_run(runs: list[dict]) -> list[dict]:
     """Runs in the order the level heat maps try them: PLR runs first, then uniform ones."""
     return ([r for r in runs if r["strategy"] not in UNSCORED_STRATEGIES]
@@ -496,6 +523,7 @@ def make_report(run_dirs: list[Path], out_dir: Path, group_by: str | None = None
         "policy_lag": _line_figure(runs, out_dir / "policy_lag.png", "Policy lag (learner version - actor's)",
                                    "mean lag (versions)", "policy_lag_mean"),
         "losses": losses_figure(runs, out_dir / "losses.png"),
+        "model_loss": model_loss_figure(runs, out_dir / "model_loss.png"),
         "level_weights": level_figure(runs, out_dir / "level_weights.png", "weights"),
         "level_staleness": level_figure(runs, out_dir / "level_staleness.png", "staleness"),
         "replay_priorities": priorities_figure(runs, out_dir / "replay_priorities.png"),

@@ -38,7 +38,7 @@ import torch
 from torch import nn
 from torch.nn import functional as F
 
-from levelray.contracts.config import ModelConfig
+from levelray.contracts.config import MODEL_LOSS_TERMS, ModelConfig
 from levelray.learner import vtrace
 from levelray.learner.model_targets import (
     ModelTargets,
@@ -56,7 +56,6 @@ from levelray.learner.model_targets import (
 # Sequences drawn from one sampled unroll (distinct columns while it has enough): an unroll of a procgen
 # actor is ~4 MB, so drawing each sequence from its own unroll would move batch_size of them per update.
 SEQUENCES_PER_UNROLL = 4
-TERMS = ("value", "reward", "policy", "game_over", "consistency")
 
 
 class _MLP(nn.Sequential):
@@ -146,7 +145,7 @@ class MuZeroLoss:
         # Made once rather than every update: the loss's terms in the order `loss` lays them out, their
         # weights in the total, the step weights and the offsets k = 0..K.
         K = cfg.num_unroll_steps
-        self._terms = [name for name in TERMS if name != "game_over" or cfg.game_over]
+        self._terms = [name for name in MODEL_LOSS_TERMS if name != "game_over" or cfg.game_over]
         if cfg.consistency_weight <= 0:
             self._terms.remove("consistency")
         self._term_coefs = torch.tensor([cfg.consistency_weight if name == "consistency" else 1.0

@@ -295,9 +295,18 @@ def test_dashboard_panels_cover_the_job():
             assert t["expr"].count("(") == t["expr"].count(")"), t["expr"]
     used = {base_metric(n) for e in dashboard_exprs() for n in NAME.findall(e)}
     for topic in ("levelray_env_steps_total", "levelray_episode_return", "levelray_test_return", "levelray_policy_lag",
-                  "levelray_learner_loss", "levelray_actors_alive", "levelray_actors_desired",
-                  "levelray_level_seen_fraction", "levelray_level_score", "levelray_replay_size"):
+                  "levelray_learner_loss", "levelray_learner_model_loss", "levelray_actors_alive",
+                  "levelray_actors_desired", "levelray_level_seen_fraction", "levelray_level_score",
+                  "levelray_replay_size"):
         assert topic in used, topic
+    # no two panels (rows included) share a cell of the 24-column grid: Grafana would push one down silently
+    cells: dict[tuple[int, int], str] = {}
+    for p in d["panels"]:
+        g = p["gridPos"]
+        for x in range(g["x"], g["x"] + g["w"]):
+            for y in range(g["y"], g["y"] + g["h"]):
+                assert (x, y) not in cells, f"{p['title']!r} overlaps {cells[(x, y)]!r}"
+                cells[(x, y)] = p["title"]
     variables = {v["name"] for v in d["templating"]["list"]}
     assert {"datasource", "instance"} <= variables
 

@@ -64,6 +64,7 @@ def test_report_from_real_runs(runs, tmp_path):
         rows, levels = figs[name]["shape"]
         assert levels == 200 and rows >= 4
     assert series["replay_priorities"] == [CP]  # the only run with replay
+    assert figs["model_loss"]["path"] is None and "--model-loss muzero" in figs["model_loss"]["skipped"]
     summary = (out / "summary.md").read_text()
     assert figs["summary"]["series"] == [PLR, UNI, CP]
     for label in (PLR, UNI, CP):
@@ -104,6 +105,8 @@ def test_report_reads_optional_record_keys(tmp_path):
         records.append({
             "time": i, "env_steps": 100 * i, "env_steps_per_second": 50.0, "episode_return_mean": float(i),
             "learner_version": i, "policy_lag_mean": 1.0, "learner_loss_total": 1.0 / (i + 1),
+            **({"learner_model_loss": 2.0 / (i + 1), "learner_model_value_loss": 1.0 / (i + 1),
+                "learner_model_reward_loss": 0.5} if i >= 2 else {}),  # the model loss starts late (replay)
             "level_weights": [0.2, 0.3, 0.5], "level_staleness": [i, 0, 2 * i],
             "replay_priority_hist": {"edges": [0.0, 0.5, 1.0], "counts": [3, i + 1]},
             **({"test_return_mean": i / 2, "test_version": i, "test_env_steps": 100 * i - 50} if i % 2 == 0 else {}),
@@ -117,6 +120,9 @@ def test_report_reads_optional_record_keys(tmp_path):
     assert figs["replay_priorities"]["series"] == [label] and figs["replay_priorities"]["source"] == {
         label: "metrics.jsonl"}
     assert figs["losses"]["series"] == [f"{label} loss_total"]
+    # one panel per term the run reported, the total first; none for terms it did not have
+    assert figs["model_loss"]["series"] == [f"{label} model_{k}" for k in ("loss", "value_loss", "reward_loss")]
+    assert _is_png(figs["model_loss"]["path"])
     steps, seeds, stale, source = level_matrix(load_run(run), "staleness")
     assert seeds.tolist() == [10, 11, 12] and stale[:, 2].tolist() == [0, 2, 4, 6, 8]
     assert "| 2.00 |" in (tmp_path / "out" / "summary.md").read_text()  # the last test return (i = 4)
