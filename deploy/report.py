@@ -311,12 +311,13 @@ def bands_figure(runs: list[dict], out: Path, group_by: str) -> dict:
     return {"path": str(out), "series": labels, "groups": summary}
 
 
-def losses_figure(runs, out: Path) -> dict:
-    panels = (("learner_loss_total", "total loss"), ("learner_loss_policy", "policy loss"),
-              ("learner_loss_value", "value loss"), ("learner_entropy", "policy entropy"))
-    fig, axes = _figure(2, 2, size=(11, 7))
+def _panels_figure(runs, out: Path, panels: list[tuple[str, str]], ncols: int, size: tuple[float, float],
+                   skipped: str) -> dict:
+    """One panel per (metrics.jsonl key, title), every run a line in each; skipped when no run has any key."""
+    nrows = (len(panels) + ncols - 1) // ncols
+    fig, axes = _figure(nrows, ncols, size=size)
     flat = axes.ravel()
-    for ax, (key, title) in zip(flat, panels, strict=True):
+    for ax, (key, title) in zip(flat, panels, strict=False):
         for run in runs:
             x, y = _series(run["records"], key)
             if x.size:
@@ -325,37 +326,30 @@ def losses_figure(runs, out: Path) -> dict:
         ax.grid(alpha=0.3)
         if ax.get_lines():
             ax.legend(fontsize="x-small")
+    for ax in flat[len(panels):]:
+        ax.set_visible(False)
     labels = _labels(*flat)
     if not labels:
-        return {"path": None, "series": [], "skipped": "no run has learner losses in metrics.jsonl"}
+        return {"path": None, "series": [], "skipped": skipped}
     _save(fig, out)
     return {"path": str(out), "series": labels}
+
+
+def losses_figure(runs, out: Path) -> dict:
+    panels = [("learner_loss_total", "total loss"), ("learner_loss_policy", "policy loss"),
+              ("learner_loss_value", "value loss"), ("learner_entropy", "policy entropy")]
+    return _panels_figure(runs, out, panels, 2, (11, 7), "no run has learner losses in metrics.jsonl")
 
 
 def model_loss_figure(runs, out: Path) -> dict:
-    """The model loss (`learner_model_loss`) and its terms, one panel each, for the runs that trained it."""
+    """The model loss (`learner_model_loss`) and its terms, one panel for each that some run reported (the
+    game-over and consistency terms are options)."""
     keys = [("learner_model_loss", "model loss (total)")] + [
         (f"learner_model_{term}_loss", f"{term} term") for term in MODEL_LOSS_TERMS]
-    present = [(key, title) for key, title in keys if any(key in r for run in runs for r in run["records"])]
-    if not present:
-        return {"path": None, "series": [], "skipped": "no run has a model loss (--model-loss muzero) in metrics.jsonl"}
-    ncols = min(3, len(present))
-    nrows = (len(present) + ncols - 1) // ncols
-    fig, axes = _figure(nrows, ncols, size=(4 * ncols, 3.5 * nrows))
-    flat = axes.ravel()
-    for ax, (key, title) in zip(flat, present, strict=False):
-        for run in runs:
-            x, y = _series(run["records"], key)
-            if x.size:
-                ax.plot(x, y, label=f"{run['label']} {key.removeprefix('learner_')}")
-        ax.set(title=title, xlabel="env steps")
-        ax.grid(alpha=0.3)
-        ax.legend(fontsize="x-small")
-    for ax in flat[len(present):]:
-        ax.set_visible(False)
-    labels = _labels(*flat[: len(present)])
-    _save(fig, out)
-    return {"path": str(out), "series": labels}
+    panels = [(key, title) for key, title in keys if any(key in r for run in runs for r in run["records"])] or keys
+    ncols = min(3, len(panels))
+    return _panels_figure(runs, out, panels, ncols, (4 * ncols, 3.5 * ((len(panels) + ncols - 1) // ncols)),
+                          "no run has a model loss (--model-loss muzero) in metrics.jsonl")
 
 
 def _level_run(runs: list[dict]) -> list[dict]:
