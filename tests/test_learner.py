@@ -152,9 +152,9 @@ def test_state_dict_round_trip_gives_identical_updates():
 
 @pytest.mark.parametrize("value_normalization", [False, True])
 def test_gradient_clipping_by_norm_and_value(value_normalization):
-    """The clipped gradient against the unclipped one of the same update (compared in float64): by norm it is scaled by
-    min(1, max_norm / (norm + 1e-6)) (torch's clip_grad_norm_ rule), by value clamped elementwise, and
-    `grad_norm` reports the norm before clipping (after PopArt's rescaling of the value layer)."""
+    """The clipped gradient against the unclipped one of the same update (compared in float64): by norm it is
+    scaled by min(1, max_norm / (norm + 1e-6)) (torch's clip_grad_norm_ rule), by value clamped elementwise,
+    and `grad_norm` reports the norm before clipping (after PopArt's rescaling of the value layer)."""
     rng = np.random.default_rng(7)
     batch = make_batch(rng)
     batch["rewards"] *= 1000.0
