@@ -28,7 +28,6 @@ observations, and its policy head (softmax).
 from __future__ import annotations
 
 import copy
-import functools
 import math
 from dataclasses import dataclass
 from typing import Any
@@ -47,6 +46,7 @@ from levelray.learner.model_targets import (
     linear_td_steps,
     make_support,
     nstep_returns,
+    scale_gradient,
     step_weights,
     two_hot,
     value_transform,
@@ -311,12 +311,7 @@ class MuZeroLoss:
         onehot = F.one_hot(actions.long(), self.module.num_actions).to(latents[0].dtype)  # every step at once
         scale = float(self.cfg.recurrent_gradient_scaling)
         for k in range(actions.shape[1]):
-            nxt = self.module.step(latents[-1], onehot[:, k])
-            # `scale_gradient`'s backward (grad * scale) as a hook on the step's output: the same gradient,
-            # without a Python autograd.Function node per step (~20 us each, forward and backward).
-            if nxt.requires_grad and scale != 1.0:
-                nxt.register_hook(functools.partial(torch.mul, other=scale))
-            latents.append(nxt)
+            latents.append(scale_gradient(self.module.step(latents[-1], onehot[:, k]), scale))
         return latents
 
     def loss(self, net: nn.Module, batch: ModelBatch) -> tuple[torch.Tensor, dict[str, float], np.ndarray]:
