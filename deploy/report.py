@@ -346,10 +346,11 @@ def model_loss_figure(runs, out: Path) -> dict:
     game-over and consistency terms are options)."""
     keys = [("learner_model_loss", "model loss (total)")] + [
         (f"learner_model_{term}_loss", f"{term} term") for term in MODEL_LOSS_TERMS]
-    panels = [(key, title) for key, title in keys if any(key in r for run in runs for r in run["records"])] or keys
+    panels = [(key, title) for key, title in keys if any(key in r for run in runs for r in run["records"])]
+    if not panels:
+        return {"path": None, "series": [], "skipped": "no run has a model loss (--model-loss muzero) in metrics.jsonl"}
     ncols = min(3, len(panels))
-    return _panels_figure(runs, out, panels, ncols, (4 * ncols, 3.5 * ((len(panels) + ncols - 1) // ncols)),
-                          "no run has a model loss (--model-loss muzero) in metrics.jsonl")
+    return _panels_figure(runs, out, panels, ncols, (4 * ncols, 3.5 * ((len(panels) + ncols - 1) // ncols)), "")
 
 
 def _level_run(runs: list[dict]) -> list[dict]:
