@@ -24,18 +24,19 @@ ARMS = {"popart": True, "plain": False}
 
 
 def one_run(run_dir: str, *, seed: int, value_normalization: bool, learning_rate: float) -> dict:
-    from levelray.contracts.config import RunConfig
+    from levelray.contracts.config import RunConfig, replace_paths
     from levelray.deploy.driver import train
     from levelray.deploy.rundir import RunDir
 
-    cfg = RunConfig()
-    cfg.env.id, cfg.env.num_levels = "CartPole-v1", 0
-    cfg.actors.num_actors, cfg.actors.envs_per_actor, cfg.actors.unrolls_per_submit = 2, 8, 4
-    cfg.learner.batch_size, cfg.learner.learning_rate = 8, learning_rate
-    cfg.learner.value_normalization = value_normalization
-    cfg.metrics_port, cfg.report_interval_s = 0, 0.5
-    cfg.total_steps, cfg.stop_at_return, cfg.seed = 3_000_000, 475.0, seed
-    cfg.run_dir = run_dir
+    cfg = replace_paths(RunConfig(), {
+        "env.id": "CartPole-v1", "env.num_levels": 0,
+        "actors.num_actors": 2, "actors.envs_per_actor": 8, "actors.unrolls_per_submit": 4,
+        "learner.batch_size": 8, "learner.learning_rate": learning_rate,
+        "learner.value_normalization": value_normalization,
+        "metrics_port": 0, "report_interval_s": 0.5,
+        "total_steps": 3_000_000, "stop_at_return": 475.0, "seed": seed,
+        "run_dir": run_dir,
+    })
     train(cfg, RunDir.start(run_dir), quiet=True)
     records = [json.loads(line) for line in (Path(run_dir) / "metrics.jsonl").read_text().splitlines()]
     reached = next((r for r in records if (r.get("episode_return_mean") or 0) >= 475), None)

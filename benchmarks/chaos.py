@@ -40,27 +40,27 @@ SNAPSHOT_FILES = {"levels": "levels.msgpack", "replay": "replay.msgpack"}
 
 
 def chaos_config(run_dir: str, *, snapshot_interval_s: float = 5.0, checkpoint_interval: int = 100):
-    from levelray.contracts.config import RunConfig
+    from levelray.contracts.config import RunConfig, replace_paths
 
-    cfg = RunConfig()
-    cfg.env.id = "CartPole-v1"
-    cfg.env.num_levels = 50  # a level service (PLR over 50 reset seeds)
-    cfg.actors.num_actors = 2
-    cfg.actors.envs_per_actor = 8
-    cfg.actors.unrolls_per_submit = 4
-    cfg.learner.batch_size = 8
-    cfg.learner.learning_rate = 1e-3
-    cfg.replay.replay_ratio = 0.25  # a replay service: 2 replayed unrolls per batch of 8
-    cfg.replay.min_size = 8
-    cfg.levels.snapshot_interval_s = snapshot_interval_s
-    cfg.replay.snapshot_interval_s = snapshot_interval_s
-    cfg.checkpoint_interval_updates = checkpoint_interval
-    cfg.max_learner_restarts = 1000
-    cfg.metrics_port = 0
-    cfg.report_interval_s = 1.0
-    cfg.total_steps = 10**12
-    cfg.run_dir = run_dir
-    return cfg
+    return replace_paths(RunConfig(), {
+        "env.id": "CartPole-v1",
+        "env.num_levels": 50,  # a level service (PLR over 50 reset seeds)
+        "actors.num_actors": 2,
+        "actors.envs_per_actor": 8,
+        "actors.unrolls_per_submit": 4,
+        "learner.batch_size": 8,
+        "learner.learning_rate": 1e-3,
+        "replay.replay_ratio": 0.25,  # a replay service: 2 replayed unrolls per batch of 8
+        "replay.min_size": 8,
+        "levels.snapshot_interval_s": snapshot_interval_s,
+        "replay.snapshot_interval_s": snapshot_interval_s,
+        "checkpoint_interval_updates": checkpoint_interval,
+        "max_learner_restarts": 1000,
+        "metrics_port": 0,
+        "report_interval_s": 1.0,
+        "total_steps": 10**12,
+        "run_dir": run_dir,
+    })
 
 
 def _pid(handle, timeout: float = 30.0) -> int | None:
@@ -270,9 +270,10 @@ def run_chaos(run_dir: str | os.PathLike, *, seconds: float, kills: int, seed: i
 
 def _resume(cfg, run_dir, total_steps: int, train) -> dict[str, Any]:
     """`levelray train --resume RUN_DIR --total-steps N`, in this process."""
+    from levelray.contracts.config import replace_path
     from levelray.deploy.rundir import RunDir
 
-    cfg.total_steps = int(total_steps)
+    cfg = replace_path(cfg, "total_steps", int(total_steps))
     try:
         record = train(cfg, RunDir.start(run_dir, resume=True), resume=True, quiet=True)
     except Exception as exc:  # the check reports it

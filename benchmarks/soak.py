@@ -125,22 +125,21 @@ def main() -> None:
         report(samples, start, data["minutes"], args.warmup_fraction, data["env"], args.json)
         return
 
-    from levelray.contracts.config import RunConfig
+    from levelray.contracts.config import RunConfig, replace_paths
     from levelray.deploy.driver import build_record, write_checkpoint
     from levelray.deploy.ray_backend import RayJob
     from levelray.deploy.ray_cluster import init_ray
     from levelray.deploy.rundir import RunDir
 
-    cfg = RunConfig()
-    cfg.env.id = args.env
+    values = {"env.id": args.env}
     if not args.env.startswith("procgen:"):
-        cfg.env.num_levels = 200
-        cfg.learner.learning_rate = 1e-3  # 2e-3 sometimes collapses the policy at ~3 versions of lag
-    cfg.actors.num_actors, cfg.actors.envs_per_actor = args.num_actors, args.envs_per_actor
-    cfg.checkpoint_interval_updates = 50
-    cfg.metrics_port = 0
+        values |= {"env.num_levels": 200,
+                   "learner.learning_rate": 1e-3}  # 2e-3 sometimes collapses the policy at ~3 versions of lag
     run_dir = RunDir(tempfile.mkdtemp(prefix="levelray-soak-"))
-    cfg.run_dir = str(run_dir.path)
+    cfg = replace_paths(RunConfig(), {
+        **values, "actors.num_actors": args.num_actors, "actors.envs_per_actor": args.envs_per_actor,
+        "checkpoint_interval_updates": 50, "metrics_port": 0, "run_dir": str(run_dir.path),
+    })
     job = RayJob(cfg, run_dir, embedded=init_ray(None, cfg.actors.num_actors))
     samples, records = [], []
     start = time.time()

@@ -13,23 +13,14 @@ from typing import Any, Protocol, runtime_checkable
 
 import numpy as np
 
+from levelray.contracts.levels import LevelFeedback
 from levelray.contracts.trajectory import Unroll
 
 
 @runtime_checkable
 class LevelClient(Protocol):
-    def update_with_rollouts(
-        self,
-        seeds: np.ndarray,
-        dones: np.ndarray,
-        *,
-        actor_ids: np.ndarray | None = None,
-        logits: np.ndarray | None = None,
-        values: np.ndarray | None = None,
-        rewards: np.ndarray | None = None,
-        advantages: np.ndarray | None = None,
-    ) -> None:
-        """PLR inputs of one learner batch, `[T, N]` each (see `LevelSampler.update_with_rollouts`)."""
+    def update_with_rollouts(self, feedback: LevelFeedback) -> None:
+        """PLR inputs of one learner batch (see `LevelFeedback` and `LevelSampler.update_with_rollouts`)."""
 
 
 @runtime_checkable

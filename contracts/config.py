@@ -10,11 +10,11 @@ from __future__ import annotations
 
 import dataclasses
 import re
-import types
-import typing
+import warnings
 from dataclasses import dataclass, field
 from typing import Any
 
+from levelray.contracts.config_values import ConfigError, coerce_value, field_types
 from levelray.contracts.levels import SCHEDULES, STRATEGIES, TRANSFORMS
 
 
@@ -22,8 +22,26 @@ def _flag(name: str, help: str, **kw) -> dict:
     return {"flag": name, "help": help, **kw}
 
 
-@dataclass
-class EnvConfig:
+class _Section:
+    """Every section is frozen (passed whole, never changed in place) and normalises its leaves when built, as
+    the CLI would: `learning_rate="0.001"` in Python becomes the float 0.001. A value that does not convert is
+    kept as given, for `contracts.validate` to refuse with its dotted path."""
+
+    def __post_init__(self) -> None:
+        hints = field_types(type(self))
+        for f in dataclasses.fields(self):
+            tp = hints[f.name]
+            if dataclasses.is_dataclass(tp):
+                continue
+            try:
+                value = coerce_value(f.name, tp, getattr(self, f.name), dict(f.metadata))
+            except ConfigError:
+                continue
+            object.__setattr__(self, f.name, value)
+
+
+@dataclass(frozen=True)
+class EnvConfig(_Section):
     id: str = field(
         default="procgen:bigfish",
         metadata=_flag("--env", "environment: procgen:<game>, minigrid:<name> (e.g. minigrid:DoorKey-8x8), "
@@ -49,8 +67,8 @@ class EnvConfig:
     )
 
 
-@dataclass
-class ActorConfig:
+@dataclass(frozen=True)
+class ActorConfig(_Section):
     num_actors: int = field(default=2, metadata=_flag("--num-actors", "number of env actors", min=0))
     envs_per_actor: int = field(default=16, metadata=_flag("--envs-per-actor", "environments per actor", min=1))
     unroll_length: int = field(default=20, metadata=_flag("--unroll-length", "steps per unroll (T)", min=1))
@@ -74,8 +92,8 @@ class ActorConfig:
     )
 
 
-@dataclass
-class LearnerConfig:
+@dataclass(frozen=True)
+class LearnerConfig(_Section):
     batch_size: int = field(default=2, metadata=_flag("--batch-size", "unrolls per learner batch", min=1))
     optimizer: str = field(default="adam", metadata=_flag("--optimizer", "optimiser", choices=("adam", "rmsprop")))
     learning_rate: float = field(
@@ -118,9 +136,9 @@ class LearnerConfig:
     grad_clip: float = field(default=40.0, metadata=_flag("--grad-clip", "gradient clip threshold", min=0.0))
     model: str = field(
         default="auto",
-        metadata=_flag("--model", "network (not the model loss: that is model.loss): auto picks impala_cnn for images, "
-                       "minigrid_cnn for minigrid:<name>, "
-                       "mlp otherwise", choices=("auto", "impala_cnn", "minigrid_cnn", "mlp")),
+        metadata=_flag("--model", "network (not the model loss: that is model_loss.loss): auto picks impala_cnn for "
+                       "images, minigrid_cnn for minigrid:<name>, mlp otherwise",
+                       choices=("auto", "impala_cnn", "minigrid_cnn", "mlp")),
     )
     hidden_sizes: list[int] = field(default_factory=lambda: [64, 64], metadata=_flag("--hidden-sizes", "MLP sizes"))
     max_policy_lag: int = field(
@@ -135,8 +153,8 @@ class LearnerConfig:
     device: str = field(default="auto", metadata=_flag("--device", "torch device: auto, cpu, cuda or cuda:N"))
 
 
-@dataclass
-class LevelConfig:
+@dataclass(frozen=True)
+class LevelConfig(_Section):
     strategy: str = field(
         default="value_l1", metadata=_flag("--level-strategy", "PLR score strategy", choices=STRATEGIES)
     )
@@ -166,8 +184,8 @@ class LevelConfig:
     )
 
 
-@dataclass
-class ReplayConfig:
+@dataclass(frozen=True)
+class ReplayConfig(_Section):
     replay_ratio: float = field(
         default=0.0, metadata=_flag("--replay-ratio", "fraction of each batch drawn from replay", min=0.0, max=0.95)
     )
@@ -196,8 +214,8 @@ MODEL_LOSSES = ("none", "muzero")
 MODEL_LOSS_TERMS = ("value", "reward", "policy", "game_over", "consistency")
 
 
-@dataclass
-class ModelConfig:
+@dataclass(frozen=True)
+class ModelLossConfig(_Section):
     """The auxiliary latent-model loss (`learner.model_loss`, README "Model loss (MuZero-style)"). Not `learner.model`,
     which names the network: this section trains a dynamics model and heads on that network's torso."""
 
@@ -267,15 +285,15 @@ class ModelConfig:
     max_bootstrap_age: float = field(
         default=0.0,
         metadata=_flag("--model-max-bootstrap-age", "dynamic horizon: td steps shrink linearly to "
-                       "model.min_td_steps at this age in learner updates (0: off)", min=0.0),
+                       "model_loss.min_td_steps at this age in learner updates (0: off)", min=0.0),
     )
     min_td_steps: int = field(
         default=1, metadata=_flag("--model-min-td-steps", "dynamic horizon: td steps of the oldest data", min=1)
     )
 
 
-@dataclass
-class EvalConfig:
+@dataclass(frozen=True)
+class EvalConfig(_Section):
     interval_updates: int = field(
         default=0, metadata=_flag("--eval-interval", "learner updates between held-out evaluations (0: off)", min=0)
     )
@@ -284,14 +302,14 @@ class EvalConfig:
     greedy: bool = field(default=False, metadata=_flag("--eval-greedy", "argmax actions instead of sampling"))
 
 
-@dataclass
-class RunConfig:
+@dataclass(frozen=True)
+class RunConfig(_Section):
     env: EnvConfig = field(default_factory=EnvConfig)
     actors: ActorConfig = field(default_factory=ActorConfig)
     learner: LearnerConfig = field(default_factory=LearnerConfig)
     levels: LevelConfig = field(default_factory=LevelConfig)
     replay: ReplayConfig = field(default_factory=ReplayConfig)
-    model: ModelConfig = field(default_factory=ModelConfig)
+    model_loss: ModelLossConfig = field(default_factory=ModelLossConfig)
     eval: EvalConfig = field(default_factory=EvalConfig)
     preset: str = field(
         default="auto",
@@ -329,81 +347,10 @@ class RunConfig:
     )
 
 
-class ConfigError(ValueError):
-    """A config value or key is wrong; the message names the dotted path."""
-
-
-def _unwrap_optional(tp) -> tuple[Any, bool]:
-    origin = typing.get_origin(tp)
-    if origin in (typing.Union, types.UnionType):
-        args = [a for a in typing.get_args(tp) if a is not type(None)]
-        if len(args) == 1:
-            return args[0], True
-    return tp, False
-
-
-def _hints(cls) -> dict[str, Any]:
-    return typing.get_type_hints(cls)
-
-
-def coerce_value(path: str, tp, value: Any, meta: dict | None = None) -> Any:
-    """Convert `value` (from YAML or a CLI string) to type `tp`, checking choices and bounds."""
-    meta = meta or {}
-    base, optional = _unwrap_optional(tp)
-    if value is None or (optional and isinstance(value, str) and value.lower() in ("none", "null")):
-        if optional:
-            return None
-        raise ConfigError(f"{path}: must be a {getattr(base, '__name__', base)}, got null")
-    try:
-        if base is bool:
-            if isinstance(value, str):
-                if value.lower() not in ("true", "false", "1", "0", "yes", "no"):
-                    raise ValueError
-                out = value.lower() in ("true", "1", "yes")
-            elif isinstance(value, bool):
-                out = value
-            else:
-                raise ValueError
-        elif base is int:
-            if isinstance(value, bool) or (isinstance(value, float) and not value.is_integer()):
-                raise ValueError
-            out = int(value)
-        elif base is float:
-            if isinstance(value, bool):
-                raise ValueError
-            out = float(value)
-            if out != out or out in (float("inf"), float("-inf")):
-                raise ValueError
-        elif base is str:
-            if not isinstance(value, str):
-                raise ValueError
-            out = value
-        elif typing.get_origin(base) is list:
-            (item_tp,) = typing.get_args(base)
-            items = value.split(",") if isinstance(value, str) else value
-            if not isinstance(items, list | tuple):
-                raise ValueError
-            out = [coerce_value(f"{path}[{i}]", item_tp, v) for i, v in enumerate(items)]
-        else:
-            raise ConfigError(f"{path}: unsupported type {base}")
-    except ConfigError:
-        raise
-    except (TypeError, ValueError):
-        expected = getattr(base, "__name__", str(base)) + (" or null" if optional else "")
-        raise ConfigError(f"{path}: expected {expected}, got {value!r}") from None
-    if "choices" in meta and out not in meta["choices"]:
-        raise ConfigError(f"{path}: expected one of {', '.join(meta['choices'])}, got {out!r}")
-    if "min" in meta and out < meta["min"]:
-        raise ConfigError(f"{path}: must be >= {meta['min']}, got {out!r}")
-    if "max" in meta and out > meta["max"]:
-        raise ConfigError(f"{path}: must be <= {meta['max']}, got {out!r}")
-    return out
-
-
 def leaves(cls=RunConfig, prefix: str = "") -> list[tuple[str, dataclasses.Field, Any]]:
     """(dotted path, field, type) for every leaf of the config tree."""
     out = []
-    hints = _hints(cls)
+    hints = field_types(cls)
     for f in dataclasses.fields(cls):
         tp = hints[f.name]
         path = f"{prefix}{f.name}"
@@ -423,8 +370,10 @@ def from_dict(data: dict | None, cls=RunConfig, prefix: str = ""):
     data = data or {}
     if not isinstance(data, dict):
         raise ConfigError(f"{prefix.rstrip('.') or 'config'}: expected a mapping, got {type(data).__name__}")
-    hints = _hints(cls)
+    hints = field_types(cls)
     names = {f.name: f for f in dataclasses.fields(cls)}
+    if cls is RunConfig and "model" in data:
+        data = _renamed_section(data, "model", "model_loss")
     unknown = sorted(set(data) - set(names))
     if unknown:
         raise ConfigError(f"unknown config key {prefix}{unknown[0]}; known keys here: {', '.join(sorted(names))}")
@@ -437,6 +386,15 @@ def from_dict(data: dict | None, cls=RunConfig, prefix: str = ""):
         else:
             kwargs[name] = coerce_value(path, tp, value, dict(f.metadata))
     return cls(**kwargs)
+
+
+def _renamed_section(data: dict, old: str, new: str) -> dict:
+    """Run directories written before a section was renamed still load: the old key is read as the new one."""
+    if new in data:
+        raise ConfigError(f"config has both {old} (the old name of {new}) and {new}: keep {new} only")
+    warnings.warn(f"config key {old!r} is now {new!r}; the old name is read for now", DeprecationWarning,
+                  stacklevel=3)
+    return {(new if k == old else k): v for k, v in data.items()}
 
 
 def to_dict(cfg) -> dict:
@@ -455,27 +413,34 @@ def differing_paths(a: RunConfig, b: RunConfig) -> list[str]:
     return [path for path, _f, _tp in leaves() if get_path(a, path) != get_path(b, path)]
 
 
-def set_path(cfg: RunConfig, path: str, value: Any) -> None:
-    """Set a leaf by dotted path, coercing and validating the value."""
+def replace_path(cfg: RunConfig, path: str, value: Any) -> RunConfig:
+    """A copy of `cfg` with the leaf at dotted `path` set to `value` (coerced and validated); the sections
+    are frozen, so the copy shares every section it does not change."""
+    return replace_paths(cfg, {path: value})
+
+
+def replace_paths(cfg: RunConfig, values: dict[str, Any]) -> RunConfig:
+    """A copy of `cfg` with each dotted path of `values` set (coerced and validated), in order."""
     by_path = {p: (f, tp) for p, f, tp in leaves()}
-    if path not in by_path:
-        raise ConfigError(f"unknown config key {path}")
-    f, tp = by_path[path]
-    obj = cfg
-    *parents, last = path.split(".")
-    for p in parents:
-        obj = getattr(obj, p)
-    setattr(obj, last, coerce_value(path, tp, value, dict(f.metadata)))
+    for path, value in values.items():
+        if path not in by_path:
+            raise ConfigError(f"unknown config key {path}")
+        f, tp = by_path[path]
+        cfg = _replace_leaf(cfg, path.split("."), coerce_value(path, tp, value, dict(f.metadata)))
+    return cfg
+
+
+def _replace_leaf(section, parts: list[str], value: Any):
+    head, *rest = parts
+    new = value if not rest else _replace_leaf(getattr(section, head), rest, value)
+    return dataclasses.replace(section, **{head: new})
 
 
 def uses_replay(cfg: RunConfig) -> bool:
     """Whether the run has a replay service: replayed unrolls in the batch, or the model loss's sequences
     (which come from replay even when `replay.replay_ratio` is 0)."""
-    return cfg.replay.replay_ratio > 0 or cfg.model.loss != "none"
+    return cfg.replay.replay_ratio > 0 or cfg.model_loss.loss != "none"
 
-
-def is_procgen(env_id: str) -> bool:
-    return env_id.startswith("procgen:")
 
 
 def is_atari(env_id: str) -> bool:

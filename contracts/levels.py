@@ -7,6 +7,7 @@ seed in `[start_level, MAX_SEED)`), in which case nothing is held out and PLR is
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Protocol
 
 import numpy as np
@@ -50,3 +51,29 @@ def training_seeds(env: LevelRange) -> np.ndarray | None:
     """The training level set as an int64 array; None when unbounded."""
     bounds = training_range(env)
     return None if bounds is None else np.arange(*bounds, dtype=np.int64)
+
+
+@dataclass(frozen=True)
+class LevelFeedback:
+    """What the learner tells the level service after an update: PLR's per-step inputs for the columns of
+    one batch whose episodes the service stitches (`N` env columns, each appearing once).
+
+    seeds       [T, N] int64    the level each column played at step t
+    dones       [T, N] bool     the episode ended after step t (terminated or truncated)
+    actor_ids   [N] int64       the columns' env ids (`Unroll.env_ids`): fragments are stitched by them
+    advantages  [T, N] float    v_s - V(x_s) (gae, value_l1, positive_value_loss)
+    logits      [T, N, A] float the learner's policy logits (policy_entropy, least_confidence, min_margin)
+    rewards     [T, N] float    with `values`: one_step_td_error
+    values      [T+1, N] float  V(x_t), row T the bootstrap
+
+    Only the inputs the configured strategy reads are set; the others are None. The level service
+    validates every field before it changes anything.
+    """
+
+    seeds: np.ndarray
+    dones: np.ndarray
+    actor_ids: np.ndarray | None = None
+    advantages: np.ndarray | None = None
+    logits: np.ndarray | None = None
+    rewards: np.ndarray | None = None
+    values: np.ndarray | None = None

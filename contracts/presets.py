@@ -16,7 +16,7 @@ from __future__ import annotations
 import os
 from typing import Any
 
-from levelray.contracts.config import ConfigError, RunConfig, differing_paths, is_atari, set_path
+from levelray.contracts.config import ConfigError, RunConfig, differing_paths, is_atari, replace_paths
 
 CLASSIC_CONTROL = ("CartPole-", "Acrobot-", "MountainCar-")
 # Box-action envs: gymnasium's classic and Box2D ones, and the MuJoCo suite (installed separately).
@@ -140,17 +140,15 @@ def dict_paths(data: dict | None, prefix: str = "") -> set[str]:
     return out
 
 
-def apply_preset(cfg: RunConfig, explicit: set[str]) -> str:
-    """Resolve `cfg.preset` (`auto`: by the env's family) and fill every key not in `explicit` from it.
-    Returns the preset's name, which is also left in `cfg.preset`."""
+def apply_preset(cfg: RunConfig, explicit: set[str]) -> RunConfig:
+    """`cfg` with `cfg.preset` resolved (`auto`: by the env's family) and every key not in `explicit` filled
+    from that preset; the returned config's `preset` names it."""
     name = family(cfg.env.id) if cfg.preset == "auto" else cfg.preset
     if name not in PRESETS and name != "none":
         raise ConfigError(f"preset must be one of {', '.join(PRESET_NAMES)}, got {cfg.preset!r}")
-    for path, value in PRESETS.get(name, {}).items():
-        if path not in explicit:
-            set_path(cfg, path, value() if callable(value) else value)
-    cfg.preset = name
-    return name
+    values = {path: value() if callable(value) else value for path, value in PRESETS.get(name, {}).items()
+              if path not in explicit}
+    return replace_paths(cfg, {**values, "preset": name})
 
 
 def preset_table() -> list[dict[str, Any]]:

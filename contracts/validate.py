@@ -6,7 +6,7 @@ checked again here because a `RunConfig` built in Python never went through that
 problem named by the dotted paths of its fields:
 
 - `replay.replay_ratio × learner.batch_size` that is not a whole number. The learner replays
-  `round(ratio × batch)` unrolls per batch (`learner.replay_mixer`, Python's round: halves go to the even
+  `round(ratio × batch)` unrolls per batch (`learner.replay_feed`, Python's round: halves go to the even
   number), so a fractional product silently trains with another ratio; below one half it replays nothing,
   and where it rounds up to the whole batch the learner fails on its first batch.
 - `learner.device` other than auto, cpu, cuda or cuda:N; cuda where the learner's machine has no CUDA GPU
@@ -20,11 +20,11 @@ problem named by the dotted paths of its fields:
   intervals (see the constants below for why those floors).
 - `replay.min_size` above `replay.capacity` while replay is on (replayed unrolls, or the model loss): the
   buffer could never be sampled.
-- The model loss (`model.loss muzero`): `model.num_unroll_steps` >= `actors.unroll_length` (a K-step window
-  fits only from starts t <= T - K: one start at K = T, none beyond), `model.td_steps` 0, `model.min_td_steps`
-  above `model.td_steps` or a dynamic horizon (`model.max_bootstrap_age` > 0) with `model.td_steps` -1,
-  `model.target_update_tau` 0 (the target network would never move), the model loss with every term off
-  (`model.loss_weight` 0), and `replay.max_use` too small to serve one model batch.
+- The model loss (`model_loss.loss muzero`): `model_loss.num_unroll_steps` >= `actors.unroll_length` (a K-step window
+  fits only from starts t <= T - K: one start at K = T, none beyond), `model_loss.td_steps` 0, `model_loss.min_td_steps`
+  above `model_loss.td_steps` or a dynamic horizon (`model_loss.max_bootstrap_age` > 0) with `model_loss.td_steps` -1,
+  `model_loss.target_update_tau` 0 (the target network would never move), the model loss with every term off
+  (`model_loss.loss_weight` 0), and `replay.max_use` too small to serve one model batch.
 
 `actors.unroll_length` (T >= 1 as a leaf) is checked against the model loss's unroll only: V-trace, every
 PLR score (one_step_td_error uses the bootstrap row) and replay work with T = 1. `checkpoint_interval_updates`
@@ -40,7 +40,7 @@ import re
 from collections.abc import Collection
 from dataclasses import dataclass
 
-from levelray.contracts.config import ConfigError, RunConfig, coerce_value, leaves, uses_replay
+from levelray.contracts.config import ConfigError, RunConfig, coerce_value, get_path, leaves, uses_replay
 
 # The Ray driver never polls the job more often than this (`deploy.ray_backend` waits at least this long
 # between polls: each one is a remote call to the learner, the supervisor and both services), so a shorter
@@ -68,15 +68,12 @@ class Problem:
 
 
 def _leaf_problems(cfg: RunConfig) -> list[Problem]:
-    """Every leaf through `coerce_value` again (written back: a Python-built config ends up as the CLI's)."""
+    """Every leaf through `coerce_value` again: a value a section kept as given because it does not convert
+    (see `contracts.config`'s sections) is refused here with its dotted path."""
     found = []
     for path, f, tp in leaves():
-        *parents, last = path.split(".")
-        obj = cfg
-        for part in parents:
-            obj = getattr(obj, part)
         try:
-            setattr(obj, last, coerce_value(path, tp, getattr(obj, last), dict(f.metadata)))
+            coerce_value(path, tp, get_path(cfg, path), dict(f.metadata))
         except ConfigError as exc:
             found.append(Problem((path,), str(exc)))
     return found
@@ -86,7 +83,7 @@ def _replay_problems(cfg: RunConfig) -> list[Problem]:
     ratio, batch, found = cfg.replay.replay_ratio, cfg.learner.batch_size, []
     product = ratio * batch
     if not _whole(product):
-        replayed = int(round(product))  # what learner.replay_mixer.ReplayMixer does
+        replayed = int(round(product))  # what learner.replay_feed.ReplayFeed does
         if replayed == 0:
             effect = "so the replay buffer would be filled and never sampled"
         elif replayed >= batch:
@@ -114,58 +111,58 @@ def _replay_problems(cfg: RunConfig) -> list[Problem]:
             ("replay.min_size", "replay.capacity"),
             f"replay.min_size = {cfg.replay.min_size} is above replay.capacity = {cfg.replay.capacity}: the "
             f"buffer never holds enough unrolls to be sampled, so nothing would be replayed"
-            + (" and the model loss (model.loss) would never train" if cfg.model.loss != "none" else ""),
+            + (" and the model loss (model_loss.loss) would never train" if cfg.model_loss.loss != "none" else ""),
         ))
     return found
 
 
 def _model_problems(cfg: RunConfig) -> list[Problem]:
-    m, found = cfg.model, []
+    m, found = cfg.model_loss, []
     if m.loss == "none":
         return found
     if m.num_unroll_steps >= cfg.actors.unroll_length:
         found.append(Problem(
-            ("model.num_unroll_steps", "actors.unroll_length"),
-            f"model.num_unroll_steps = {m.num_unroll_steps} is not below actors.unroll_length = "
+            ("model_loss.num_unroll_steps", "actors.unroll_length"),
+            f"model_loss.num_unroll_steps = {m.num_unroll_steps} is not below actors.unroll_length = "
             f"{cfg.actors.unroll_length}: a K-step window fits into a stored unroll of T steps only from starts "
             f"t <= T - K (at K = T one start in T, beyond it none), so nearly every sequence would run off the "
             f"end and its later steps would be masked; use --model-unroll-steps below --unroll-length (default "
             f"5 with 20)",
         ))
     if m.td_steps == 0:
-        found.append(Problem(("model.td_steps",),
-                             "model.td_steps must be >= 1, or -1 for 'to the end of the stored sequence', got 0"))
+        found.append(Problem(("model_loss.td_steps",),
+                             "model_loss.td_steps must be >= 1, or -1 for 'to the end of the stored sequence', got 0"))
     if m.max_bootstrap_age > 0 and m.td_steps == -1:
         found.append(Problem(
-            ("model.max_bootstrap_age", "model.td_steps"),
-            "model.max_bootstrap_age > 0 (dynamic horizon) needs a finite model.td_steps (the horizon of fresh "
-            "data), got -1",
+            ("model_loss.max_bootstrap_age", "model_loss.td_steps"),
+            "model_loss.max_bootstrap_age > 0 (dynamic horizon) needs a finite model_loss.td_steps (the horizon of "
+            "fresh data), got -1",
         ))
     if m.max_bootstrap_age > 0 and m.td_steps >= 1 and m.min_td_steps > m.td_steps:
         found.append(Problem(
-            ("model.min_td_steps", "model.td_steps"),
-            f"model.min_td_steps = {m.min_td_steps} is above model.td_steps = {m.td_steps}: the dynamic horizon "
-            f"shrinks from td_steps (fresh data) to min_td_steps (old data)",
+            ("model_loss.min_td_steps", "model_loss.td_steps"),
+            f"model_loss.min_td_steps = {m.min_td_steps} is above model_loss.td_steps = {m.td_steps}: the dynamic "
+            f"horizon shrinks from td_steps (fresh data) to min_td_steps (old data)",
         ))
     if m.target_update_tau <= 0:
         found.append(Problem(
-            ("model.target_update_tau",),
-            "model.target_update_tau must be in (0, 1] (1: hard copy), got 0: the target network would never "
+            ("model_loss.target_update_tau",),
+            "model_loss.target_update_tau must be in (0, 1] (1: hard copy), got 0: the target network would never "
             "move from the initial weights",
         ))
     if m.loss_weight <= 0:
         found.append(Problem(
-            ("model.loss_weight", "model.loss"),
-            "model.loss_weight = 0 with model.loss muzero trains nothing but costs every update; use "
+            ("model_loss.loss_weight", "model_loss.loss"),
+            "model_loss.loss_weight = 0 with model_loss.loss muzero trains nothing but costs every update; use "
             "--model-loss none to turn it off",
         ))
     uses = cfg.replay.max_use
     needed = -(-m.batch_size // 4)  # learner.model_loss.SEQUENCES_PER_UNROLL unrolls per model batch
     if uses is not None and uses * cfg.replay.capacity < needed:
         found.append(Problem(
-            ("replay.max_use", "replay.capacity", "model.batch_size"),
+            ("replay.max_use", "replay.capacity", "model_loss.batch_size"),
             f"replay.max_use × replay.capacity = {uses} × {cfg.replay.capacity} uses cannot serve one model batch "
-            f"of {needed} unrolls (model.batch_size {m.batch_size}, 4 sequences per unroll)",
+            f"of {needed} unrolls (model_loss.batch_size {m.batch_size}, 4 sequences per unroll)",
         ))
     return found
 

@@ -16,7 +16,16 @@ from pathlib import Path
 
 import yaml
 
-from levelray.contracts.config import ConfigError, RunConfig, flag_name, from_dict, get_path, leaves, set_path
+from levelray.contracts.config import (
+    ConfigError,
+    RunConfig,
+    flag_name,
+    from_dict,
+    get_path,
+    leaves,
+    replace_path,
+    replace_paths,
+)
 from levelray.deploy.errors import JobFailed
 
 
@@ -57,16 +66,12 @@ def build_config(args: argparse.Namespace, dests: dict[str, str], base: dict | N
             raise ConfigError(f"--config: {args.config} is not valid YAML: {exc}") from None
         if data is not None and not isinstance(data, dict):
             raise ConfigError(f"--config: {args.config} must hold a mapping of config sections")
-    cfg = from_dict(data)
-    flags = set()
-    for dest, path in dests.items():
-        if hasattr(args, dest):
-            set_path(cfg, path, getattr(args, dest))
-            flags.add(path)
+    flags = {path: getattr(args, dest) for dest, path in dests.items() if hasattr(args, dest)}
+    cfg = replace_paths(from_dict(data), flags)
     if base is None:  # a new run; a resumed one has its resolved config already
         from levelray.contracts.presets import apply_preset, dict_paths
 
-        apply_preset(cfg, dict_paths(data) | flags)
+        cfg = apply_preset(cfg, dict_paths(data) | set(flags))
     return cfg
 
 
@@ -108,10 +113,10 @@ def cmd_train(args: argparse.Namespace, dests: dict[str, str]) -> int:
             base = yaml.safe_load(cfg_path.read_text())
         except yaml.YAMLError as exc:
             raise ConfigError(f"--resume: {cfg_path} is not valid YAML: {exc}") from None
-    saved = from_dict(base) if args.resume else None
+    saved = replace_path(from_dict(base), "run_dir", str(args.resume)) if args.resume else None
     cfg = build_config(args, dests, base)
     if args.resume:
-        cfg.run_dir = saved.run_dir = str(args.resume)
+        cfg = replace_path(cfg, "run_dir", str(args.resume))
     from levelray.deploy.driver import prepare_run_dir, train
 
     run_dir = prepare_run_dir(cfg, resume=bool(args.resume), overwrite=args.overwrite, saved=saved)
@@ -119,7 +124,7 @@ def cmd_train(args: argparse.Namespace, dests: dict[str, str]) -> int:
 
     stop = threading.Event()
 
-    def on_sigint(signum, frame):
+    def on_sigint(_signum, _frame):
         if stop.is_set():
             raise KeyboardInterrupt
         print("\nlevelray: stopping (final checkpoint); Ctrl-C again to abort", file=sys.stderr, flush=True)

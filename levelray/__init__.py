@@ -8,9 +8,9 @@ The parts are sub-packages, each a folder at the repository root mapped into thi
 For scripts, the same two things the command line does:
 
     import levelray
-    cfg = levelray.RunConfig()
-    cfg.env.id, cfg.total_steps, cfg.backend = "CartPole-v1", 200_000, "inline"
-    result = levelray.train(cfg)                  # the last metrics.jsonl record
+    result = levelray.train({"env": {"id": "CartPole-v1"}, "total_steps": 200_000, "backend": "inline"})
+    # `result` is the last metrics.jsonl record; a RunConfig works too (frozen: build it with
+    # `levelray.contracts.config.replace_paths(levelray.RunConfig(), {"env.id": ...})`)
     levelray.evaluate(result["run_dir"], levels="train,test")
 """
 
@@ -30,34 +30,31 @@ def train(
     """Run `levelray train` from Python: `config` is a `RunConfig` or a dict shaped like its YAML file.
 
     Returns the run's last `metrics.jsonl` record plus `run_dir`. Ctrl-C stops the run cleanly (final
-    checkpoint) as on the command line. With `resume`, `config.run_dir` names the run to continue; a run
-    directory that holds another run is refused unless `overwrite`. Keys left at their defaults (fields of a
-    `RunConfig` equal to `RunConfig()`'s, keys absent from a dict) take the env family's preset
-    (`contracts/presets.py`); `config` itself is not changed. The config is checked first
-    (`contracts.validate`): a problem raises `ConfigError` naming its fields, before anything is written.
+    checkpoint) as on the command line. A run directory that holds another run is refused unless `overwrite`.
+    The keys the caller set (fields of a `RunConfig` that differ from `RunConfig()`'s, keys present in a dict)
+    play the part of the command line's flags:
+    - a new run: every other key takes the env family's preset (`contracts/presets.py`);
+    - `resume`: `run_dir` names the run to continue; every other key comes from its saved `config.yaml`, so
+      `levelray.train({"run_dir": DIR}, resume=True)` continues it exactly as `levelray train --resume DIR`,
+      and a key that may not change on resume is refused as there.
+    The config is checked first (`contracts.validate`): a problem raises `ConfigError` naming its fields,
+    before anything is written.
     """
-    import copy
     import threading
 
-    from levelray.contracts.config import from_dict
+    from levelray.contracts.config import from_dict, get_path, replace_path, replace_paths
+    from levelray.contracts.presets import apply_preset, changed_paths, dict_paths
     from levelray.deploy.driver import prepare_run_dir
     from levelray.deploy.driver import train as run_training
 
     cfg = config if isinstance(config, RunConfig) else from_dict(config)
-    if not resume:  # the env family's defaults for every key the caller left alone
-        from levelray.contracts.presets import apply_preset, changed_paths, dict_paths
-
-        cfg = copy.deepcopy(cfg)
-        apply_preset(cfg, changed_paths(cfg) if isinstance(config, RunConfig) else dict_paths(config))
+    explicit = changed_paths(cfg) if isinstance(config, RunConfig) else dict_paths(config)
     saved = None
     if resume:
-        from pathlib import Path
-
-        import yaml
-
-        if not cfg.run_dir or not (Path(cfg.run_dir) / "config.yaml").exists():
-            raise ConfigError("resume: config.run_dir must name the run directory to continue (with its config.yaml)")
-        saved = from_dict(yaml.safe_load((Path(cfg.run_dir) / "config.yaml").read_text()))
+        saved = replace_path(_saved_config(cfg.run_dir), "run_dir", cfg.run_dir)
+        cfg = replace_paths(saved, {path: get_path(cfg, path) for path in sorted(explicit)})
+    else:
+        cfg = apply_preset(cfg, explicit)
     run_dir = prepare_run_dir(cfg, resume=resume, overwrite=overwrite, saved=saved)
     stop = threading.Event()
     try:
@@ -66,6 +63,19 @@ def train(
         stop.set()
         raise
     return {**record, "run_dir": str(run_dir.path)}
+
+
+def _saved_config(run_dir: str | None) -> RunConfig:
+    """The config a run directory was started with (its `config.yaml`)."""
+    from pathlib import Path
+
+    import yaml
+
+    from levelray.contracts.config import from_dict
+
+    if not run_dir or not (Path(run_dir) / "config.yaml").exists():
+        raise ConfigError("resume: config.run_dir must name the run directory to continue (with its config.yaml)")
+    return from_dict(yaml.safe_load((Path(run_dir) / "config.yaml").read_text()))
 
 
 def evaluate(
@@ -79,7 +89,8 @@ def evaluate(
 ) -> dict[str, Any]:
     """`levelray evaluate` from Python: returns on each level set of a checkpoint or run directory
     (`levels`: `train`, `test`, `A-B` ranges, comma separated), the dict `--json` prints."""
-    from levelray.deploy.evaluate import evaluate_checkpoint, parse_level_sets
+    from levelray.deploy.evaluate import evaluate_checkpoint
+    from levelray.deploy.level_sets import parse_level_sets
 
     return evaluate_checkpoint(checkpoint, parse_level_sets(levels), episodes=episodes, greedy=greedy, seed=seed,
                                backend=backend)

@@ -12,7 +12,7 @@ import ray
 from ray.cluster_utils import Cluster
 from support import wait_for  # tests/ is this script's directory
 
-from levelray.contracts.config import RunConfig
+from levelray.contracts.config import RunConfig, replace_paths
 from levelray.deploy.ray_backend import RayJob
 from levelray.deploy.rundir import RunDir
 
@@ -22,11 +22,8 @@ def main(run_dir: str) -> None:
     workers = [cluster.add_node(num_cpus=2) for _ in range(2)]
     cluster.wait_for_nodes()
     ray.init(address=cluster.address, namespace="levelray", log_to_driver=False)
-    cfg = RunConfig()
-    cfg.env.id, cfg.env.num_levels = "CartPole-v1", 20
-    cfg.actors.num_actors, cfg.actors.envs_per_actor = 2, 4
-    cfg.metrics_port = 0
-    cfg.run_dir = run_dir
+    cfg = replace_paths(RunConfig(), {"env.id": "CartPole-v1", "env.num_levels": 20, "actors.num_actors": 2,
+                                      "actors.envs_per_actor": 4, "metrics_port": 0, "run_dir": run_dir})
     job = RayJob(cfg, RunDir(run_dir))
     try:
         wait_for(lambda: job.poll()["learner"]["learner_version"] >= 3, 120)

@@ -28,25 +28,21 @@ def wait_for(predicate: Callable, timeout: float, what: str = "condition", inter
     raise AssertionError(f"{what}: not met within {timeout}s (last: {last!r}){extra}")
 
 
-def apply_overrides(cfg, overrides: dict) -> None:
-    """`section__field=value` keyword overrides, set (and validated) through the config's own `set_path`."""
-    from levelray.contracts.config import set_path
+def apply_overrides(cfg, overrides: dict):
+    """`cfg` with the `section__field=value` keyword overrides set (and validated) through the config's own
+    `replace_paths`; the config tree is frozen, so this returns the new tree."""
+    from levelray.contracts.config import replace_paths
 
-    for key, value in overrides.items():
-        set_path(cfg, key.replace("__", "."), value)
+    return replace_paths(cfg, {key.replace("__", "."): value for key, value in overrides.items()})
 
 
 def cartpole_config(tmp_path, **overrides):
     """A `RunConfig` for CartPole-v1 with no metrics port and its run directory under `tmp_path`, then the
     `section__field=value` overrides (each test file's own sizes first, then the test's)."""
-    from levelray.contracts.config import RunConfig
+    from levelray.contracts.config import RunConfig, replace_paths
 
-    cfg = RunConfig()
-    cfg.env.id = "CartPole-v1"
-    cfg.metrics_port = 0
-    cfg.run_dir = str(tmp_path / "run")
-    apply_overrides(cfg, overrides)
-    return cfg
+    cfg = replace_paths(RunConfig(), {"env.id": "CartPole-v1", "metrics_port": 0, "run_dir": str(tmp_path / "run")})
+    return apply_overrides(cfg, overrides)
 
 
 def json_output(stdout: str):

@@ -3,7 +3,7 @@
 import pytest
 import yaml
 
-from levelray.contracts.config import ConfigError, RunConfig, from_dict, leaves, to_dict
+from levelray.contracts.config import ConfigError, RunConfig, from_dict, leaves, replace_path, to_dict
 from levelray.deploy.cli import _parser, build_config
 
 
@@ -37,8 +37,7 @@ def test_every_leaf_has_a_distinct_flag():
 
 
 def test_round_trip_through_yaml():
-    cfg = RunConfig()
-    cfg.learner.clip_rho = None
+    cfg = replace_path(RunConfig(), "learner.clip_rho", None)
     assert from_dict(yaml.safe_load(yaml.safe_dump(to_dict(cfg)))) == cfg
 
 

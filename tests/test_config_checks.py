@@ -7,6 +7,7 @@ cluster, and the CLI tests hide any real GPU (CUDA_VISIBLE_DEVICES="") so they m
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import subprocess
 import sys
@@ -18,7 +19,7 @@ import yaml
 from levelray.contracts.config import ConfigError, ReplayConfig, RunConfig
 from levelray.contracts.validate import validate
 from levelray.deploy.cli import main
-from levelray.learner.replay_mixer import ReplayMixer
+from levelray.learner.replay_feed import ReplayFeed
 
 BASE = ["--env", "CartPole-v1", "--metrics-port", "0", "--quiet"]
 
@@ -81,15 +82,18 @@ def test_cli_checks_a_yaml_config_and_names_every_problem_at_once(tmp_path):
 # -- validate() itself --------------------------------------------------------------------------------------
 
 
-def cfg_with(**paths) -> RunConfig:
-    cfg = RunConfig()
+def cfg_with(cfg: RunConfig | None = None, **paths) -> RunConfig:
+    """`cfg` (default: `RunConfig()`) with the `section__field=value` paths set as they are, unchecked: the
+    checks under test are `validate`'s, not `replace_paths`'s coercion."""
+    cfg = RunConfig() if cfg is None else cfg
     for path, value in paths.items():
-        obj = cfg
-        *parents, last = path.split("__")
-        for part in parents:
-            obj = getattr(obj, part)
-        setattr(obj, last, value)
+        cfg = _with_leaf(cfg, path.split("__"), value)
     return cfg
+
+
+def _with_leaf(section, parts: list[str], value):
+    head, *rest = parts
+    return dataclasses.replace(section, **{head: _with_leaf(getattr(section, head), rest, value) if rest else value})
 
 
 def test_the_default_config_passes():
@@ -147,12 +151,12 @@ def test_python_built_values_are_normalised_as_the_cli_would():
 
 
 def test_the_replay_rule_is_exactly_when_the_mixer_trains_the_ratio_asked_for():
-    """Accepted iff `ReplayMixer` replays ratio × batch unrolls and keeps a fresh one."""
+    """Accepted iff `ReplayFeed` replays ratio × batch unrolls and keeps a fresh one."""
     for step in range(0, 20):
         ratio = step * 0.05  # 0, 0.05, ... 0.95 as a user types them
         ratio = float(f"{ratio:.2f}")
         for batch in range(1, 33):
-            mixer = ReplayMixer(ReplayConfig(replay_ratio=ratio), batch, None) if round(ratio * batch) < batch \
+            mixer = ReplayFeed(ReplayConfig(replay_ratio=ratio), batch, None) if round(ratio * batch) < batch \
                 else None
             try:
                 validate(cfg_with(replay__replay_ratio=ratio, learner__batch_size=batch))
@@ -204,7 +208,7 @@ def test_fixed_fields_are_returned_not_raised():
     cfg = cfg_with(replay__replay_ratio=0.5, learner__batch_size=3)
     kept = validate(cfg, fixed={"replay.replay_ratio", "learner.batch_size"})
     assert [p.paths for p in kept] == [("replay.replay_ratio", "learner.batch_size")]
-    cfg.learner.device = "gpu"  # learner.device may change on resume: still refused
+    cfg = cfg_with(cfg, learner__device="gpu")  # learner.device may change on resume: still refused
     with pytest.raises(ConfigError, match=r"learner\.device"):
         validate(cfg, fixed={"replay.replay_ratio", "learner.batch_size"})
 
@@ -213,7 +217,7 @@ def test_python_api_refuses_before_writing_anything(tmp_path):
     import levelray
 
     cfg = cfg_with(backend="inline", learner__clip_rho=-1.0)
-    cfg.env.id, cfg.run_dir = "CartPole-v1", str(tmp_path / "run")
+    cfg = cfg_with(cfg, env__id="CartPole-v1", run_dir=str(tmp_path / "run"))
     with pytest.raises(levelray.ConfigError, match=r"learner\.clip_rho"):
         levelray.train(cfg)
     assert not (tmp_path / "run").exists()

@@ -68,11 +68,13 @@ def test_inline_continuous_actions(tmp_path):
 def test_python_api_trains_and_evaluates(tmp_path):
     """`levelray.train(config)` and `levelray.evaluate(...)`: the CLI's two jobs, from a script."""
     import levelray
+    from levelray.contracts.config import replace_paths
 
-    cfg = levelray.RunConfig()
-    cfg.backend, cfg.env.id, cfg.env.num_levels, cfg.env.start_level = "inline", "CartPole-v1", 20, 100
-    cfg.actors.num_actors, cfg.actors.envs_per_actor, cfg.learner.batch_size = 1, 4, 1
-    cfg.total_steps, cfg.metrics_port, cfg.run_dir = 800, 0, str(tmp_path / "run")
+    cfg = replace_paths(levelray.RunConfig(), {
+        "backend": "inline", "env.id": "CartPole-v1", "env.num_levels": 20, "env.start_level": 100,
+        "actors.num_actors": 1, "actors.envs_per_actor": 4, "learner.batch_size": 1,
+        "total_steps": 800, "metrics_port": 0, "run_dir": str(tmp_path / "run"),
+    })
     result = levelray.train(cfg)
     assert result["run_dir"] == cfg.run_dir and result["env_steps"] == 800  # 10 updates of 4 envs x 20 steps
     assert RunDir(cfg.run_dir).load_latest_checkpoint()["version"] == result["learner_version"] == 10

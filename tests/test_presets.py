@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
+import dataclasses
 import re
 from pathlib import Path
 
 import pytest
 
-from levelray.contracts.config import ConfigError, RunConfig, leaves
+from levelray.contracts.config import ConfigError, RunConfig, leaves, replace_paths
 from levelray.contracts.presets import PRESET_NAMES, PRESETS, apply_preset, changed_paths, family, preset_table
 from levelray.deploy.cli import _parser, build_config
 
@@ -65,12 +66,12 @@ def test_a_resumed_run_keeps_its_resolved_config():
 
 
 def test_python_configs_keep_the_fields_they_changed():
-    cfg = RunConfig()
-    cfg.env.id, cfg.learner.learning_rate = "CartPole-v1", 3e-4
+    cfg = replace_paths(RunConfig(), {"env.id": "CartPole-v1", "learner.learning_rate": 3e-4})
     assert changed_paths(cfg) == {"env.id", "learner.learning_rate"}
-    assert apply_preset(cfg, changed_paths(cfg)) == "classic_control"
+    cfg = apply_preset(cfg, changed_paths(cfg))
+    assert cfg.preset == "classic_control"
     assert cfg.learner.learning_rate == 3e-4 and cfg.learner.batch_size == 8
-    cfg.preset = "mujoco"
+    cfg = dataclasses.replace(cfg, preset="mujoco")  # past replace_path's own check of the choices
     with pytest.raises(ConfigError, match="preset must be one of"):
         apply_preset(cfg, set())
 

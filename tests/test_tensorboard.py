@@ -8,7 +8,7 @@ import math
 
 import pytest
 
-from levelray.contracts.config import RunConfig
+from levelray.contracts.config import RunConfig, replace_paths
 from levelray.deploy.driver import train
 from levelray.deploy.rundir import RunDir
 from levelray.deploy.tensorboard import scalars
@@ -23,14 +23,12 @@ def test_scalars_flattens_and_keeps_only_finite_numbers():
 
 @pytest.mark.timeout(120)
 def test_an_inline_run_writes_every_record_to_tensorboard(tmp_path):
-    cfg = RunConfig()
-    cfg.backend = "inline"
-    cfg.env.id, cfg.env.num_levels = "CartPole-v1", 20
-    cfg.actors.num_actors, cfg.actors.envs_per_actor = 1, 4
-    cfg.learner.batch_size = 1
-    cfg.metrics_port, cfg.report_interval_s, cfg.total_steps = 0, 0.05, 4_000
     run = RunDir.start(tmp_path / "run")
-    cfg.run_dir = str(run.path)
+    cfg = replace_paths(RunConfig(), {
+        "backend": "inline", "env.id": "CartPole-v1", "env.num_levels": 20,
+        "actors.num_actors": 1, "actors.envs_per_actor": 4, "learner.batch_size": 1,
+        "metrics_port": 0, "report_interval_s": 0.05, "total_steps": 4_000, "run_dir": str(run.path),
+    })
     train(cfg, run, quiet=True)
     records = [json.loads(line) for line in (run.path / "metrics.jsonl").read_text().splitlines()]
     events = read_tensorboard(run.path)
@@ -45,14 +43,12 @@ def test_an_inline_run_writes_every_record_to_tensorboard(tmp_path):
 
 
 def test_tensorboard_off_writes_no_event_file(tmp_path):
-    cfg = RunConfig()
-    cfg.backend, cfg.tensorboard = "inline", False
-    cfg.env.id, cfg.env.num_levels = "CartPole-v1", 0
-    cfg.actors.num_actors, cfg.actors.envs_per_actor = 1, 2
-    cfg.learner.batch_size = 1
-    cfg.metrics_port, cfg.total_steps = 0, 200
     run = RunDir.start(tmp_path / "run")
-    cfg.run_dir = str(run.path)
+    cfg = replace_paths(RunConfig(), {
+        "backend": "inline", "tensorboard": False, "env.id": "CartPole-v1", "env.num_levels": 0,
+        "actors.num_actors": 1, "actors.envs_per_actor": 2, "learner.batch_size": 1,
+        "metrics_port": 0, "total_steps": 200, "run_dir": str(run.path),
+    })
     train(cfg, run, quiet=True)
     assert (run.path / "metrics.jsonl").exists()
     assert not list(run.path.glob("events.out.tfevents.*"))
