@@ -27,7 +27,7 @@ import torch
 
 from benchmarks.bench_learner import make_batch
 from benchmarks.common import print_table, write_json
-from levelray.contracts.config import RunConfig
+from levelray.contracts.config import RunConfig, replace_path, replace_paths
 from levelray.contracts.presets import apply_preset
 from levelray.contracts.spec import MINIGRID_OBS, EnvSpec
 from levelray.deploy.components import make_replay
@@ -53,21 +53,16 @@ def make_unroll(spec: EnvSpec, T: int, K: int, rng: np.random.Generator, actor: 
 
 def make_core(case: str, arm: str, device: str) -> tuple[LearnerCore, RunConfig]:
     env_id, spec = CASES[case]
-    cfg = RunConfig()
-    cfg.env.id = env_id
-    apply_preset(cfg, set())
-    cfg.learner.device = device
-    cfg.learner.max_policy_lag = 10**9
+    cfg = apply_preset(replace_path(RunConfig(), "env.id", env_id), set())
+    cfg = replace_paths(cfg, {"learner.device": device, "learner.max_policy_lag": 10**9})
     if arm != "none":
-        cfg.model.loss = "muzero"
+        cfg = replace_path(cfg, "model_loss.loss", "muzero")
     if arm == "fixed_cost":
-        cfg.model.batch_size = 1
-        cfg.model.hidden_size = 1
+        cfg = replace_paths(cfg, {"model_loss.batch_size": 1, "model_loss.hidden_size": 1})
     if arm == "all_options":
-        cfg.model.consistency_weight = 1.0
-        cfg.model.reanalyze_ratio = 0.5
-        cfg.model.max_bootstrap_age = 100.0
-    replay = make_replay(cfg) if cfg.model.loss != "none" else None
+        cfg = replace_paths(cfg, {"model_loss.consistency_weight": 1.0, "model_loss.reanalyze_ratio": 0.5,
+                                  "model_loss.max_bootstrap_age": 100.0})
+    replay = make_replay(cfg) if cfg.model_loss.loss != "none" else None
     return LearnerCore(cfg, spec, replay=replay), cfg
 
 
@@ -102,7 +97,7 @@ def measure(case: str, device: str, blocks: int, per_block: int, arms: tuple[str
         med = float(np.median(times[arm]))
         rows.append({"model": case, "arm": arm, "device": str(core.learner.device),
                      "columns": cfg.learner.batch_size * cfg.actors.envs_per_actor, "T": cfg.actors.unroll_length,
-                     "model_batch": cfg.model.batch_size if arm != "none" else 0, "update_ms": med * 1e3,
+                     "model_batch": cfg.model_loss.batch_size if arm != "none" else 0, "update_ms": med * 1e3,
                      "ratio": med / base, "updates": len(times[arm]), "torch_threads": torch.get_num_threads()})
     return rows
 

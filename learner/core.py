@@ -1,8 +1,9 @@
 """The learner's train step and its bookkeeping, written once for both transports.
 
 `LearnerCore.train(fresh)` is everything one update does: mix replayed unrolls into the batch, sample the
-model loss's sequences from replay (`model.loss muzero`), take a V-trace (+ model) gradient step, write the
-new priorities back to replay and send the batch's PLR inputs to the level service. `accept(unroll)`
+model loss's sequences from replay (`model_loss.loss muzero`; both through `ReplayFeed`), take a V-trace
+(+ model) gradient step, write the new priorities back to replay and send the batch's PLR inputs
+(`LevelFeedback`) to the level service. `accept(unroll)`
 counts what arrives (env steps, episodes, policy lag) and drops an unroll too stale to learn from. The Ray
 learner actor (`learner.service`) wraps it in a queue and a training thread; the inline backend calls it
 directly. Neither adds maths of its own.
@@ -22,11 +23,11 @@ import numpy as np
 from levelray.contracts.clients import LevelClient, ReplayClient
 from levelray.contracts.config import RunConfig
 from levelray.contracts.spec import EnvSpec
+from levelray.contracts.status import LearnerCoreStats
 from levelray.contracts.trajectory import Unroll
 from levelray.learner.learner import Learner, NonFiniteUpdate
-from levelray.learner.level_feedback import level_update_calls
-from levelray.learner.model_loss import ModelBatch, sequence_priorities_by_unroll
-from levelray.learner.replay_mixer import ReplayMixer
+from levelray.learner.level_feedback import level_feedback
+from levelray.learner.replay_feed import ReplayFeed
 
 # Upper bounds of the policy-lag histogram (versions); the last bucket is open (+Inf).
 LAG_BUCKETS = (0, 1, 2, 4, 8, 16, 32, 64, 128, 256)
@@ -48,9 +49,11 @@ class LearnerCore:
     ):
         self.cfg = cfg
         self.spec = spec
-        self.learner = Learner(spec, cfg.learner, seed=cfg.seed, model_config=cfg.model)
+        self.learner = Learner(spec, cfg.learner, seed=cfg.seed, model_loss=cfg.model_loss)
         self.levels = levels
-        self.mixer = ReplayMixer(cfg.replay, cfg.learner.batch_size, replay)
+        model_priorities = self.learner.muzero is not None and cfg.model_loss.priority == "model"
+        self.replay_feed = ReplayFeed(cfg.replay, cfg.learner.batch_size, replay, sequences=self.learner.sequences,
+                                      model_priorities=model_priorities)
         self.lock = threading.Lock()
         self.env_steps = 0
         self.episodes = 0
@@ -69,7 +72,7 @@ class LearnerCore:
     @property
     def num_fresh(self) -> int:
         """Fresh unrolls per update (the rest of the batch is replayed)."""
-        return self.mixer.num_fresh
+        return self.replay_feed.num_fresh
 
     @property
     def version(self) -> int:
@@ -117,64 +120,31 @@ class LearnerCore:
 
     # -- the train step --------------------------------------------------------------------------
     def train(self, fresh: list[Unroll]) -> dict[str, float]:
-        """One update on `fresh` (`num_fresh` unrolls) plus replayed ones; returns the loss metrics."""
-        batch, book = self.mixer.build_batch(fresh)
-        model_batch = self._model_batch()
+        """One update on `fresh` (`num_fresh` unrolls) plus replayed ones; returns the loss metrics ({} for a
+        skipped non-finite update: no priorities or level scores from it, they would be NaN too)."""
+        batch = self.replay_feed.batch(fresh)
+        model_batch = self.replay_feed.model_batch(self.learner.version)
         lr = self.learning_rate()
         self.learner.set_learning_rate(lr)
         try:
-            metrics = {**self.learner.update(batch, model_batch), "learning_rate": lr}
+            result = self.learner.update(batch.arrays, model_batch)
         except NonFiniteUpdate as exc:
             self._count_nonfinite(str(exc))
             return {}
         self.nonfinite_in_a_row = 0
-        outputs = self.learner.last_outputs
-        muzero = self.learner.muzero
-        if muzero is not None:
-            book["fresh"] = self._with_model_fields(book["fresh"], outputs, book["widths"])
-            if model_batch is None:
-                metrics = {**metrics, "model_batch_missing": 1.0}
-        model_priorities = muzero is not None and self.cfg.model.priority == "model"
-        self.mixer.after_update(book, outputs["abs_td"], td_priorities=not model_priorities)
-        if model_priorities and model_batch is not None and self.mixer.replay is not None:
-            ids, prios = sequence_priorities_by_unroll(model_batch.ids, outputs["model_priorities"],
-                                                       self.cfg.replay.eta)
-            self.mixer.replay.update_priorities(ids, prios)
+        metrics = {**result.metrics, "learning_rate": lr}
+        if self.learner.muzero is not None and model_batch is None:
+            metrics["model_batch_missing"] = 1.0
+        self.replay_feed.after_update(batch, result.outputs, model_batch, self.learner.version)
         if self.levels is not None:
-            for call in level_update_calls(
-                self.cfg.levels.strategy, batch, outputs, book["widths"], len(book["fresh"])
-            ):
-                self.levels.update_with_rollouts(**call)
+            for feedback in level_feedback(self.cfg.levels.strategy, batch, result.outputs):
+                self.levels.update_with_rollouts(feedback)
         with self.lock:
             self.last_metrics = metrics
         return metrics
 
-    def _model_batch(self) -> ModelBatch | None:
-        """The model loss's sequences for this update, sampled from replay (None: model loss off, or replay
-        not ready yet / unavailable; the update then trains the RL loss alone and reports
-        `model_batch_missing`)."""
-        muzero = self.learner.muzero
-        if muzero is None or self.mixer.replay is None:
-            return None
-        sample = self.mixer.replay.sample(muzero.num_unrolls(), self.mixer.beta())
-        if sample is None or not len(sample["items"]):
-            return None
-        return muzero.gather(sample, self.learner.version)
-
-    def _with_model_fields(self, fresh: list[Unroll], outputs: dict, widths: list[int]) -> list[Unroll]:
-        """Fresh unrolls as the replay service keeps them for the model loss: with the values the learner
-        computed for them in this update (`model_values [T+1, K]`, `model_final_values [T, K]`, reward
-        units: the stored bootstrap values) and `inserted_at` (learner version: the dynamic horizon's age)."""
-        bounds = np.cumsum([0, *widths])
-        return [
-            {**u, "model_values": outputs["values"][:, lo:hi].astype(np.float32),
-             "model_final_values": outputs["final_values"][:, lo:hi].astype(np.float32),
-             "inserted_at": self.learner.version}
-            for u, lo, hi in zip(fresh, bounds[:-1], bounds[1:], strict=False)
-        ]
-
     def _count_nonfinite(self, what: str) -> None:
-        """A skipped update: no priorities or level scores from it (they would be NaN too)."""
+        """Count a skipped update; `max_nonfinite_updates` of them in a row raise `TrainingDiverged`."""
         with self.lock:
             self.nonfinite_updates += 1
             self.nonfinite_in_a_row += 1
@@ -188,7 +158,7 @@ class LearnerCore:
             )
 
     # -- reading and saving ----------------------------------------------------------------------
-    def stats(self) -> dict[str, Any]:
+    def stats(self) -> LearnerCoreStats:
         """Counters and last losses: what the driver turns into a metrics record and Prometheus series."""
         with self.lock:
             return {
@@ -209,7 +179,7 @@ class LearnerCore:
                 "last_nonfinite": self.last_nonfinite,
                 "metrics": dict(self.last_metrics),
                 "device": str(self.learner.device),
-                "replay_beta": self.mixer.beta(),
+                "replay_beta": self.replay_feed.beta(),
             }
 
     def state_dict(self) -> dict[str, Any]:
@@ -223,7 +193,7 @@ class LearnerCore:
                 "samples_trained": self.learner.samples_trained,
                 "nonfinite_updates": self.nonfinite_updates,
                 "dropped": dict(self.dropped),
-                "replay_updates": self.mixer.updates,  # beta's annealing: the same IS weights after a resume
+                "replay_updates": self.replay_feed.updates,  # beta's annealing: the same IS weights after a resume
             }
         return {"learner": self.learner.state_dict(), "counters": counters}
 
@@ -243,7 +213,7 @@ class LearnerCore:
             self.dropped = Counter({k: int(v) for k, v in (counters.get("dropped") or {}).items()})
             self.learner.version = max(self.learner.version, int(counters.get("learner_version", 0)))
             self.learner.samples_trained = max(self.learner.samples_trained, int(counters.get("samples_trained", 0)))
-            self.mixer.updates = int(counters.get("replay_updates", self.learner.version))
+            self.replay_feed.updates = int(counters.get("replay_updates", self.learner.version))
 
 
 COUNTER_KEYS = ("env_steps", "episodes", "unrolls_received", "learner_version", "samples_trained", "nonfinite_updates")

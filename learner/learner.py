@@ -1,22 +1,35 @@
 """The IMPALA learner: one V-trace update per batch of unrolls, and a version per update.
 
-No Ray here: the Ray learner actor and the inline runner both drive this class.
+`Learner.update(batch)` reads top to bottom as four steps, each a method of one screen:
+
+1. `_forward`: the network on every observation, `dist_params [T+1, B, P]` and `values [T+1, B]` (reward
+   units), plus V(final observation) at truncated steps;
+2. `_targets`: V-trace returns and policy-gradient advantages, in float32 whatever the network's precision
+   (they are regression targets and importance ratios, where half precision would lose the small differences);
+3. `_loss_terms`: a dict of named scalar tensors (policy, value, entropy, action bound, model, total);
+4. `_apply_gradients`: backward, the non-finite check, PopArt's rescale of the value layer, clipping, the
+   optimiser step.
+
+It returns an `UpdateResult`: the metrics and the per-step `StepOutputs` that the caller turns into replay
+priorities, PLR feedback and the model loss's stored values. No Ray here: `LearnerCore` drives this class
+for both the Ray learner actor and the inline backend.
 """
 
 from __future__ import annotations
 
 import copy
 import logging
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 import torch
 
-from levelray.contracts.config import LearnerConfig, ModelConfig
+from levelray.contracts.config import LearnerConfig, ModelLossConfig
 from levelray.contracts.spec import EnvSpec
 from levelray.learner import vtrace
 from levelray.learner.losses import impala_losses
-from levelray.learner.model_loss import ModelBatch, MuZeroLoss
+from levelray.learner.model_batch import ModelBatch, SequenceSampler
+from levelray.learner.model_loss import MuZeroLoss
 from levelray.learner.value_normalization import PopArt, preserve_outputs_, value_output_layer
 from levelray.policy import distributions
 from levelray.policy.models import build_model
@@ -37,12 +50,38 @@ def pick_device(requested: str = "auto") -> torch.device:
     return torch.device(requested)
 
 
-class Learner:
-    """`update(batch)` takes a stacked batch (see contracts.trajectory) plus optional
-    `sample_weights [B]` (replay importance weights) and `mask [T, B]`; with the model loss on
-    (`model.loss muzero`), also a `ModelBatch` of replayed sequences."""
+class Forward(NamedTuple):
+    """The network's outputs on one batch (tensors on the learner's device)."""
 
-    def __init__(self, spec: EnvSpec, config: LearnerConfig, *, seed: int = 0, model_config: ModelConfig | None = None):
+    dist_params: torch.Tensor  # [T+1, B, P] the policy's distribution parameters (logits, or Gaussian mean|log-std)
+    values: torch.Tensor  # [T+1, B] V(x_t) in reward units (PopArt's statistics before this update)
+    final_values: torch.Tensor | None  # [T, B] V(final obs) at truncated steps, 0 elsewhere; None: no truncation
+    actions: torch.Tensor  # [T, B(, D)] the actions taken, on the learner's device
+    log_probs: torch.Tensor  # [T, B] log pi(a_t | x_t) of the actions taken (with gradients)
+
+
+class StepOutputs(NamedTuple):
+    """Per-step outputs of one update, NumPy on the host."""
+
+    advantages: np.ndarray  # [T, B] v_s - V(x_s): PLR's scores
+    abs_td: np.ndarray  # [T, B] |v_s - V(x_s)|: replay priorities
+    values: np.ndarray  # [T+1, B] V(x_t), reward units
+    final_values: np.ndarray  # [T, B] V(final obs) at truncated steps, 0 elsewhere; reward units
+    dist_params: np.ndarray  # [T, B, P] the learner's policy distribution parameters (logits when discrete)
+    model_priorities: np.ndarray | None  # [n] one per model-loss sequence; None without a model batch
+
+
+class UpdateResult(NamedTuple):
+    metrics: dict[str, float]
+    outputs: StepOutputs
+
+
+class Learner:
+    """The policy network, its optimiser and PopArt statistics; with the model loss on (`model_loss.loss muzero`)
+    also the `MuZeroLoss` and the `SequenceSampler` that cuts its batches from replay."""
+
+    def __init__(self, spec: EnvSpec, config: LearnerConfig, *, seed: int = 0,
+                 model_loss: ModelLossConfig | None = None):
         self.spec = spec
         self.config = config
         torch.manual_seed(seed)
@@ -59,31 +98,33 @@ class Learner:
         # The model loss's dynamics and heads are not part of `self.model`: actors load exactly the policy
         # network's weights. One optimiser trains both (agent parameters first, so its state is ordered).
         self.muzero: MuZeroLoss | None = None
-        if model_config is not None and model_config.loss == "muzero":
+        self.sequences: SequenceSampler | None = None
+        if model_loss is not None and model_loss.loss == "muzero":
             if not spec.discrete:
-                raise ValueError("model.loss muzero supports discrete actions only (the dynamics takes a one-hot "
-                                 "action and the policy head is categorical); use --model-loss none")
-            self.muzero = MuZeroLoss(self.model, spec.num_actions, model_config, discount=config.discount,
-                                     seed=seed, device=self.device)
-        params = self.parameters()
+                raise ValueError("model_loss.loss muzero supports discrete actions only (the dynamics takes a "
+                                 "one-hot action and the policy head is categorical); use --model-loss none")
+            self.muzero = MuZeroLoss(self.model, spec.num_actions, model_loss, discount=config.discount,
+                                     device=self.device)
+            self.sequences = SequenceSampler(model_loss, seed)
         # What the gradient norm and clipping walk every update: the list made once (module.parameters()
         # walks the module tree each call, ~0.1 ms an update with the model loss's modules added).
-        self._trained = params
-        # foreach: one multi-tensor kernel per step instead of a loop over parameters. PyTorch picks
-        # it by default on CUDA only; on a CPU learner with a small MLP it saves ~5% of an update.
-        if config.optimizer == "adam":
-            self.optimizer = torch.optim.Adam(params, lr=config.learning_rate, eps=config.adam_eps, foreach=True)
-        elif config.optimizer == "rmsprop":
-            self.optimizer = torch.optim.RMSprop(
-                params, lr=config.learning_rate, alpha=config.rmsprop_alpha, eps=config.rmsprop_eps, foreach=True
-            )
-        else:
-            raise ValueError(f"optimizer must be adam or rmsprop, got {config.optimizer!r}")
+        self._trained = self.parameters()
+        self.optimizer = self._make_optimizer(self._trained)
         # PopArt (learner/value_normalization.py): the value head outputs normalised values.
         self.value_norm = PopArt(config.popart_beta) if config.value_normalization else None
         self.version = 0
         self.samples_trained = 0
-        self.last_outputs: dict[str, np.ndarray] = {}
+
+    def _make_optimizer(self, params: list[torch.nn.Parameter]) -> torch.optim.Optimizer:
+        # foreach=True: one multi-tensor kernel per step; PyTorch picks it by default on CUDA only, and on a CPU
+        # learner it pays too (benchmarks/RESULTS.md, CartPole record: "foreach Adam").
+        cfg = self.config
+        if cfg.optimizer == "adam":
+            return torch.optim.Adam(params, lr=cfg.learning_rate, eps=cfg.adam_eps, foreach=True)
+        if cfg.optimizer == "rmsprop":
+            return torch.optim.RMSprop(params, lr=cfg.learning_rate, alpha=cfg.rmsprop_alpha, eps=cfg.rmsprop_eps,
+                                       foreach=True)
+        raise ValueError(f"optimizer must be adam or rmsprop, got {cfg.optimizer!r}")
 
     def parameters(self) -> list[torch.nn.Parameter]:
         """Everything the optimiser trains: the policy network, then the model loss's modules."""
@@ -100,24 +141,39 @@ class Learner:
         t = torch.from_numpy(np.ascontiguousarray(x))
         return t.to(self.device, dtype=dtype, non_blocking=True)
 
-    def update(self, batch: dict[str, Any], model_batch: ModelBatch | None = None) -> dict[str, float]:
-        """One gradient step. Also leaves per-step outputs in `self.last_outputs` ([T, B] NumPy):
-        `advantages` (v_s - V(x_s), for PLR scores), `abs_td` (|v_s - V(x_s)|, for replay priorities),
-        `values [T+1, B]`, `final_values [T, B]` (V(final obs) at truncated steps, 0 elsewhere; reward units)
-        and `logits`/`params [T, B, P]`; with a `model_batch`, `model_priorities [n]` too.
-        `model_batch` (with the model loss on): `model.loss_weight × model loss` joins the loss."""
-        cfg = self.config
-        norm_state = self.value_norm.state_dict() if self.value_norm is not None else None
+    # -- the update ------------------------------------------------------------------------------
+    def update(self, batch: dict[str, Any], model_batch: ModelBatch | None = None) -> UpdateResult:
+        """One gradient step on a stacked batch (`contracts.trajectory.stack_unrolls`: `obs [T+1, B, ...]`,
+        `actions`, `rewards`, `terminated`, `truncated [T, B]`, `behaviour_params [T, B, P]`, optional
+        `final_obs`/`final_obs_index`), with optional `sample_weights [B]` (replay importance weights) and
+        `mask [T, B]`. With a `model_batch` (model loss on), `model_loss.loss_weight × model loss` joins the
+        loss. Raises `NonFiniteUpdate`, changing nothing, when the loss or the gradient is not finite."""
+        popart_before = self.value_norm.state_dict() if self.value_norm is not None else None
+        self.model.train()
+        forward = self._forward(batch)
+        vt, log_rhos = self._targets(batch, forward)
+        terms, popart_old = self._loss_terms(batch, forward, vt)
+        model_metrics: dict[str, float] = {}
+        model_priorities = None
+        if self.muzero is not None and model_batch is not None:
+            terms["model"], model_metrics, model_priorities = self.muzero.loss(self.model, model_batch)
+            terms["total"] = terms["total"] + self.muzero.cfg.loss_weight * terms["model"]
+        grad_norm = self._apply_gradients(terms, model_metrics, popart_before, popart_old)
+        T, B = vt.vs.shape
+        self.version += 1
+        self.samples_trained += T * B
+        metrics = {**self._metrics(forward, vt, log_rhos, terms, grad_norm), **model_metrics}
+        return UpdateResult(metrics, self._outputs(forward, vt, model_priorities))
+
+    def _forward(self, batch: dict[str, Any]) -> Forward:
+        """The network on all `[T+1, B]` observations in one pass (with gradients), and on the truncated steps'
+        final observations (without)."""
         obs = self._tensor(batch["obs"])
         T1, B = obs.shape[:2]
-        T = T1 - 1
-        self.model.train()
-        params, values = self.model(obs.reshape(T1 * B, *obs.shape[2:]))
-        params, values = params.view(T1, B, -1), values.view(T1, B)
+        dist_params, values = self.model(obs.reshape(T1 * B, *obs.shape[2:]))
+        dist_params, values = dist_params.view(T1, B, -1), values.view(T1, B)
         if self.value_norm is not None:  # reward units, with the statistics before this update
             values = self.value_norm.unnormalize(values)
-
-        rewards = self._tensor(batch["rewards"], torch.float32)
         final_values = None
         if batch.get("final_obs") is not None and len(batch["final_obs"]):
             with torch.no_grad():
@@ -125,117 +181,134 @@ class Learner:
                 if self.value_norm is not None:
                     v_final = self.value_norm.unnormalize(v_final)
             idx = self._tensor(batch["final_obs_index"], torch.long)
-            final_values = torch.zeros_like(rewards)
+            final_values = torch.zeros(T1 - 1, B, dtype=torch.float32, device=self.device)
             final_values[idx[:, 0], idx[:, 1]] = v_final
+        actions = self._tensor(batch["actions"])
+        log_probs = distributions.log_prob(dist_params[:-1], actions, self.spec.discrete)
+        return Forward(dist_params, values, final_values, actions, log_probs)
+
+    def _targets(self, batch: dict[str, Any], forward: Forward) -> tuple[vtrace.VTraceReturns, torch.Tensor]:
+        """V-trace's `vs` and policy-gradient advantages `[T, B]` in reward units, and `log_rhos [T, B]`
+        (log pi/mu of the actions taken). In float32 whatever the network's precision."""
+        cfg = self.config
+        T = forward.log_probs.shape[0]
+        behaviour = self._tensor(batch["behaviour_params"], torch.float32)
+        behaviour_logp = distributions.log_prob(behaviour, forward.actions, self.spec.discrete)
+        log_rhos = (forward.log_probs - behaviour_logp).detach().float()
         discounts, rewards = vtrace.episode_end_inputs(
-            rewards,
+            self._tensor(batch["rewards"], torch.float32),
             self._tensor(batch["terminated"]),
             self._tensor(batch["truncated"]),
             cfg.discount,
-            final_values,
+            forward.final_values,
         )
-        actions = self._tensor(batch["actions"])
-        behaviour = self._tensor(batch["behaviour_params"], torch.float32)
-        target = params[:T]
-        behaviour_logp = distributions.log_prob(behaviour, actions, self.spec.discrete)
-        target_logp = distributions.log_prob(target, actions, self.spec.discrete)
-        clips = dict(
-            clip_rho_threshold=cfg.clip_rho,
-            clip_c_threshold=cfg.clip_c,
-            clip_pg_rho_threshold=cfg.clip_pg_rho,
+        values = forward.values.detach().float()
+        vt = vtrace.from_importance_weights(
+            log_rhos, discounts, rewards, values[:T], values[T],
+            clip_rho_threshold=cfg.clip_rho, clip_c_threshold=cfg.clip_c, clip_pg_rho_threshold=cfg.clip_pg_rho,
             lambda_=cfg.lambda_,
         )
-        log_rhos = (target_logp - behaviour_logp).detach()
-        vt = vtrace.from_importance_weights(
-            log_rhos, discounts, rewards, values[:T].detach(), values[T].detach(), **clips
-        )
+        return vt, log_rhos
+
+    def _loss_terms(self, batch: dict[str, Any], forward: Forward, vt: vtrace.VTraceReturns
+                    ) -> tuple[dict[str, torch.Tensor], tuple[float, float] | None]:
+        """IMPALA's loss terms (`losses.impala_losses`) as named scalars, `total` among them, and PopArt's
+        statistics before this batch moved them (None without PopArt). The batch's steps are weighted by
+        `mask [T, B]` times `sample_weights [B]`."""
+        cfg = self.config
+        T, B = vt.vs.shape
         weights = torch.ones(T, B, device=self.device)
         if batch.get("mask") is not None:
             weights = weights * self._tensor(batch["mask"], torch.float32)
         if batch.get("sample_weights") is not None:
             weights = weights * self._tensor(batch["sample_weights"], torch.float32).view(1, B)
-        entropies = distributions.entropy(target, self.spec.discrete)
+        target = forward.dist_params[:T]
         bound_excess = None
         if not self.spec.discrete:
             bound_excess = distributions.mean_bound_excess(
                 distributions.split_gaussian(target)[0], self._action_low, self._action_high
             )
-        value_targets, value_preds, pg_advantages = vt.vs, values[:T], vt.pg_advantages
+        value_targets, value_preds, pg_advantages = vt.vs, forward.values[:T], vt.pg_advantages
+        old_stats = None
         if self.value_norm is not None:
             old_stats = self.value_norm.update(vt.vs, weights > 0)
             # normalised with the new statistics: the prediction is the rescaled head's output (see preserve_outputs_)
-            value_targets, value_preds = self.value_norm.normalize(vt.vs), self.value_norm.normalize(values[:T])
+            value_targets, value_preds = self.value_norm.normalize(vt.vs), self.value_norm.normalize(value_preds)
             pg_advantages = pg_advantages / self.value_norm.sigma
         losses = impala_losses(
-            target_logp,
-            pg_advantages,
-            value_targets,
-            value_preds,
-            entropies,
-            value_weight=cfg.value_weight,
-            entropy_weight=cfg.entropy_weight,
-            weights=weights,
-            action_bound_excess=bound_excess,
-            action_bound_weight=cfg.action_bound_weight,
+            forward.log_probs, pg_advantages, value_targets, value_preds,
+            distributions.entropy(target, self.spec.discrete),
+            value_weight=cfg.value_weight, entropy_weight=cfg.entropy_weight, weights=weights,
+            action_bound_excess=bound_excess, action_bound_weight=cfg.action_bound_weight,
         )
-        total = losses.total
-        model_metrics: dict[str, float] = {}
-        model_priorities = None
-        if self.muzero is not None and model_batch is not None:
-            model_total, model_metrics, model_priorities = self.muzero.loss(self.model, model_batch)
-            total = total + self.muzero.cfg.loss_weight * model_total
+        terms = {"policy": losses.policy, "value": losses.value, "entropy": losses.entropy, "total": losses.total}
+        if losses.action_bound is not None:
+            terms["action_bound"] = losses.action_bound
+        return terms, old_stats
+
+    def _apply_gradients(self, terms: dict[str, torch.Tensor], model_metrics: dict[str, float],
+                         popart_before: dict | None, popart_old: tuple[float, float] | None) -> float:
+        """Backward and the optimiser step; returns the gradient's global norm before clipping (after PopArt's
+        rescale of the value layer). The norm is computed once and serves the non-finite check too."""
         self.optimizer.zero_grad(set_to_none=True)
         raw_grad_norm = float("nan")
-        if torch.isfinite(total):
-            total.backward()
+        if torch.isfinite(terms["total"]):
+            terms["total"].backward()
             raw_grad_norm = self._gradient_norm()
         if not np.isfinite(raw_grad_norm):  # before anything below changes weights or statistics
-            self._skip_update(norm_state, losses, raw_grad_norm, total, model_metrics)
+            self._skip_update(popart_before, terms, raw_grad_norm, model_metrics)
         grad_norm = raw_grad_norm
         if self.value_norm is not None:  # rescales the value layer's gradients too: their norm changes
             new_stats = (self.value_norm.mu, self.value_norm.sigma)
-            preserve_outputs_(value_output_layer(self.model), old_stats, new_stats)
+            preserve_outputs_(value_output_layer(self.model), popart_old, new_stats)
             grad_norm = self._gradient_norm()
         self._clip_gradients(grad_norm)
         self.optimizer.step()
         if self.muzero is not None:
             self.muzero.after_update(self.model)
-        self.version += 1
-        self.samples_trained += T * B
+        return grad_norm
 
-        with torch.no_grad():
-            rhos = log_rhos.exp()
-            advantages = vt.vs - values[:T].detach()
-            var_vs = vt.vs.var()
-            explained = 1.0 - (vt.vs - values[:T]).var() / var_vs if var_vs > 1e-8 else torch.tensor(0.0)
-            self.last_outputs = {
-                "advantages": advantages.cpu().numpy(),
-                "abs_td": advantages.abs().cpu().numpy(),
-                "values": values.detach().cpu().numpy(),
-                "params": target.detach().cpu().numpy(),
-                "final_values": (final_values if final_values is not None else torch.zeros_like(rewards)).cpu().numpy(),
-            }
-            if model_priorities is not None:
-                self.last_outputs["model_priorities"] = model_priorities
-            clip_rho = cfg.clip_rho if cfg.clip_rho is not None else float("inf")
-            metrics = {
-                "loss_total": float(total),
-                "loss_policy": losses.policy.item(),
-                "loss_value": losses.value.item(),
-                "entropy": losses.entropy.item(),
-                **({"loss_action_bound": losses.action_bound.item()} if losses.action_bound is not None else {}),
-                "grad_norm": grad_norm,
-                "rho_mean": rhos.mean().item(),
-                "rho_clipped_fraction": (rhos > clip_rho).float().mean().item(),
-                "explained_variance": float(explained),
-                "value_mean": values[:T].mean().item(),
-                "version": self.version,
-                "batch_steps": T * B,
-            }
-            if self.value_norm is not None:
-                metrics.update(value_norm_mu=self.value_norm.mu, value_norm_sigma=self.value_norm.sigma)
-            metrics.update(model_metrics)
-            return metrics
+    @torch.no_grad()
+    def _metrics(self, forward: Forward, vt: vtrace.VTraceReturns, log_rhos: torch.Tensor,
+                 terms: dict[str, torch.Tensor], grad_norm: float) -> dict[str, float]:
+        T, B = vt.vs.shape
+        values = forward.values[:T]
+        rhos = log_rhos.exp()
+        var_vs = vt.vs.var()
+        explained = 1.0 - (vt.vs - values).var() / var_vs if var_vs > 1e-8 else torch.tensor(0.0)
+        clip_rho = self.config.clip_rho if self.config.clip_rho is not None else float("inf")
+        metrics = {
+            "loss_total": float(terms["total"]),
+            "loss_policy": terms["policy"].item(),
+            "loss_value": terms["value"].item(),
+            "entropy": terms["entropy"].item(),
+            **({"loss_action_bound": terms["action_bound"].item()} if "action_bound" in terms else {}),
+            "grad_norm": grad_norm,
+            "rho_mean": rhos.mean().item(),
+            "rho_clipped_fraction": (rhos > clip_rho).float().mean().item(),
+            "explained_variance": float(explained),
+            "value_mean": values.mean().item(),
+            "version": self.version,
+            "batch_steps": T * B,
+        }
+        if self.value_norm is not None:
+            metrics.update(value_norm_mu=self.value_norm.mu, value_norm_sigma=self.value_norm.sigma)
+        return metrics
+
+    @torch.no_grad()
+    def _outputs(self, forward: Forward, vt: vtrace.VTraceReturns, model_priorities: np.ndarray | None
+                 ) -> StepOutputs:
+        T = vt.vs.shape[0]
+        advantages = vt.vs - forward.values[:T].detach()
+        final_values = forward.final_values if forward.final_values is not None else torch.zeros_like(vt.vs)
+        return StepOutputs(
+            advantages=advantages.cpu().numpy(),
+            abs_td=advantages.abs().cpu().numpy(),
+            values=forward.values.detach().cpu().numpy(),
+            final_values=final_values.cpu().numpy(),
+            dist_params=forward.dist_params[:T].detach().cpu().numpy(),
+            model_priorities=model_priorities,
+        )
 
     def _gradient_norm(self) -> float:
         """The global L2 norm of the gradients (before clipping)."""
@@ -244,29 +317,26 @@ class Learner:
 
     def _clip_gradients(self, norm: float) -> None:
         """Clip by `grad_clip_type`; `norm` is the gradients' global norm as they are now (computed once an
-        update: the non-finite check needs it first). By norm this is `clip_grad_norm_`'s rule, scale by
-        min(1, max_norm / (norm + 1e-6))."""
+        update: the non-finite check needs it first). By norm: scale by min(1, max_norm / (norm + 1e-6)),
+        `clip_grad_norm_`'s rule, in float64 as the norm is."""
         cfg = self.config
-        grads = [p.grad for p in self._trained if p.grad is not None]
         if cfg.grad_clip_type == "norm":
-            scale = cfg.grad_clip / (norm + 1e-6)
-            if scale < 1.0:
-                torch._foreach_mul_(grads, scale)
+            total = torch.tensor(norm, dtype=torch.float64)
+            torch.nn.utils.clip_grads_with_norm_(self._trained, cfg.grad_clip, total)
         elif cfg.grad_clip_type == "value":
-            torch._foreach_clamp_min_(grads, -cfg.grad_clip)
-            torch._foreach_clamp_max_(grads, cfg.grad_clip)
+            torch.nn.utils.clip_grad_value_(self._trained, cfg.grad_clip)
 
-    def _skip_update(self, norm_state: dict | None, losses, grad_norm: float, total: torch.Tensor,
+    def _skip_update(self, popart_before: dict | None, terms: dict[str, torch.Tensor], grad_norm: float,
                      model_metrics: dict[str, float]) -> None:
         """Leave the model, optimiser, PopArt statistics and version as they were, and say what diverged.
 
         A NaN/Inf step would poison Adam's moments and every weight at once; skipping it keeps the last
         good model, and the caller decides when too many skips in a row mean the run has diverged."""
         self.optimizer.zero_grad(set_to_none=True)
-        if norm_state is not None:
-            self.value_norm.load_state_dict(norm_state)
-        parts = {"loss_total": total, "loss_policy": losses.policy, "loss_value": losses.value,
-                 "entropy": losses.entropy}
+        if popart_before is not None:
+            self.value_norm.load_state_dict(popart_before)
+        parts = {"loss_total": terms["total"], "loss_policy": terms["policy"], "loss_value": terms["value"],
+                 "entropy": terms["entropy"]}
         values = {k: float(v.detach()) for k, v in parts.items()}
         values.update({k: v for k, v in model_metrics.items() if k.endswith("_loss")})
         values["grad_norm"] = grad_norm
@@ -288,7 +358,7 @@ class Learner:
             "samples_trained": self.samples_trained,
             "torch_rng": torch.get_rng_state(),
             "value_normalization": self.value_norm.state_dict() if self.value_norm is not None else None,
-            "model_loss": self.muzero.state_dict() if self.muzero is not None else None,
+            "model_loss": self._model_loss_state(),
         }
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
@@ -301,6 +371,13 @@ class Learner:
         self._load_value_normalization(state.get("value_normalization"))
         if self.muzero is not None and state.get("model_loss") is not None:
             self.muzero.load_state_dict(state["model_loss"])
+            self.sequences.load_state_dict(state["model_loss"]["rng"])
+
+    def _model_loss_state(self) -> dict[str, Any] | None:
+        """The model loss's modules, target network and schedule, and its sequence sampler's generator."""
+        if self.muzero is None:
+            return None
+        return {**self.muzero.state_dict(), "rng": self.sequences.state_dict()}
 
     def _load_value_normalization(self, saved: dict | None) -> None:
         """Statistics from the checkpoint; a checkpoint and a learner that disagree on value normalisation

@@ -6,8 +6,8 @@ Reduction: every loss is a weighted MEAN over the `T x B` valid steps,
 
 where `m [T, B]` masks padded steps and `iw [B]` are replay importance weights (1 for fresh unrolls).
 A mean keeps the gradient scale independent of batch size and unroll length, so one learning rate
-(default 5e-4 with Adam, as in 001_ac66db064cb2f3bb.txt) holds across configs; torchbeast's sum
-reduction would need the rate divided by T*B.
+(default 5e-4 with Adam, as DI-engine's IMPALA policy, `ding/policy/impala.py`) holds across configs;
+torchbeast's sum reduction would need the rate divided by T*B.
 
     policy_loss  = -mean(w * log pi(a_t|x_t) * A_t)          A_t = V-trace pg advantage
     value_loss   = 0.5 * mean(w * (v_t - V(x_t))^2)

@@ -10,13 +10,12 @@ real x_{t+k}. There is no tree search: the policy target is the behaviour policy
 target network's policy), and the representation is what the model learns for the agent.
 
 Data flow per learner update (`LearnerCore.train`):
-1. `gather(sample, version)`: the replay service's sampled unrolls -> `model.batch_size` sequences, each
-   one column of one unroll from a uniformly drawn start t (`SEQUENCES_PER_UNROLL` columns per unroll, so
-   fewer unrolls cross the wire). NumPy, no gradients.
-2. `loss(net, batch)` inside `Learner.update`: targets from `model_targets` (n-step returns capped at
-   episode ends, `window_targets` masks), the unrolled predictions, per-term losses `[n, K + 1]`, and each
+1. `learner.replay_feed.ReplayFeed.model_batch` samples unrolls from replay and cuts `model_loss.batch_size`
+   sequences from them (`learner.model_batch.SequenceSampler`).
+2. `loss(net, batch)` inside `Learner.update`: `targets` (n-step returns capped at episode ends,
+   `model_targets.window_targets` masks), the unrolled predictions, per-term losses `[n, K + 1]`, and each
    sequence's priority sqrt(sum_k w_k value_mask_k l_v,k). `Learner` adds `loss_weight * total`.
-3. `after_update()`: the target network's schedule.
+3. `after_update(net)`: the target network's schedule (`learner.target_network.TargetNetwork`).
 
 Stored targets: the values the learner computed for an unroll when it trained on it fresh
 (`model_values [T+1, K]`, `model_final_values [T, K]` at truncated steps, reward units) and the behaviour
@@ -27,9 +26,6 @@ observations, and its policy head (softmax).
 
 from __future__ import annotations
 
-import copy
-import math
-from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -37,8 +33,9 @@ import torch
 from torch import nn
 from torch.nn import functional as F
 
-from levelray.contracts.config import MODEL_LOSS_TERMS, ModelConfig
+from levelray.contracts.config import MODEL_LOSS_TERMS, ModelLossConfig
 from levelray.learner import vtrace
+from levelray.learner.model_batch import ModelBatch
 from levelray.learner.model_targets import (
     ModelTargets,
     from_categorical,
@@ -52,15 +49,13 @@ from levelray.learner.model_targets import (
     value_transform,
     window_targets,
 )
-
-# Sequences drawn from one sampled unroll (distinct columns while it has enough): an unroll of a procgen
-# actor is ~4 MB, so drawing each sequence from its own unroll would move batch_size of them per update.
-SEQUENCES_PER_UNROLL = 4
+from levelray.learner.target_network import TargetNetwork
 
 
 class _MLP(nn.Sequential):
     """`Linear -> ReLU -> Linear`, called as one module: the unroll calls the dynamics K times an update, and
-    at CartPole's sizes the three inner module calls cost about as much as the products. A Sequential, so
+    at CartPole's sizes the three inner module calls cost about as much as the products (this and the other
+    fused paths below: benchmarks/RESULTS.md, "After the cost work"). A Sequential, so
     parameters and checkpoints keep their names (`0.weight`, `2.weight`, ...)."""
 
     def __init__(self, d_in: int, hidden: int, d_out: int):
@@ -82,7 +77,7 @@ class LatentModel(nn.Module):
     `project` (EfficientZero's projection) is applied to both branches, `predict` to the online one.
     """
 
-    def __init__(self, latent_dim: int, num_actions: int, cfg: ModelConfig):
+    def __init__(self, latent_dim: int, num_actions: int, cfg: ModelLossConfig):
         super().__init__()
         self.num_actions = num_actions
         width = 2 * cfg.support_size + 1 if cfg.value_repr == "categorical" else 1
@@ -105,42 +100,21 @@ class LatentModel(nn.Module):
         return {name: part for name, part in zip(self.split, parts, strict=True) if part.shape[-1]}
 
 
-@dataclass
-class ModelBatch:
-    """`n` sequences (one column of a stored unroll each), time-major `[T(+1), n, ...]` NumPy arrays."""
-
-    obs: np.ndarray  # [T+1, n, *obs_shape]
-    actions: np.ndarray  # [T, n]
-    rewards: np.ndarray  # [T, n] raw rewards
-    terminated: np.ndarray  # [T, n]
-    truncated: np.ndarray  # [T, n]
-    behaviour_params: np.ndarray  # [T, n, A]
-    values: np.ndarray  # [T+1, n] stored values (reward units)
-    final_values: np.ndarray  # [T, n] stored V(final obs) at truncated steps, 0 elsewhere
-    final_obs: np.ndarray  # [M, *obs_shape], final observations of truncated steps (for reanalyse)
-    final_obs_index: np.ndarray  # [M, 2] (t, i) of each
-    age: np.ndarray  # [n] learner updates since the unroll was inserted
-    starts: np.ndarray  # [n]
-    weights: np.ndarray  # [n] replay importance weights
-    ids: np.ndarray  # [n] replay id of each sequence's unroll
-
-
 class MuZeroLoss:
-    """The model loss's modules, target network, batch sampling and schedule (one per `Learner`)."""
+    """The model loss's modules and target network (one per `Learner`): `targets` and `loss` of a `ModelBatch`,
+    and `after_update`, the target network's schedule."""
 
-    def __init__(self, net: nn.Module, num_actions: int, cfg: ModelConfig, *, discount: float, seed: int,
+    def __init__(self, net: nn.Module, num_actions: int, cfg: ModelLossConfig, *, discount: float,
                  device: torch.device):
         if not hasattr(net, "representation"):
-            raise ValueError(f"model.loss muzero needs a network with a representation(), got {type(net).__name__}")
+            raise ValueError(f"model_loss.loss muzero needs a network with a representation(), "
+                             f"got {type(net).__name__}")
         self.cfg = cfg
         self.discount = discount
         self.device = device
         self.module = LatentModel(net.latent_dim, num_actions, cfg).to(device)
-        # The target network: a copy of the agent's network and of the model, never trained directly.
-        self.target_net = copy.deepcopy(net).requires_grad_(False)
-        self.target_module = copy.deepcopy(self.module).requires_grad_(False)
-        self.updates = 0
-        self.rng = np.random.default_rng(seed + 0x6D75)
+        self.target = TargetNetwork(net, self.module, period=cfg.target_update_period, tau=cfg.target_update_tau)
+        self.target_net, self.target_module = self.target.net, self.target.module  # loaded in place: stay valid
         self.support = make_support(cfg.support_size, device=device) if cfg.value_repr == "categorical" else None
         # Made once rather than every update: the loss's terms in the order `loss` lays them out, their
         # weights in the total, the step weights and the offsets k = 0..K.
@@ -153,80 +127,14 @@ class MuZeroLoss:
         self._step_weights = step_weights(K, device=device).view(1, K + 1, 1)
         self._offsets = torch.arange(K + 1, device=device)
 
-    # -- the schedule ----------------------------------------------------------------------------
-    @torch.no_grad()
+    @property
+    def updates(self) -> int:
+        """Learner updates counted by the target network's schedule."""
+        return self.target.updates
+
     def after_update(self, net: nn.Module) -> None:
-        """Every `target_update_period` updates: theta' <- (1 - tau) theta' + tau theta; buffers copied."""
-        self.updates += 1
-        if self.updates % self.cfg.target_update_period:
-            return
-        tau = self.cfg.target_update_tau
-        for online, target in ((net, self.target_net), (self.module, self.target_module)):
-            for p, tp in zip(online.parameters(), target.parameters(), strict=True):
-                tp.mul_(1.0 - tau).add_(p.detach(), alpha=tau)
-            for b, tb in zip(online.buffers(), target.buffers(), strict=True):
-                tb.copy_(b)
-
-    # -- sampling --------------------------------------------------------------------------------
-    def num_unrolls(self) -> int:
-        """Unrolls to sample from replay for one model batch."""
-        return math.ceil(self.cfg.batch_size / SEQUENCES_PER_UNROLL)
-
-    def gather(self, sample: dict[str, Any], version: int) -> ModelBatch:
-        """`model.batch_size` sequences from a replay sample (`ids`, `items`, `weights`): sequence j comes
-        from unroll j // SEQUENCES_PER_UNROLL, with a column drawn without replacement while the unroll has
-        enough and a start drawn uniformly in [0, T); windows that run off the stored data are masked."""
-        items, ids, weights = sample["items"], np.asarray(sample["ids"]), np.asarray(sample["weights"])
-        n = self.cfg.batch_size
-        # Consecutive sequences from one unroll form a block: (item, columns, starts). The random draws are
-        # made in the same order as when this picked sequence by sequence, so a seed gives the same batch.
-        blocks: list[tuple[int, np.ndarray, np.ndarray]] = []
-        picked = 0
-        while picked < n:
-            i = len(blocks) % len(items)
-            T, width = items[i]["rewards"].shape
-            take = min(SEQUENCES_PER_UNROLL, n - picked)
-            columns = self.rng.choice(width, size=take, replace=take > width)
-            blocks.append((i, columns, self.rng.integers(0, T, size=take)))
-            picked += take
-        unrolls = [items[i] for i, _, _ in blocks]
-        for key in ("model_values", "model_final_values", "inserted_at"):
-            if any(key not in u for u in unrolls):
-                raise ValueError(f"replayed unroll has no {key!r}: it was not inserted by a learner with the "
-                                 f"model loss (model.loss muzero) on")
-
-        def column(key: str) -> np.ndarray:  # one gather per unroll, not per sequence
-            return np.concatenate([u[key][:, c] for u, (_, c, _) in zip(unrolls, blocks, strict=True)], axis=1)
-
-        # Final observations of the truncated steps in the picked columns, sequence by sequence (and in
-        # stored order within a sequence): (t, j) of each, j the sequence.
-        finals, index, first = [], [], 0
-        for u, (_, c, _) in zip(unrolls, blocks, strict=True):
-            if u.get("final_obs") is not None and len(u["final_obs"]):
-                seq, rows = np.nonzero(c[:, None] == u["final_obs_index"][None, :, 1])  # sequence-major
-                finals.append(u["final_obs"][rows])
-                index.append(np.stack([u["final_obs_index"][rows, 0], seq + first], axis=1))
-            first += len(c)
-        obs = column("obs")
-        sizes = [len(c) for _, c, _ in blocks]
-        which = np.repeat([i for i, _, _ in blocks], sizes)  # each sequence's item
-        inserted_at = np.array([int(u["inserted_at"]) for u in unrolls], dtype=np.int64)
-        return ModelBatch(
-            obs=obs,
-            actions=column("actions"),
-            rewards=column("rewards").astype(np.float32, copy=False),
-            terminated=column("terminated"),
-            truncated=column("truncated"),
-            behaviour_params=column("behaviour_params").astype(np.float32, copy=False),
-            values=column("model_values").astype(np.float32, copy=False),
-            final_values=column("model_final_values").astype(np.float32, copy=False),
-            final_obs=np.concatenate(finals) if finals else np.zeros((0, *obs.shape[2:]), obs.dtype),
-            final_obs_index=(np.concatenate(index) if index else np.zeros((0, 2))).astype(np.int64, copy=False),
-            age=np.repeat(np.maximum(0, version - inserted_at), sizes).astype(np.float64),
-            starts=np.concatenate([t for _, _, t in blocks]).astype(np.int64, copy=False),
-            weights=weights[which].astype(np.float32),
-            ids=ids[which].astype(np.int64),
-        )
+        """The target network's schedule, after every optimiser step."""
+        self.target.after_update(net, self.module)
 
     # -- targets ---------------------------------------------------------------------------------
     def _tensor(self, x: np.ndarray, dtype: torch.dtype | None = None) -> torch.Tensor:
@@ -246,7 +154,7 @@ class MuZeroLoss:
         flat = obs.reshape(T1 * m, *obs.shape[2:])
         latent = self.target_net.representation(flat)
         values = self._decode(self.target_module.heads(latent)["value"]).view(T1, m)
-        policy = self.target_net.policy_params(flat).view(T1, m, -1).softmax(-1)
+        policy = self.target_net.dist_params(flat).view(T1, m, -1).softmax(-1)
         final = (self._decode(self.target_module.heads(self.target_net.representation(final_obs))["value"])
                  if len(final_obs) else obs.new_zeros(0, dtype=values.dtype))
         return values, final, policy
@@ -323,20 +231,37 @@ class MuZeroLoss:
         together: the heads once on all `n (K + 1)` latents, value and reward in one two-hot cross-entropy,
         every term's `[n, K + 1]` losses in one tensor masked, weighted and reduced at once, and the metrics
         read back in one transfer."""
-        cfg = self.cfg
-        K = cfg.num_unroll_steps
+        K = self.cfg.num_unroll_steps
         obs = self._tensor(batch.obs)  # [T+1, n, ...] on the learner's device, once
         targets, reanalysed = self.targets(batch, obs)
         T, n = batch.rewards.shape
-        N = n * (K + 1)
         starts = self._tensor(batch.starts, torch.long)
         columns = torch.arange(n, device=self.device).unsqueeze(1)
         steps = (starts.unsqueeze(1) + self._offsets[:K]).clamp(max=T - 1)  # [n, K]
         actions = self._tensor(batch.actions)[steps, columns]
         latents = self.unroll(net, obs[starts, columns.squeeze(1)], actions)
-        flat = torch.stack(latents, dim=1).reshape(N, -1)  # [n (K+1), D], sequence-major like the targets
+        flat = torch.stack(latents, dim=1).reshape(n * (K + 1), -1)  # [n (K+1), D], sequence-major like the targets
+        out = self.module.prediction(flat)  # the heads' outputs side by side (LatentModel.heads splits the same)
+        real = None
+        if self.module.project is not None:  # x_{t+k}, the consistency term's targets
+            real = obs[(starts.unsqueeze(1) + self._offsets).clamp(max=T), columns]
+        per_step = self._per_step_losses(flat, out, targets, real)
+        # [n, K + 1, terms]: masked, step-weighted, summed over k; importance-weighted mean over sequences
+        per_seq = (per_step * self._step_weights).sum(1)  # [n, terms]
+        term_means = (per_seq * self._tensor(batch.weights).unsqueeze(1)).mean(0)  # [terms]
+        total = (term_means * self._term_coefs).sum()
+        with torch.no_grad():
+            priorities = per_seq[:, 0].clamp(min=0).sqrt().cpu().numpy().astype(np.float64)
+            metrics = self._metrics(out, targets, reanalysed, term_means, total)
+        return total, metrics, priorities
+
+    def _per_step_losses(self, flat: torch.Tensor, out: torch.Tensor, targets: ModelTargets,
+                         real: torch.Tensor | None) -> torch.Tensor:
+        """Every term's masked loss `[n, K + 1, terms]` from the latents `flat [n (K+1), D]`, the heads' outputs
+        `out [n (K+1), 2W + A (+1)]` and, with the consistency term, the real observations `real [n, K+1, ...]`."""
         m = self.module
-        out = m.prediction(flat)  # the heads' outputs side by side (LatentModel.heads splits the same tensor)
+        n, K1 = targets.value.shape
+        N = n * K1
         W, A = m.split["value"], m.split["policy"]
         vr_target = torch.stack([targets.value, targets.reward], dim=-1).view(N, 2)
         vr_out = out[:, : 2 * W].view(N, 2, W)  # value and reward heads
@@ -351,59 +276,40 @@ class MuZeroLoss:
             parts.append(F.binary_cross_entropy_with_logits(out[:, -1:], targets.terminal.view(N, 1),
                                                             reduction="none"))
             masks.append(targets.terminal_mask)
-        if m.project is not None:
-            rows = (starts.unsqueeze(1) + self._offsets).clamp(max=T)
-            real = obs[rows, columns]
+        if real is not None:
             with torch.no_grad():
-                target_proj = self.target_module.project(self.target_net.representation(real.view(N, *obs.shape[2:])))
+                target_proj = self.target_module.project(self.target_net.representation(real.view(N, *real.shape[2:])))
             cos = F.cosine_similarity(m.predict(m.project(flat)), target_proj, dim=-1)
             parts.append(-cos.unsqueeze(1))
             masks.append(targets.consistency_mask)
-        # [n, K + 1, terms]: masked, step-weighted, summed over k; importance-weighted mean over sequences
-        per_step = torch.cat(parts, dim=1).view(n, K + 1, len(parts) + 1) * torch.stack(masks, dim=-1)
-        per_seq = (per_step * self._step_weights).sum(1)  # [n, terms]
-        term_means = (per_seq * self._tensor(batch.weights).unsqueeze(1)).mean(0)  # [terms]
-        total = (term_means * self._term_coefs).sum()
-        with torch.no_grad():
-            priorities = per_seq[:, 0].clamp(min=0).sqrt().cpu().numpy().astype(np.float64)
-            value_pred = self._decode(vr_out[:, 0].view(n, K + 1, W)[:, 0])
-            vm0 = targets.value_mask[:, 0]
-            stats = torch.stack([
-                ((value_pred - targets.value[:, 0]).abs() * vm0).sum() / vm0.sum().clamp(min=1),
-                targets.value_mask.mean(),
-                targets.terminal.mean(),
-                reanalysed.float().mean(),
-                (targets.value * targets.value_mask).sum() / targets.value_mask.sum().clamp(min=1),
-            ])
-            values = torch.cat([term_means, total.view(1), stats]).tolist()  # one read-back
-            metrics = {f"model_{name}_loss": v for name, v in zip(self._terms, values, strict=False)}
-            metrics.update(zip(("model_loss", "model_value_error", "model_value_mask_fraction",
-                                "model_absorbing_fraction", "model_reanalysed_fraction", "model_target_mean"),
-                               values[len(self._terms):], strict=True))
-        return total, metrics, priorities
+        return torch.cat(parts, dim=1).view(n, K1, len(parts) + 1) * torch.stack(masks, dim=-1)
+
+    def _metrics(self, out: torch.Tensor, targets: ModelTargets, reanalysed: torch.Tensor,
+                 term_means: torch.Tensor, total: torch.Tensor) -> dict[str, float]:
+        """Per-term losses, the total and target statistics, read back from the device in one transfer."""
+        n, K1 = targets.value.shape
+        W = self.module.split["value"]
+        value_pred = self._decode(out[:, :W].view(n, K1, W)[:, 0])
+        vm0 = targets.value_mask[:, 0]
+        stats = torch.stack([
+            ((value_pred - targets.value[:, 0]).abs() * vm0).sum() / vm0.sum().clamp(min=1),
+            targets.value_mask.mean(),
+            targets.terminal.mean(),
+            reanalysed.float().mean(),
+            (targets.value * targets.value_mask).sum() / targets.value_mask.sum().clamp(min=1),
+        ])
+        values = torch.cat([term_means, total.view(1), stats]).tolist()
+        metrics = {f"model_{name}_loss": v for name, v in zip(self._terms, values, strict=False)}
+        metrics.update(zip(("model_loss", "model_value_error", "model_value_mask_fraction",
+                            "model_absorbing_fraction", "model_reanalysed_fraction", "model_target_mean"),
+                           values[len(self._terms):], strict=True))
+        return metrics
 
     # -- checkpoints -----------------------------------------------------------------------------
     def state_dict(self) -> dict[str, Any]:
-        def cpu(module: nn.Module) -> dict[str, torch.Tensor]:
-            return {k: v.detach().to("cpu", copy=True) for k, v in module.state_dict().items()}
-
-        return {"module": cpu(self.module), "target_net": cpu(self.target_net),
-                "target_module": cpu(self.target_module), "updates": self.updates,
-                "rng": self.rng.bit_generator.state}
+        module = {k: v.detach().to("cpu", copy=True) for k, v in self.module.state_dict().items()}
+        return {"module": module, **self.target.state_dict()}
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         self.module.load_state_dict(state["module"])
-        self.target_net.load_state_dict(state["target_net"])
-        self.target_module.load_state_dict(state["target_module"])
-        self.updates = int(state["updates"])
-        self.rng.bit_generator.state = state["rng"]
-
-
-def sequence_priorities_by_unroll(ids: np.ndarray, priorities: np.ndarray, eta: float) -> tuple[np.ndarray, np.ndarray]:
-    """One priority per sampled unroll from its sequences' priorities, as the TD priorities aggregate steps:
-    eta * max + (1 - eta) * mean. Returns (unique ids, priorities)."""
-    unique, inverse = np.unique(ids, return_inverse=True)
-    peak = np.full(len(unique), -np.inf)
-    np.maximum.at(peak, inverse, priorities)
-    mean = np.bincount(inverse, weights=priorities, minlength=len(unique)) / np.bincount(inverse, minlength=len(unique))
-    return unique, eta * peak + (1.0 - eta) * mean
+        self.target.load_state_dict(state)

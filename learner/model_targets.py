@@ -380,6 +380,58 @@ def window_targets(
     - A termination and a truncation on the same step count as a termination (as in V-trace inputs).
     Vectorised over windows and steps (`[n, K + 1]` index gathers, no Python loop). Runs under no_grad.
     """
+    _check_window_args(rewards, terminated, truncated, value_targets, starts, columns, num_unroll_steps,
+                       policy_targets)
+    T = rewards.shape[0]
+    device, dtype = rewards.device, rewards.dtype
+    K = num_unroll_steps
+    policy_rows = T if policy_targets is None else policy_targets.shape[0]  # without targets: as for T rows
+    # Every step of every window at once, [n, K + 1]: a loop over k cost ~30 small ops per step, ~60% of
+    # the model loss's target time at CartPole's sizes (cProfile).
+    offsets = torch.arange(K + 1, device=device)
+    step = starts.to(device=device, dtype=torch.long).unsqueeze(1) + offsets  # t + k: observation index
+    col = columns.to(device=device, dtype=torch.long).unsqueeze(1).expand_as(step)
+    prev, real, term_here, trunc_here = _first_episode_end(terminated, truncated, step, col, offsets, T)
+    absorbing = torch.cumsum(term_here, dim=1) > 0  # ended by a termination at or before k
+    ended_terminated = absorbing & ~term_here  # ... strictly before k
+    alive = (real & ~term_here & ~trunc_here) | (offsets == 0)  # x_t itself is a stored state of its episode
+    reward = torch.where(real, rewards[prev, col], 0)
+    value = torch.where(alive, value_targets[step.clamp(max=T), col], 0)
+    policy_mask = alive & (step < policy_rows)
+    value_mask = (alive | absorbing).to(dtype)
+    policy = None
+    if policy_targets is not None:
+        policy = torch.where(policy_mask.unsqueeze(-1), policy_targets[step.clamp(max=policy_rows - 1), col], 0)
+    # game over is known exactly where the value is (alive or absorbing): terminal_mask is value_mask
+    return ModelTargets(reward=reward, value=value, terminal=absorbing.to(dtype),
+                        reward_mask=(real | ended_terminated).to(dtype), value_mask=value_mask,
+                        policy_mask=policy_mask.to(dtype), consistency_mask=(alive & (offsets > 0)).to(dtype),
+                        terminal_mask=value_mask.clone(), policy=policy)
+
+
+def _first_episode_end(terminated: torch.Tensor, truncated: torch.Tensor, step: torch.Tensor, col: torch.Tensor,
+                       offsets: torch.Tensor, T: int) -> tuple[torch.Tensor, ...]:
+    """For windows at observation indices `step [n, K + 1]` (t + k) of columns `col [n, K + 1]`: `prev`, the
+    index of the transition into x_{t+k}; `real`, that transition is stored and belongs to x_t's episode (no
+    episode end before k); and whether the first episode end of the window is a termination / a truncation
+    on that transition (`[n, K + 1]` bool each)."""
+    device = step.device
+    prev = (step - 1).clamp(0, T - 1)  # the transition into x_{t+k} (k >= 1, t + k <= T)
+    # An episode end on the transition into step k (k >= 1, inside the stored data); a termination and a
+    # truncation on the same step count as a termination.
+    in_data = (step <= T) & (offsets > 0)
+    term_at = in_data & terminated.to(device).bool()[prev, col]
+    trunc_at = in_data & truncated.to(device).bool()[prev, col] & ~term_at
+    # Only the first end in a window counts: `real` is in_data with no end before k. in_data is monotone in k
+    # (once past T, always past), so "no end before k" is an exclusive running OR of the ends.
+    real = in_data & ~_exclusive_any(term_at | trunc_at)
+    return prev, real, real & term_at, real & trunc_at
+
+
+def _check_window_args(rewards: torch.Tensor, terminated: torch.Tensor, truncated: torch.Tensor,
+                       value_targets: torch.Tensor, starts: torch.Tensor, columns: torch.Tensor,
+                       num_unroll_steps: int, policy_targets: torch.Tensor | None) -> None:
+    """`window_targets`' argument checks: ValueError naming the argument, before any arithmetic."""
     if rewards.dim() != 2:
         raise ValueError(f"rewards must be [T, B], got shape {_shape(rewards)}")
     T, B = rewards.shape
@@ -409,48 +461,6 @@ def window_targets(
     for name, tensor, upper in (("starts", starts, T), ("columns", columns, B)):
         if tensor.numel() and (int(tensor.min()) < 0 or int(tensor.max()) >= upper):
             raise ValueError(f"{name} must lie in [0, {upper - 1}], got [{int(tensor.min())}, {int(tensor.max())}]")
-
-    device, dtype = rewards.device, rewards.dtype
-    K = num_unroll_steps
-    policy_rows = T if policy_targets is None else policy_targets.shape[0]  # without targets: as for T rows
-    # Every step of every window at once, [n, K + 1]: a loop over k cost ~30 small ops per step, ~60% of
-    # the model loss's target time at CartPole's sizes (cProfile).
-    offsets = torch.arange(K + 1, device=device)
-    step = starts.to(device=device, dtype=torch.long).unsqueeze(1) + offsets  # t + k: observation index
-    col = columns.to(device=device, dtype=torch.long).unsqueeze(1).expand_as(step)
-    prev = (step - 1).clamp(0, T - 1)  # the transition into x_{t+k} (k >= 1, t + k <= T)
-    # An episode end on the transition into step k (k >= 1, inside the stored data); a termination and a
-    # truncation on the same step count as a termination.
-    in_data = (step <= T) & (offsets > 0)
-    term_at = in_data & terminated.to(device).bool()[prev, col]
-    trunc_at = in_data & truncated.to(device).bool()[prev, col] & ~term_at
-    # Only the first end in a window counts: `real` (a stored transition into x_{t+k} of x_t's episode) is
-    # in_data with no end before k. in_data is monotone in k (once past T, always past), so "no end before
-    # k" is an exclusive running OR of the ends.
-    ended = _exclusive_any(term_at | trunc_at)
-    real = in_data & ~ended
-    term_here, trunc_here = real & term_at, real & trunc_at
-    absorbing = torch.cumsum(term_here, dim=1) > 0  # ended by a termination at or before k
-    ended_terminated = absorbing & ~term_here  # ... strictly before k
-    alive = (real & ~term_here & ~trunc_here) | (offsets == 0)  # x_t itself is a stored state of its episode
-    reward = torch.where(real, rewards[prev, col], 0)
-    value = torch.where(alive, value_targets[step.clamp(max=T), col], 0)
-    policy_mask = alive & (step < policy_rows)
-    value_mask = (alive | absorbing).to(dtype)
-    policy = None
-    if policy_targets is not None:
-        policy = torch.where(policy_mask.unsqueeze(-1), policy_targets[step.clamp(max=policy_rows - 1), col], 0)
-    return ModelTargets(
-        reward=reward,
-        value=value,
-        terminal=absorbing.to(dtype),
-        reward_mask=(real | ended_terminated).to(dtype),
-        value_mask=value_mask,
-        policy_mask=policy_mask.to(dtype),
-        consistency_mask=(alive & (offsets > 0)).to(dtype),
-        terminal_mask=value_mask.clone(),  # game over is known exactly where the value is: alive or absorbing
-        policy=policy,
-    )
 
 
 def _exclusive_any(x: torch.Tensor) -> torch.Tensor:

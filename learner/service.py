@@ -21,8 +21,8 @@ import threading
 import time
 import traceback
 
-from levelray.contracts.config import from_dict
-from levelray.contracts.levels import training_range
+from levelray.contracts.config import RunConfig
+from levelray.contracts.levels import LevelFeedback, training_range
 from levelray.contracts.spec import EnvSpec
 from levelray.contracts.trajectory import TrajectoryError, Unroll, validate_unroll
 from levelray.learner.core import LearnerCore, TrainingDiverged
@@ -101,8 +101,9 @@ class RemoteReplay:
 
 
 class RemoteLevels:
-    """`LevelClient` over the level service's Ray actor. Updates are not waited for (the learner must not
-    stall on PLR bookkeeping), but a refused one is logged and counted when its reply arrives."""
+    """`LevelClient` over the level service's Ray actor: each `LevelFeedback` is sent as it is. Updates are not
+    waited for (the learner must not stall on PLR bookkeeping), but a refused one is logged and counted when its
+    reply arrives."""
 
     def __init__(self, handle):
         self.handle = handle
@@ -113,19 +114,22 @@ class RemoteLevels:
         self.writes.collect()
         return sum(self.writes.failures.values())
 
-    def update_with_rollouts(self, seeds, dones, **inputs) -> None:
-        self.writes.add("score update", self.handle.update_with_rollouts.remote(seeds, dones, **inputs))
+    def update_with_rollouts(self, feedback: LevelFeedback) -> None:
+        self.writes.add("score update", self.handle.update_with_rollouts.remote(feedback))
 
 
 class LearnerService:
-    def __init__(self, cfg_dict: dict, spec_dict: dict, level_service=None, replay_service=None,
+    """`cfg` and `spec` are the job's `RunConfig` and `EnvSpec` objects (Ray pickles the frozen dataclasses);
+    `level_service` / `replay_service` are actor handles (None: that service is off)."""
+
+    def __init__(self, cfg: RunConfig, spec: EnvSpec, level_service=None, replay_service=None,
                  resume_state: dict | None = None):
         import ray
         import torch
 
         self._ray = ray
-        self.cfg = from_dict(cfg_dict)
-        self.spec = EnvSpec.from_dict(spec_dict)
+        self.cfg = cfg
+        self.spec = spec
         torch.set_num_threads(max(1, min(torch.get_num_threads(), 4)))
         self.levels = RemoteLevels(level_service) if level_service is not None else None
         self.replay = RemoteReplay(replay_service) if replay_service is not None else None

@@ -12,8 +12,8 @@ clamped to [1e-4, 1e6]. Per update (`Learner.update`):
 4. POP (`preserve_outputs_`): the head's last linear layer is rescaled, `W' = W sigma / sigma'` and
    `b' = (sigma b + mu - mu') / sigma'`, so every unnormalised output is unchanged by the new statistics.
 
-Why (issue 17): CartPole's discounted targets grow to ~100 while Adam moves each weight by about lr per step.
-Without normalisation the tanh value tower reached those outputs by saturating its last hidden layer (98% of
+Why: CartPole's discounted targets grow to ~100 while Adam moves each weight by about lr per step.
+Without normalisation the tanh value tower reaches those outputs by saturating its last hidden layer (measured: 98% of
 units at |h| > 0.99 after ~300 updates at lr 1e-3): a constant output, explained variance 0 from then on,
 and advantages carrying the whole target spread. With PopArt the head's targets stay near unit scale.
 

@@ -81,7 +81,8 @@ def test_distributions_against_closed_forms():
 def test_update_increments_version_and_changes_weights():
     learner = Learner(VEC, LearnerConfig(learning_rate=1e-2), seed=0)
     v0, w0 = learner.get_weights()
-    metrics = learner.update(make_batch(np.random.default_rng(2)))
+    result = learner.update(make_batch(np.random.default_rng(2)))
+    metrics = result.metrics
     v1, w1 = learner.get_weights()
     assert (v0, v1) == (0, 1) and metrics["version"] == 1
     assert any(not np.array_equal(w0[k], w1[k]) for k in w0)
@@ -89,8 +90,8 @@ def test_update_increments_version_and_changes_weights():
                 "rho_clipped_fraction", "explained_variance"):
         assert np.isfinite(metrics[key]), key
     assert 0.0 <= metrics["rho_clipped_fraction"] <= 1.0
-    assert learner.last_outputs["advantages"].shape == (6, 4)
-    assert learner.last_outputs["values"].shape == (7, 4)
+    assert result.outputs.advantages.shape == (6, 4)
+    assert result.outputs.values.shape == (7, 4)
 
 
 def _grads(learner, batch):
@@ -126,9 +127,9 @@ def test_truncated_step_bootstraps_from_final_observation_value():
         params, _ = learner.model(torch.from_numpy(batch["obs"][:6].reshape(-1, 4)))
         batch["behaviour_params"] = params.view(6, 4, 3).numpy()
         v_final = learner.model(torch.from_numpy(batch["final_obs"]))[1].item()
-    learner.update(batch)
-    values = learner.last_outputs["values"]
-    vs = learner.last_outputs["advantages"] + values[:6]
+    outputs = learner.update(batch).outputs
+    values = outputs.values
+    vs = outputs.advantages + values[:6]
     expected = batch["rewards"][2, 1] + 0.99 * v_final
     assert vs[2, 1] == pytest.approx(expected, rel=1e-5)
     # and not from the next episode's first observation
@@ -143,7 +144,7 @@ def test_state_dict_round_trip_gives_identical_updates():
     b.load_state_dict(a.state_dict())
     assert b.version == 1
     batch = make_batch(rng)
-    ma, mb = a.update(batch), b.update(batch)
+    ma, mb = a.update(batch).metrics, b.update(batch).metrics
     assert ma["loss_total"] == pytest.approx(mb["loss_total"], rel=1e-6)
     wa, wb = a.get_weights()[1], b.get_weights()[1]
     for k in wa:
@@ -162,7 +163,7 @@ def test_gradient_clipping_by_norm_and_value(value_normalization):
     def grads(clip_type: str, clip: float = 0.0) -> tuple[torch.Tensor, float]:
         cfg = LearnerConfig(grad_clip_type=clip_type, grad_clip=clip, value_normalization=value_normalization)
         learner = Learner(VEC, cfg, seed=0)
-        metrics = learner.update(batch)
+        metrics = learner.update(batch).metrics
         return torch.cat([p.grad.flatten() for p in learner.model.parameters()]).double(), metrics["grad_norm"]
 
     raw, raw_norm = grads("none")
@@ -192,9 +193,10 @@ def test_rmsprop_and_continuous_actions():
         "behaviour_params": rng.normal(scale=0.3, size=(T, B, 4)).astype(np.float32),
     }
     learner = Learner(spec, LearnerConfig(optimizer="rmsprop"), seed=0)
-    m = learner.update(batch)
+    result = learner.update(batch)
+    m = result.metrics
     assert np.isfinite(m["loss_total"]) and learner.version == 1
-    assert learner.last_outputs["params"].shape == (T, B, 4)
+    assert result.outputs.dist_params.shape == (T, B, 4)
 
 
 def test_impala_cnn_scales_uint8_inside():
@@ -263,9 +265,9 @@ def test_action_bound_term_pulls_an_escaped_mean_back_and_leaves_one_inside_alon
         learner = Learner(spec, cfg, seed=0)
         with torch.no_grad():
             learner.model.policy[-1].bias.fill_(bias)
-        before = learner.model.policy_params(obs)[:, 0].mean().item()
-        metrics = [learner.update(batch) for _ in range(updates)]
-        return before, learner.model.policy_params(obs)[:, 0].mean().item(), metrics[0]["loss_action_bound"]
+        before = learner.model.dist_params(obs)[:, 0].mean().item()
+        metrics = [learner.update(batch).metrics for _ in range(updates)]
+        return before, learner.model.dist_params(obs)[:, 0].mean().item(), metrics[0]["loss_action_bound"]
 
     before, on, first = mean_after(1.0, 5.0)
     assert first == pytest.approx(np.mean(((np.abs(before) - 2.0) / 2.0) ** 2), rel=0.05)

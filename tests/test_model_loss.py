@@ -16,13 +16,14 @@ from torch.nn import functional as F
 from levelray.actors.envs import env_spec, make_env_vector
 from levelray.actors.rollout import RolloutWorker
 from levelray.contracts import snapshot
-from levelray.contracts.config import ModelConfig, RunConfig
+from levelray.contracts.config import ModelLossConfig, RunConfig, replace_path, replace_paths
 from levelray.contracts.presets import apply_preset
 from levelray.contracts.spec import EnvSpec
 from levelray.deploy.cli import main
 from levelray.deploy.components import make_replay
 from levelray.learner.core import LearnerCore
-from levelray.learner.model_loss import ModelBatch, MuZeroLoss
+from levelray.learner.model_batch import ModelBatch
+from levelray.learner.model_loss import MuZeroLoss
 from levelray.learner.model_targets import inverse_value_transform, step_weights, two_hot, value_transform
 from levelray.policy.models import MLP
 
@@ -85,9 +86,9 @@ def _reference_returns(b: ModelBatch, td: int) -> np.ndarray:
 
 
 def _muzero(**overrides) -> MuZeroLoss:
-    cfg = ModelConfig(**{"loss": "muzero", "num_unroll_steps": 3, "td_steps": 2, **overrides})
+    cfg = ModelLossConfig(**{"loss": "muzero", "num_unroll_steps": 3, "td_steps": 2, **overrides})
     torch.manual_seed(0)
-    return MuZeroLoss(MLP(SPEC), 2, cfg, discount=GAMMA, seed=0, device=torch.device("cpu"))
+    return MuZeroLoss(MLP(SPEC), 2, cfg, discount=GAMMA, device=torch.device("cpu"))
 
 
 def test_masks_and_value_targets_on_hand_built_unrolls():
@@ -173,8 +174,8 @@ def test_target_network_update_schedule_and_buffers():
     torch.manual_seed(0)
     net = MLP(SPEC)
     net.register_buffer("stat", torch.zeros(3))
-    cfg = ModelConfig(loss="muzero", target_update_period=3, target_update_tau=0.25)
-    mz = MuZeroLoss(net, 2, cfg, discount=GAMMA, seed=0, device=torch.device("cpu"))
+    cfg = ModelLossConfig(loss="muzero", target_update_period=3, target_update_tau=0.25)
+    mz = MuZeroLoss(net, 2, cfg, discount=GAMMA, device=torch.device("cpu"))
     first = [p.detach().clone() for p in mz.target_net.parameters()]
     first_module = [p.detach().clone() for p in mz.target_module.parameters()]
     assert all(torch.equal(a, b) for a, b in zip(first, net.parameters(), strict=True))  # a copy at start
@@ -196,17 +197,12 @@ def test_target_network_update_schedule_and_buffers():
 
 
 def _cartpole_cfg(**model) -> RunConfig:
-    cfg = RunConfig()
-    cfg.env.id = "CartPole-v1"
-    apply_preset(cfg, set())
-    cfg.actors.envs_per_actor = 4
-    cfg.learner.batch_size = 2
-    cfg.replay.min_size = 2
-    cfg.model.loss = "muzero"
-    cfg.model.batch_size = 8
-    for key, value in model.items():
-        setattr(cfg.model, key, value)
-    return cfg
+    cfg = apply_preset(replace_path(RunConfig(), "env.id", "CartPole-v1"), set())
+    return replace_paths(cfg, {
+        "actors.envs_per_actor": 4, "learner.batch_size": 2, "replay.min_size": 2,
+        "model_loss.loss": "muzero", "model_loss.batch_size": 8,
+        **{f"model_loss.{key}": value for key, value in model.items()},
+    })
 
 
 def _unrolls(cfg: RunConfig, n: int) -> list:
@@ -259,20 +255,20 @@ def test_priorities_written_back_equal_the_formula():
     for i in range(4):
         core.train(unrolls[2 * i: 2 * i + 2])
     seen = {}
-    real = core._model_batch
+    real = core.learner.update
 
-    def recording():  # the real sampling, with its result kept for the check below
-        seen["batch"] = real()
-        return seen["batch"]
+    def recording(batch, model_batch=None):  # the real update, with its model batch and result kept for the check below
+        seen["batch"], seen["result"] = model_batch, real(batch, model_batch)
+        return seen["result"]
 
-    core._model_batch = recording
+    core.learner.update = recording
     net, module = copy.deepcopy(core.learner.model), copy.deepcopy(core.learner.muzero.module)
     metrics = core.train(unrolls[8:10])
     batch = seen["batch"]
     assert batch is not None and "model_value_loss" in metrics
     expected = _expected_priorities(core, net, module, batch)
-    np.testing.assert_allclose(core.learner.last_outputs["model_priorities"], expected, rtol=1e-4, atol=1e-6)
-    replay = core.mixer.replay._replay
+    np.testing.assert_allclose(seen["result"].outputs.model_priorities, expected, rtol=1e-4, atol=1e-6)
+    replay = core.replay_feed.replay._replay
     eta = cfg.replay.eta
     for item in np.unique(batch.ids):
         mine = expected[batch.ids == item]
@@ -289,7 +285,7 @@ def test_td_priority_mode_leaves_priorities_to_vtrace():
         metrics = core.train(unrolls[2 * i: 2 * i + 2])
     assert "model_value_loss" in metrics
     # fresh unrolls went in with their V-trace priorities (eta*max + (1-eta)*mean |td|), not the max seen
-    raw = core.mixer.replay._replay.raw_priorities()
+    raw = core.replay_feed.replay._replay.raw_priorities()
     assert len(np.unique(raw)) == len(raw) == 8
 
 
@@ -309,7 +305,7 @@ def test_checkpoint_and_resume_give_the_same_next_update():
     for i in range(5):
         a.train(unrolls[2 * i: 2 * i + 2])
     state = _roundtrip(a.state_dict())
-    replay_state = snapshot.unpackb(snapshot.packb(a.mixer.replay.state_dict()))
+    replay_state = snapshot.unpackb(snapshot.packb(a.replay_feed.replay.state_dict()))
     assert state["learner"]["model_loss"]["updates"] == 5
     b_replay = make_replay(cfg)
     b_replay.load_state_dict(replay_state)
@@ -330,7 +326,8 @@ def test_checkpoint_and_resume_give_the_same_next_update():
     for key in sa:
         for name in ("exp_avg", "exp_avg_sq"):
             assert torch.equal(sa[key][name], sb[key][name])
-    np.testing.assert_array_equal(a.mixer.replay._replay.raw_priorities(), b.mixer.replay._replay.raw_priorities())
+    np.testing.assert_array_equal(a.replay_feed.replay._replay.raw_priorities(),
+                                  b.replay_feed.replay._replay.raw_priorities())
 
 
 def test_actors_get_the_policy_network_alone():
@@ -355,20 +352,20 @@ BASE = ["train", "--backend", "inline", "--env", "CartPole-v1", "--metrics-port"
 @pytest.mark.parametrize(
     "flags, fields",
     [
-        (["--unroll-length", "5"], ("model.num_unroll_steps", "actors.unroll_length")),
-        (["--model-unroll-steps", "20"], ("model.num_unroll_steps", "actors.unroll_length")),
+        (["--unroll-length", "5"], ("model_loss.num_unroll_steps", "actors.unroll_length")),
+        (["--model-unroll-steps", "20"], ("model_loss.num_unroll_steps", "actors.unroll_length")),
         (["--replay-capacity", "0"], ("replay.capacity",)),
         (["--replay-min-size", "50", "--replay-capacity", "10"], ("replay.min_size", "replay.capacity")),
-        (["--model-td-steps", "0"], ("model.td_steps",)),
-        (["--model-td-steps", "-2"], ("model.td_steps",)),
-        (["--model-max-bootstrap-age", "10", "--model-td-steps", "-1"], ("model.max_bootstrap_age",
-                                                                          "model.td_steps")),
-        (["--model-max-bootstrap-age", "10", "--model-min-td-steps", "6"], ("model.min_td_steps",
-                                                                             "model.td_steps")),
-        (["--model-target-tau", "0"], ("model.target_update_tau",)),
-        (["--model-loss-weight", "0"], ("model.loss_weight",)),
-        (["--model-reanalyze-ratio", "1.5"], ("model.reanalyze_ratio",)),
-        (["--model-value-repr", "gaussian"], ("model.value_repr",)),
+        (["--model-td-steps", "0"], ("model_loss.td_steps",)),
+        (["--model-td-steps", "-2"], ("model_loss.td_steps",)),
+        (["--model-max-bootstrap-age", "10", "--model-td-steps", "-1"], ("model_loss.max_bootstrap_age",
+                                                                          "model_loss.td_steps")),
+        (["--model-max-bootstrap-age", "10", "--model-min-td-steps", "6"], ("model_loss.min_td_steps",
+                                                                             "model_loss.td_steps")),
+        (["--model-target-tau", "0"], ("model_loss.target_update_tau",)),
+        (["--model-loss-weight", "0"], ("model_loss.loss_weight",)),
+        (["--model-reanalyze-ratio", "1.5"], ("model_loss.reanalyze_ratio",)),
+        (["--model-value-repr", "gaussian"], ("model_loss.value_repr",)),
     ],
 )
 def test_bad_model_config_is_refused_naming_the_fields_before_anything_starts(tmp_path, capsys, flags, fields):
@@ -389,13 +386,12 @@ def test_model_loss_with_continuous_actions_is_refused_before_anything_starts(tm
               "--metrics-port", "0", "--quiet", "--run-dir", str(run)])
     assert exit_info.value.code == 2
     err = capsys.readouterr().err
-    assert "model.loss" in err and "env.id" in err and "discrete" in err
+    assert "model_loss.loss" in err and "env.id" in err and "discrete" in err
     assert not run.exists()
 
 
 def test_model_loss_off_has_no_replay_service_and_no_model_modules():
-    cfg = _cartpole_cfg()
-    cfg.model.loss = "none"
+    cfg = replace_path(_cartpole_cfg(), "model_loss.loss", "none")
     from levelray.deploy.inline import InlineBackend
 
     backend = InlineBackend(cfg)
@@ -442,13 +438,12 @@ def test_dynamic_horizon_bootstraps_older_sequences_sooner():
 def test_model_loss_together_with_replayed_vtrace_unrolls():
     """replay_ratio > 0 and the model loss share the replay service: replayed unrolls (which carry the model
     fields) stack into the V-trace batch, and the model batch is sampled from the same buffer."""
-    cfg = _cartpole_cfg()
-    cfg.replay.replay_ratio = 0.5
+    cfg = replace_path(_cartpole_cfg(), "replay.replay_ratio", 0.5)
     core = LearnerCore(cfg, env_spec(cfg.env), replay=make_replay(cfg))
     assert core.num_fresh == 1
     unrolls = _unrolls(cfg, 8)
     for u in unrolls:
         metrics = core.train([u])
     assert "model_value_loss" in metrics and np.isfinite(metrics["loss_total"])
-    assert len(core.mixer.replay) == 8
-    assert core.mixer.replay.stats()["samples"] > 0
+    assert len(core.replay_feed.replay) == 8
+    assert core.replay_feed.replay.stats()["samples"] > 0

@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 import torch
 
-from levelray.contracts.config import LearnerConfig, RunConfig
+from levelray.contracts.config import LearnerConfig, RunConfig, replace_paths
 from levelray.deploy.errors import JobFailed
 from levelray.deploy.rundir import RunDir
 from levelray.learner.core import LearnerCore, TrainingDiverged
@@ -52,7 +52,7 @@ def test_a_nonfinite_update_is_skipped_and_leaves_everything_as_it_was(popart):
         for n in before["adam"][k]:
             assert torch.equal(before["adam"][k][n], after["adam"][k][n]), (k, n)
     assert all(p.grad is None for p in learner.model.parameters())
-    metrics = learner.update(make_batch(rng))  # and the next good batch trains normally
+    metrics = learner.update(make_batch(rng)).metrics  # and the next good batch trains normally
     assert metrics["version"] == 2 and np.isfinite(metrics["loss_total"])
 
 
@@ -66,9 +66,7 @@ def unrolls(rng, n: int, T: int = 6, K: int = 2) -> list[dict]:
 
 
 def test_the_core_counts_skips_and_stops_after_n_in_a_row():
-    cfg = RunConfig()
-    cfg.learner.batch_size = 1
-    cfg.learner.max_nonfinite_updates = 3
+    cfg = replace_paths(RunConfig(), {"learner.batch_size": 1, "learner.max_nonfinite_updates": 3})
     core = LearnerCore(cfg, VEC)
     rng = np.random.default_rng(1)
     good = lambda: unrolls(rng, 1)  # noqa: E731
@@ -100,19 +98,20 @@ gym.register("LevelrayTest/OverflowingCartPole-v0",
 def test_a_diverging_run_stops_with_a_message_keeps_its_checkpoint_and_its_records(tmp_path):
     from levelray.deploy.driver import train
 
-    cfg = RunConfig()
-    cfg.backend = "inline"
-    cfg.env.id = "LevelrayTest/OverflowingCartPole-v0"
-    cfg.env.num_levels = 0
-    cfg.actors.num_actors = 1
-    cfg.actors.envs_per_actor = 2
-    cfg.learner.batch_size = 1
-    cfg.learner.max_nonfinite_updates = 4
-    cfg.metrics_port = 0
-    cfg.report_interval_s = 0.01
-    cfg.total_steps = 10**7
     run = RunDir.start(tmp_path / "run")
-    cfg.run_dir = str(run.path)
+    cfg = replace_paths(RunConfig(), {
+        "backend": "inline",
+        "env.id": "LevelrayTest/OverflowingCartPole-v0",
+        "env.num_levels": 0,
+        "actors.num_actors": 1,
+        "actors.envs_per_actor": 2,
+        "learner.batch_size": 1,
+        "learner.max_nonfinite_updates": 4,
+        "metrics_port": 0,
+        "report_interval_s": 0.01,
+        "total_steps": 10**7,
+        "run_dir": str(run.path),
+    })
     with pytest.raises(JobFailed, match=r"training diverged: 4 updates in a row .*non-finite .*loss_value"):
         train(cfg, run, quiet=True)
     records = [json.loads(line) for line in (run.path / "metrics.jsonl").read_text().splitlines()]

@@ -155,7 +155,7 @@ def test_learner_update_with_zero_lr_keeps_unnormalised_values_while_statistics_
         batch["rewards"] = batch["rewards"] * 10 + 20 * (i + 1)  # targets far from the identity statistics
         before = unnormalised_values(learner, probe)
         stats_before = (learner.value_norm.mu, learner.value_norm.sigma)
-        metrics = learner.update(batch)
+        metrics = learner.update(batch).metrics
         after = unnormalised_values(learner, probe)
         assert (learner.value_norm.mu, learner.value_norm.sigma) != stats_before
         assert metrics["value_norm_mu"] == learner.value_norm.mu
@@ -175,10 +175,11 @@ def test_learner_losses_use_normalised_targets_and_advantages(monkeypatch):
     batch["rewards"] = batch["rewards"] * 5 + 40
     T = batch["rewards"].shape[0]
     probe_values = unnormalised_values(learner, batch["obs"].reshape(-1, 4)).reshape(T + 1, -1)
-    metrics = learner.update(batch)
+    result = learner.update(batch)
+    metrics = result.metrics
     vs = captured["out"].vs.double().numpy()
     pg = captured["out"].pg_advantages.double().numpy()
-    values = learner.last_outputs["values"].astype(np.float64)
+    values = result.outputs.values.astype(np.float64)
     np.testing.assert_allclose(values, probe_values, rtol=1e-5, atol=1e-5 * old_sigma)  # reward units
     # statistics after this batch (bias-corrected step for the second update), in float64
     step = 0.3 / (1 - 0.7**2)
@@ -189,7 +190,7 @@ def test_learner_losses_use_normalised_targets_and_advantages(monkeypatch):
     assert old_sigma != pytest.approx(sigma)
     value_loss = 0.5 * np.mean(((vs - mu) / sigma - (values[:T] - mu) / sigma) ** 2)
     assert metrics["loss_value"] == pytest.approx(value_loss, rel=1e-4)
-    logits = learner.last_outputs["params"].astype(np.float64)
+    logits = result.outputs.dist_params.astype(np.float64)
     logp = logits - np.log(np.exp(logits).sum(-1, keepdims=True))
     logp_a = np.take_along_axis(logp, batch["actions"][..., None], -1)[..., 0]
     assert metrics["loss_policy"] == pytest.approx(-np.mean(logp_a * pg / sigma), rel=1e-4)
@@ -206,7 +207,7 @@ def test_learner_state_dict_carries_statistics_and_resume_without_normalisation_
     b.load_state_dict(state)
     assert (b.value_norm.mu, b.value_norm.sigma, b.value_norm.count) == (a.value_norm.mu, a.value_norm.sigma, 3)
     batch = make_batch(rng)
-    ma, mb = a.update(batch), b.update(batch)
+    ma, mb = a.update(batch).metrics, b.update(batch).metrics
     assert ma["loss_total"] == pytest.approx(mb["loss_total"], rel=1e-6)
     assert (a.value_norm.mu, a.value_norm.nu) == (b.value_norm.mu, b.value_norm.nu)
 

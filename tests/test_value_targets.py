@@ -174,7 +174,7 @@ def test_learner_vtrace_on_real_cartpole_unrolls_matches_float64_reference(
 
     monkeypatch.setattr(vtrace, "from_importance_weights", spy)
     model_before = copy.deepcopy(learner.model)
-    learner.update(batch)
+    outputs = learner.update(batch).outputs
 
     def forward32(x):  # the learner's own float32 network, its outputs taken to float64
         with torch.no_grad():
@@ -193,12 +193,12 @@ def test_learner_vtrace_on_real_cartpole_unrolls_matches_float64_reference(
 
     # float32 rounding is relative to the size of the values that enter each target (r + gamma V' - V)
     scale = max(1.0, np.abs(values_ref).max(), np.abs(vs_ref).max())
-    np.testing.assert_allclose(learner.last_outputs["values"], values_ref.reshape(T + 1, -1), rtol=1e-6, atol=1e-6)
+    np.testing.assert_allclose(outputs.values, values_ref.reshape(T + 1, -1), rtol=1e-6, atol=1e-6)
     err_vs = np.max(np.abs(captured["out"].vs.double().numpy() - vs_ref) / scale)
     err_pg = np.max(np.abs(captured["out"].pg_advantages.double().numpy() - pg_ref) / scale)
     print(f"max relative error: vs {err_vs:.2e}, pg advantages {err_pg:.2e}; scale {scale:.1f}")
     assert err_vs < 1e-6 and err_pg < 1e-6
-    vs_learner = learner.last_outputs["advantages"] + learner.last_outputs["values"][:T]
+    vs_learner = outputs.advantages + outputs.values[:T]
     assert np.max(np.abs(vs_learner - vs_ref) / scale) < 1e-6
     if off_policy:
         print(f"rho > 1: {(rhos > 1).mean():.2f}, rho < 0.8: {(rhos < 0.8).mean():.2f}")

@@ -1,0 +1,104 @@
+"""The learner's one link to the replay service: replayed unrolls into the V-trace batch, sequences into the
+model loss's batch, and priorities back after the update.
+
+`replay_ratio` r is the fraction of each batch's unrolls drawn from replay: with `batch_size` n,
+round(r * n) are replayed and the rest are fresh (LASER, Schmitt et al. 2020, found r in 0.5-0.875 stable;
+r = 1 is refused: a batch without fresh data stops tracking the current policy). Fresh unrolls enter the
+buffer after the update with their own priority, so they are not replayed in the batch that trained on them.
+β, the importance-sampling exponent (Schaul et al. 2016, "Prioritized Experience Replay"), is annealed
+linearly from `beta` to 1 over `beta_anneal_updates`.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from levelray.contracts.clients import ReplayClient
+from levelray.contracts.config import ReplayConfig
+from levelray.contracts.trajectory import Unroll
+from levelray.learner.batch import Batch
+from levelray.learner.learner import StepOutputs
+from levelray.learner.model_batch import ModelBatch, SequenceSampler, sequence_priorities_by_unroll
+from levelray.learner.priorities import trajectory_priority
+
+
+class ReplayFeed:
+    """Everything the learner asks of replay, through a `ReplayClient` (the core in process, or `RemoteReplay`
+    over Ray; None: no replay service).
+
+    Round trips per update: up to two samples before it — `batch` (the V-trace batch's replayed unrolls, when
+    `replay_ratio > 0`) and `model_batch` (the model loss's unrolls, when `sequences` is given) — and up to
+    three writes after it in `after_update`: the fresh unrolls inserted, the replayed unrolls' new TD
+    priorities, and the model batch's unrolls' model priorities (`model_priorities=True`, which then replace
+    the TD ones). Over Ray the samples wait for their reply and the writes do not."""
+
+    def __init__(self, cfg: ReplayConfig, batch_size: int, replay: ReplayClient | None, *,
+                 sequences: SequenceSampler | None = None, model_priorities: bool = False):
+        if not 0.0 <= cfg.replay_ratio < 1.0:
+            raise ValueError(f"replay_ratio must be in [0, 1), got {cfg.replay_ratio}")
+        self.cfg = cfg
+        self.replay = replay
+        self.sequences = sequences
+        self.model_priorities = model_priorities
+        self.num_replayed = int(round(cfg.replay_ratio * batch_size))
+        self.num_fresh = batch_size - self.num_replayed
+        if self.num_fresh < 1:
+            raise ValueError(f"replay_ratio {cfg.replay_ratio} leaves no fresh unroll in a batch of {batch_size}")
+        self.updates = 0
+
+    def beta(self) -> float:
+        frac = min(1.0, self.updates / self.cfg.beta_anneal_updates)
+        return self.cfg.beta + frac * (1.0 - self.cfg.beta)
+
+    def batch(self, fresh: list[Unroll]) -> Batch:
+        """The fresh unrolls stacked with `num_replayed` replayed ones (fewer while replay is not ready)."""
+        if self.num_replayed and self.replay is not None:
+            sample = self.replay.sample(self.num_replayed, self.beta())
+            if sample is not None:
+                return Batch.stack(fresh, list(sample["items"]), sample["ids"], sample["weights"])
+        return Batch.stack(fresh)
+
+    def model_batch(self, version: int) -> ModelBatch | None:
+        """The model loss's sequences for the update at learner `version` (None: model loss off, or replay not
+        ready yet / unavailable; the update then trains the RL loss alone)."""
+        if self.sequences is None or self.replay is None:
+            return None
+        sample = self.replay.sample(self.sequences.num_unrolls(), self.beta())
+        if sample is None or not len(sample["items"]):
+            return None
+        return self.sequences.gather(sample, version)
+
+    def after_update(self, batch: Batch, outputs: StepOutputs, model_batch: ModelBatch | None,
+                     version: int) -> None:
+        """Write the update's results to replay. TD priorities: one per unroll from `abs_td [T, B]`
+        (eta * max + (1 - eta) * mean over its columns), for the fresh unrolls as they go in and for the
+        replayed ones. Model priorities: fresh unrolls go in with the largest priority seen so far, replayed
+        ones keep theirs, and the model batch's unrolls get their sequences' priorities."""
+        self.updates += 1
+        if self.replay is None:
+            return
+        fresh = self._with_model_fields(batch, outputs, version) if self.sequences is not None else batch.fresh
+        if self.model_priorities:
+            if fresh:
+                self.replay.insert(fresh, None)
+            if model_batch is not None:
+                self.replay.update_priorities(*sequence_priorities_by_unroll(
+                    model_batch.ids, outputs.model_priorities, self.cfg.eta))
+            return
+        prios = np.array([float(trajectory_priority(outputs.abs_td[:, cols].reshape(-1, 1), eta=self.cfg.eta)[0])
+                          for cols in batch.unroll_columns()])
+        if fresh:
+            self.replay.insert(fresh, prios[:batch.num_fresh])
+        if len(batch.replay_ids):
+            self.replay.update_priorities(batch.replay_ids, prios[batch.num_fresh:])
+
+    @staticmethod
+    def _with_model_fields(batch: Batch, outputs: StepOutputs, version: int) -> list[Unroll]:
+        """Fresh unrolls as the replay service keeps them for the model loss: with the values the learner
+        computed for them in this update (`model_values [T+1, K]`, `model_final_values [T, K]`, reward
+        units: the stored bootstrap values) and `inserted_at` (learner version: the dynamic horizon's age)."""
+        return [
+            {**u, "model_values": outputs.values[:, cols].astype(np.float32),
+             "model_final_values": outputs.final_values[:, cols].astype(np.float32), "inserted_at": version}
+            for u, cols in zip(batch.fresh, batch.unroll_columns(), strict=False)
+        ]
