@@ -1,5 +1,5 @@
 """Benchmark: levelray's PLR sampler vs a faithful re-implementation of the reference (DI-engine's
-`LevelSampler`, seed document 000_909ee42d9391b815.txt), plus `sample_seeds` through Ray.
+`LevelSampler`), plus `sample_seeds` through Ray.
 
     .venv/bin/python -m benchmarks.bench_plr [--quick] [--json benchmarks/out/bench_plr.json] [--no-ray]
 
@@ -28,6 +28,7 @@ import time
 import numpy as np
 
 from benchmarks.common import print_table, write_json
+from levelray.contracts.levels import LevelFeedback
 from levelray.level_service.sampler import LevelSampler
 
 T_STEPS, N_COLS = 256, 64
@@ -255,15 +256,25 @@ def to_ref(seeds, dones, adv):
 
 
 # --------------------------------------------------------------------------- timings
+def every_level_seen(n_levels: int, rng: np.random.Generator) -> LevelFeedback:
+    """One column of one-step episodes, one per level, with random value_l1 scores in [0, 1)."""
+    return LevelFeedback(
+        np.arange(n_levels).reshape(n_levels, 1),
+        np.ones((n_levels, 1), dtype=bool),
+        advantages=rng.random(n_levels).reshape(n_levels, 1),
+    )
+
+
 def time_ours_update(n_levels, reps):
     stream = make_stream(n_levels, reps + 2)
     s = LevelSampler(range(n_levels), rng=0)
-    s.update_with_rollouts(*stream[0][:2], advantages=stream[0][2])  # warm-up
+    s.update_with_rollouts(LevelFeedback(*stream[0][:2], advantages=stream[0][2]))  # warm-up
     s.sample()
     t_upd, t_upd_sample = [], []
     for seeds, dones, adv in stream[1 : reps + 1]:
+        feedback = LevelFeedback(seeds, dones, advantages=adv)
         t0 = time.perf_counter()
-        s.update_with_rollouts(seeds, dones, advantages=adv)
+        s.update_with_rollouts(feedback)
         t1 = time.perf_counter()
         s.sample()
         t2 = time.perf_counter()
@@ -288,7 +299,7 @@ def time_ref_update(n_levels, reps):
 def time_ours_sample(n_levels, k):
     rng = np.random.default_rng(1)
     s = LevelSampler(range(n_levels), rng=0)
-    s.update_seed_scores(np.zeros(n_levels, int), np.arange(n_levels), rng.random(n_levels), np.ones(n_levels, int))
+    s.update_with_rollouts(every_level_seen(n_levels, rng))
     for _ in range(1000):
         s.sample()  # warm-up: builds caches, spreads staleness
     t0 = time.perf_counter()
@@ -324,13 +335,8 @@ def time_ray(n_levels, reps):
         ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False, configure_logging=False)
         started = True
     try:
-        svc = LevelService.remote(list(range(n_levels)), {"rng": 0})
-        rng = np.random.default_rng(2)
-        ray.get(
-            svc.update_seed_scores.remote(
-                np.zeros(n_levels, int), np.arange(n_levels), rng.random(n_levels), np.ones(n_levels, int)
-            )
-        )
+        svc = LevelService.remote(list(range(n_levels)), rng=0)
+        ray.get(svc.update_with_rollouts.remote(every_level_seen(n_levels, np.random.default_rng(2))))
         out = {}
         for n in (1, 32):
             for _ in range(20):

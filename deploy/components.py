@@ -1,47 +1,34 @@
-"""The services' arguments from the run config, and their in-process cores (used by both backends)."""
+"""The services' in-process cores from the run config (the inline backend), and the one rule both backends
+apply to the sections they hand the services."""
 
 from __future__ import annotations
 
+import dataclasses
+from typing import TypeVar
+
 import numpy as np
 
-from levelray.contracts.config import LevelConfig, RunConfig
+from levelray.contracts.config import LevelConfig, ReplayConfig, RunConfig
+
+Section = TypeVar("Section", LevelConfig, ReplayConfig)
 
 
-def sampler_kwargs(levels: LevelConfig, discount: float) -> dict:
-    return dict(
-        strategy=levels.strategy,
-        replay_schedule=levels.replay_schedule,
-        score_transform=levels.score_transform,
-        temperature=levels.temperature,
-        eps=levels.eps,
-        rho=levels.rho,
-        nu=levels.nu,
-        alpha=levels.alpha,
-        staleness_coef=levels.staleness_coef,
-        staleness_transform=levels.staleness_transform,
-        staleness_temperature=levels.staleness_temperature,
-        discount=discount,
-    )
-
-
-def level_service_kwargs(cfg: RunConfig) -> dict:
-    """The PLR sampler's arguments for `LevelServiceCore` (Ray actor or in process)."""
-    return {**sampler_kwargs(cfg.levels, cfg.learner.discount), "rng": cfg.seed}
+def service_section(section: Section) -> Section:
+    """`section` with `snapshot_interval_s` at least 1 ms: a service checks the interval inside its calls,
+    and a resumed run may carry an interval of 0."""
+    return dataclasses.replace(section, snapshot_interval_s=max(section.snapshot_interval_s, 1e-3))
 
 
 def make_level_service(cfg: RunConfig, seeds: np.ndarray, initial_state: dict | None = None):
+    """The level service's core over `seeds`, configured by `cfg.levels` (discount and seed from `cfg`)."""
     from levelray.level_service.service import LevelServiceCore
 
-    return LevelServiceCore(seeds, level_service_kwargs(cfg), initial_state=initial_state)
-
-
-def replay_kwargs(cfg: RunConfig) -> dict:
-    r = cfg.replay
-    return dict(alpha=r.alpha, max_use=r.max_use, min_size=r.min_size, seed=cfg.seed,
-                snapshot_max_item_bytes=r.snapshot_max_item_bytes)
+    return LevelServiceCore(seeds, service_section(cfg.levels), discount=cfg.learner.discount, rng=cfg.seed,
+                            initial_state=initial_state)
 
 
 def make_replay(cfg: RunConfig):
+    """The replay service's core, configured by `cfg.replay` (seeded by `cfg.seed`)."""
     from levelray.replay_service.service import ReplayServiceCore
 
-    return ReplayServiceCore(cfg.replay.capacity, **replay_kwargs(cfg))
+    return ReplayServiceCore(service_section(cfg.replay), seed=cfg.seed)

@@ -1,6 +1,9 @@
-"""Prioritized Level Replay: the pure sampler (`LevelSampler`) and its Ray service shell.
+"""Prioritized Level Replay: the pure sampler (`LevelSampler`) and the level service around it.
 
-`LevelServiceCore` / `LevelService` are imported lazily so that importing the sampler never imports Ray.
+`scores` (one pure function per strategy), `transforms` (score/staleness transforms, the EWA), `episodes`
+(cutting a batch into episodes) and `staleness` (the Fenwick trees) hold the maths; `sampler` the state and
+bookkeeping; `service` the service: `LevelServiceCore`, its Ray-free core, and `LevelService`, the Ray actor.
+Those two are imported lazily so that importing the sampler never imports Ray.
 """
 
 from levelray.level_service.sampler import LevelSampler

@@ -1,7 +1,8 @@
 """Level service: a thin Ray actor around `LevelSampler`, shared by the env actors and the learner.
 
-`LevelServiceCore` holds all the logic and has no Ray dependency (tests and the Ray-free `inline` backend
-use it directly); `LevelService` is the same class wrapped by `ray.remote` (a sync actor, so Ray runs one
+`LevelServiceCore` is the Ray-free core of the service (a `*ServiceCore` always is): it holds all the logic,
+and tests and the Ray-free `inline` backend use it directly; `LevelService` is the same class wrapped by
+`ray.remote` (a sync actor, so Ray runs one
 method at a time: `max_concurrency=1`, no locking needed).  Every method validates its input first; a bad
 call raises ValueError, which Ray re-raises in the caller (as a RayTaskError that is also a ValueError),
 and the actor keeps serving.
@@ -15,9 +16,10 @@ slowly and the staleness term only needs approximate counts.  `benchmarks/bench_
 through Ray for n = 1 and n = 32 and the amortised cost per seed.
 
 Snapshots: `snapshot()` writes the sampler state and the service counters atomically (msgpack, via
-`contracts.snapshot`) and returns the path; any call also writes one when `snapshot_interval_s` has
-passed since the last write.  On start, an existing snapshot at `snapshot_path` is restored (the
-snapshot's sampler configuration wins over `sampler_kwargs`; its seeds must equal `seeds`); a missing
+`contracts.snapshot`) and returns the path; any call also writes one when the section's
+`snapshot_interval_s` has passed since the last write.  On start, an existing snapshot at `snapshot_path`
+is restored (the snapshot's sampler configuration wins over the `config` given; its seeds must equal
+`seeds`); a missing
 file starts from `initial_state` (a checkpoint's sampler state) or fresh; a corrupt one raises
 `SnapshotError` naming the file. Run as a Ray actor with `max_restarts`, a crashed service therefore
 comes back with the state of its last snapshot.
@@ -32,6 +34,8 @@ from typing import Any
 import numpy as np
 
 from levelray.contracts import snapshot
+from levelray.contracts.config import LevelConfig
+from levelray.contracts.levels import LevelFeedback
 from levelray.level_service.sampler import LevelSampler
 
 __all__ = ["LevelServiceCore", "LevelService", "SNAPSHOT_FORMAT"]
@@ -41,28 +45,34 @@ MAX_SEEDS_PER_CALL = 1 << 20
 
 
 class LevelServiceCore:
+    """The level service without Ray: a `LevelSampler` over `seeds` configured by the `levels` section.
+
+    `discount` is the learner's (for `one_step_td_error`); `rng` seeds the sampler (an int, a Generator or
+    None). The section's `snapshot_interval_s` is the period of the automatic snapshots to `snapshot_path`.
+    """
+
     def __init__(
         self,
         seeds,
-        sampler_kwargs: dict | None = None,
+        config: LevelConfig | None = None,
         *,
+        discount: float = 0.99,
+        rng=None,
         snapshot_path: str | None = None,
-        snapshot_interval_s: float = 60.0,
         initial_state: dict | None = None,
     ):
+        fresh = LevelSampler(seeds, config, discount=discount, rng=rng)
+        snapshot_interval_s = fresh.config.snapshot_interval_s
         if isinstance(snapshot_interval_s, bool) or not isinstance(snapshot_interval_s, int | float):
             raise ValueError(f"snapshot_interval_s must be a positive number, got {snapshot_interval_s!r}")
         if not (snapshot_interval_s > 0 and math.isfinite(snapshot_interval_s)):
             raise ValueError(f"snapshot_interval_s must be a positive number, got {snapshot_interval_s!r}")
-        if sampler_kwargs is not None and not isinstance(sampler_kwargs, dict):
-            raise ValueError(f"sampler_kwargs must be a dict, got {type(sampler_kwargs).__name__}")
         self._snapshot_path = None if snapshot_path is None else str(snapshot_path)
         self._schedule = snapshot.SnapshotSchedule("level service", snapshot_interval_s)
         self._num_sample_calls = 0
         self._num_update_calls = 0
         self._num_snapshots = 0
         self._restored = False
-        fresh = LevelSampler(seeds, **(sampler_kwargs or {}))
         if self._snapshot_path is not None and Path(self._snapshot_path).exists():
             self._sampler = self._restore(self._snapshot_path, fresh.seeds)
             self._restored = True
@@ -131,33 +141,16 @@ class LevelServiceCore:
         finally:
             self._maybe_snapshot()
 
-    def update_with_rollouts(
-        self, seeds, dones, *, actor_ids=None, logits=None, values=None, rewards=None, advantages=None
-    ) -> None:
+    def update_with_rollouts(self, feedback: LevelFeedback) -> None:
         """Batched scores from the learner; see `LevelSampler.update_with_rollouts`."""
         try:
-            self._sampler.update_with_rollouts(
-                seeds,
-                dones,
-                actor_ids=actor_ids,
-                logits=logits,
-                values=values,
-                rewards=rewards,
-                advantages=advantages,
-            )
-            self._num_update_calls += 1
-        finally:
-            self._maybe_snapshot()
-
-    def update_seed_scores(self, actor_indices, seeds, scores, num_steps) -> None:
-        """Batched `update_seed_score` (1-D arrays of equal length): finished episodes' mean scores."""
-        try:
-            self._sampler.update_seed_scores(actor_indices, seeds, scores, num_steps)
+            self._sampler.update_with_rollouts(feedback)
             self._num_update_calls += 1
         finally:
             self._maybe_snapshot()
 
     def sample_weights(self) -> np.ndarray:
+        """The sampler's replay distribution over its seeds (see `LevelSampler.sample_weights`)."""
         try:
             return self._sampler.sample_weights()
         finally:
@@ -197,7 +190,7 @@ class LevelServiceCore:
             "num_levels": int(s.num_levels),
             "num_seen": int(s.num_seen),
             "seen_fraction": s.num_seen / s.num_levels,
-            "strategy": s.strategy,
+            "strategy": s.config.strategy,
             "restored_from_snapshot": self._restored,
             "num_sample_calls": self._num_sample_calls,
             "num_update_calls": self._num_update_calls,

@@ -1,18 +1,10 @@
-"""Prioritized trajectory replay: a pure NumPy core (no Ray) and a thin Ray actor shell.
+"""Prioritized trajectory replay: the buffer (`PrioritizedReplay`, pure NumPy) and the service around it.
 
-``from replay_service import PrioritizedReplay`` works without Ray; the actor lives in
-``replay_service.service`` (imports Ray).
+``from replay_service import PrioritizedReplay`` works without Ray; the service (`ReplayServiceCore`, its
+Ray-free core, and the `ReplayService` actor) lives in ``replay_service.service`` (imports Ray).
 """
 
-from levelray.replay_service.core import PrioritizedReplay, Sample
-from levelray.replay_service.rate_limiter import NotReadyError, RateLimitedError, RateLimiter
+from levelray.replay_service.prioritized import NotReadyError, PrioritizedReplay, Sample
 from levelray.replay_service.sumtree import SumMinTree
 
-__all__ = [
-    "NotReadyError",
-    "PrioritizedReplay",
-    "RateLimitedError",
-    "RateLimiter",
-    "Sample",
-    "SumMinTree",
-]
+__all__ = ["NotReadyError", "PrioritizedReplay", "Sample", "SumMinTree"]

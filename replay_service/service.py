@@ -1,16 +1,14 @@
-"""Replay service: ``ReplayServiceCore`` (plain class, usable inline) and ``ReplayService`` (Ray actor).
+"""Replay service: ``ReplayServiceCore``, the Ray-free core of the service (a ``*ServiceCore`` always is;
+tests and the inline backend use it directly), and ``ReplayService``, the same class as a Ray actor.
 
 Behaviour
 ---------
-* ``sample`` returns ``None`` when the buffer is not ready: empty, below ``min_size``, refused by the
-  rate limiter (``samples_per_insert``), or fewer remaining uses than ``batch_size`` under
-  ``max_use``. Bad arguments raise ``ValueError`` in the caller; the actor stays alive.
-* ``insert`` raises ``RateLimitedError`` (a ValueError) when the rate limiter refuses it: the caller
-  should back off and retry (``can_insert(n)`` tells beforehand). Nothing is inserted then.
-* Rate limiting (``samples_per_insert`` not None) is Reverb's ``SampleToInsertRatio`` with
-  ``min_size_to_sample = min_size`` and ``error_buffer`` (default
-  ``max(1, samples_per_insert) * max(min_size, 1024)``, so batches up to ~1000 never deadlock).
-  Without ``samples_per_insert`` only ``min_size`` gates sampling.
+* ``sample`` returns ``None`` when the buffer is not ready: empty, below ``min_size``, or fewer
+  remaining uses than ``batch_size`` under ``max_use``. Bad arguments raise ``ValueError`` in the
+  caller; the actor stays alive.
+* No rate limiter: the learner mixes a fixed fraction (``replay.replay_ratio``) of replayed unrolls into
+  every batch, so the ratio of replayed to fresh unrolls is held by construction, however fast the actors
+  run; ``min_size`` alone gates sampling.
 * Snapshots: ``snapshot()`` writes the core's ``state_dict`` (items newest first up to
   ``snapshot_max_item_bytes``) plus the service counters atomically to ``snapshot_path``. A snapshot
   is also taken after any call once ``snapshot_interval_s`` has passed since the last one (no
@@ -29,52 +27,46 @@ import numpy as np
 import ray
 
 from levelray.contracts import snapshot as snap
-from levelray.replay_service.core import PrioritizedReplay
-from levelray.replay_service.rate_limiter import NotReadyError, RateLimiter
+from levelray.contracts.config import ReplayConfig
+from levelray.replay_service.prioritized import NotReadyError, PrioritizedReplay
 
 __all__ = ["ReplayServiceCore", "ReplayService"]
 
 # Fixed bin edges of the priority histogram: 0, then decades and half-decades from 1e-3 to 1e3 (the last
 # bin also holds everything above). Fixed so that a Prometheus series per bin stays the same series for the
-# whole job; data-dependent edges made new series on every scrape.
+# whole job.
 PRIORITY_HIST_EDGES = np.concatenate([[0.0], np.logspace(-3, 3, 13)])
 
 
 class ReplayServiceCore:
-    """The replay service's logic, without Ray."""
+    """The replay service's logic, without Ray: a `PrioritizedReplay` configured by the `replay` section.
+
+    The section's buffer fields (`capacity`, `alpha`, `max_use`, `min_size`) and snapshot fields
+    (`snapshot_interval_s`, `snapshot_max_item_bytes`) are read here; `replay_ratio`, `beta`,
+    `beta_anneal_updates` and `eta` are the learner's. `eps` is the priority offset of `PrioritizedReplay`
+    (no config field); `seed` seeds its sampling.
+    """
 
     def __init__(
         self,
-        capacity: int,
+        config: ReplayConfig,
         *,
-        alpha: float = 0.6,
-        eps: float = 1e-6,
-        max_use: int | None = None,
-        min_size: int = 1,
-        samples_per_insert: float | None = None,
-        error_buffer: float | tuple[float, float] | None = None,
         seed: int | None = None,
+        eps: float = 1e-6,
         snapshot_path: str | None = None,
-        snapshot_interval_s: float = 300.0,
-        snapshot_max_item_bytes: int = 256 << 20,
         initial_state: dict | None = None,
     ) -> None:
-        limiter = None
-        if samples_per_insert is not None:
-            if error_buffer is None:
-                error_buffer = max(1.0, float(samples_per_insert)) * max(int(min_size), 1024)
-            limiter = RateLimiter(samples_per_insert, min_size, error_buffer)
-        elif error_buffer is not None:
-            raise ValueError("error_buffer needs samples_per_insert")
+        if not isinstance(config, ReplayConfig):
+            raise ValueError(f"config must be a contracts.config.ReplayConfig, got {type(config).__name__}")
         self._lock = threading.RLock()
         self._replay = PrioritizedReplay(
-            capacity, alpha=alpha, eps=eps, max_use=max_use, min_size=min_size, rng=seed, rate_limiter=limiter
+            config.capacity, alpha=config.alpha, eps=eps, max_use=config.max_use, min_size=config.min_size, rng=seed
         )
-        if float(snapshot_interval_s) <= 0:
-            raise ValueError(f"snapshot_interval_s must be > 0, got {snapshot_interval_s!r}")
+        if float(config.snapshot_interval_s) <= 0:
+            raise ValueError(f"snapshot_interval_s must be > 0, got {config.snapshot_interval_s!r}")
         self._snapshot_path = None if snapshot_path is None else str(snapshot_path)
-        self._schedule = snap.SnapshotSchedule("replay service", snapshot_interval_s)
-        self._snapshot_max_item_bytes = int(snapshot_max_item_bytes)
+        self._schedule = snap.SnapshotSchedule("replay service", config.snapshot_interval_s)
+        self._snapshot_max_item_bytes = int(config.snapshot_max_item_bytes)
         self._sample_calls = 0
         self._not_ready = 0
         self._snapshots = 0
@@ -115,17 +107,8 @@ class ReplayServiceCore:
                         f"{source} was taken with {key}={getattr(restored, key)!r}, "
                         f"the service is configured with {key}={getattr(r, key)!r}"
                     )
-            # Keep this service's policy (min_size, rate-limiter config) but the snapshot's counters.
+            # Keep this service's min_size but the snapshot's counters.
             restored._min_size = r.min_size
-            if r.rate_limiter is not None:
-                lim = r.rate_limiter
-                if restored.rate_limiter is not None:
-                    old = restored.rate_limiter
-                    lim.inserts, lim.samples, lim.deletes = old.inserts, old.samples, old.deletes
-                else:
-                    lim.inserts, lim.deletes = restored.inserts, restored.inserts - len(restored)
-                    lim.samples = restored.samples
-            restored._limiter = r.rate_limiter
             self._replay = restored
             svc = state.get("service", {})
             self._sample_calls = int(svc.get("sample_calls", 0))
@@ -158,10 +141,6 @@ class ReplayServiceCore:
         with self._lock:
             return self._replay.can_sample(batch_size)
 
-    def can_insert(self, n: int) -> bool:
-        with self._lock:
-            return self._replay.can_insert(n)
-
     def __len__(self) -> int:
         return len(self._replay)
 
@@ -175,7 +154,6 @@ class ReplayServiceCore:
             uses = r.use_counts()
             edges = PRIORITY_HIST_EDGES
             counts, _ = np.histogram(np.clip(raw, 0.0, edges[-1]), bins=edges)
-            lim = r.rate_limiter
             return {
                 "size": len(r),
                 "capacity": r.capacity,
@@ -190,7 +168,6 @@ class ReplayServiceCore:
                 "priority_hist": {"edges": edges.tolist(), "counts": counts.astype(int).tolist()},
                 "mean_uses": float(uses.mean()) if uses.size else 0.0,
                 "max_priority": r.max_priority,
-                "rate_limiter": None if lim is None else lim.state_dict(),
                 "snapshots": self._snapshots,
                 "snapshot_errors": self._schedule.errors,
                 "last_snapshot_error": self._schedule.last_error,
@@ -210,9 +187,6 @@ class ReplayServiceCore:
 
     def _maybe_snapshot(self) -> None:
         self._schedule.run_if_due(self._snapshot_path, self.snapshot)
-
-    def ping(self) -> bool:
-        return True
 
 
 ReplayService = ray.remote(num_cpus=1)(ReplayServiceCore)

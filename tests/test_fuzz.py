@@ -14,7 +14,17 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from levelray.contracts import snapshot
-from levelray.contracts.config import ConfigError, RunConfig, flag_name, from_dict, leaves, set_path
+from levelray.contracts.config import (
+    ConfigError,
+    LevelConfig,
+    ReplayConfig,
+    RunConfig,
+    flag_name,
+    from_dict,
+    leaves,
+    replace_path,
+    replace_paths,
+)
 from levelray.contracts.spec import EnvSpec
 from levelray.contracts.trajectory import TrajectoryError, validate_unroll
 from levelray.deploy.rundir import RunDir
@@ -72,14 +82,11 @@ def test_validator_accepts_or_names_the_field(key, value, delete):
 
 def cartpole_learner_service(batch_size: int):
     """A LearnerService for `valid_unroll()`s: CartPole, level set [0, 10), T = 5."""
-    from levelray.contracts.config import to_dict
     from levelray.learner.service import LearnerService
 
-    cfg = RunConfig()
-    cfg.env.id, cfg.env.num_levels = "CartPole-v1", 10
-    cfg.actors.unroll_length = 5
-    cfg.learner.batch_size = batch_size
-    return LearnerService(to_dict(cfg), SPEC.to_dict())
+    cfg = replace_paths(RunConfig(), {"env.id": "CartPole-v1", "env.num_levels": 10, "actors.unroll_length": 5,
+                                      "learner.batch_size": batch_size})
+    return LearnerService(cfg, SPEC)
 
 
 def test_learner_rejects_malformed_unrolls_and_keeps_going(ray_session):
@@ -161,7 +168,7 @@ def test_cli_flag_values_either_apply_or_name_the_field(index, value):
     cfg = RunConfig()
     before = copy.deepcopy(cfg)
     try:
-        set_path(cfg, path, value)
+        replace_path(cfg, path, value)
     except ConfigError as exc:
         assert path in str(exc) or flag_name(path, f)
         assert cfg == before  # a refused flag changes nothing
@@ -244,11 +251,11 @@ def test_every_byte_flip_of_meta_json_is_caught(checkpoint_bytes, tmp_path):
 
 
 def _level_core():
-    return LevelServiceCore(np.arange(20), {"strategy": "value_l1", "rng": 0})
+    return LevelServiceCore(np.arange(20), LevelConfig(strategy="value_l1"), rng=0)
 
 
 @FUZZ
-@given(method=st.sampled_from(["sample_seeds", "update_with_rollouts", "update_seed_scores"]),
+@given(method=st.sampled_from(["sample_seeds", "update_with_rollouts"]),
        args=st.lists(GARBAGE, min_size=1, max_size=4))
 def test_level_service_refuses_bad_calls_without_damage(method, args):
     core = _level_core()
@@ -265,7 +272,7 @@ def test_level_service_refuses_bad_calls_without_damage(method, args):
 @given(method=st.sampled_from(["insert", "sample", "update_priorities"]), args=st.lists(GARBAGE, min_size=1,
                                                                                        max_size=3))
 def test_replay_service_refuses_bad_calls_without_damage(method, args):
-    core = ReplayServiceCore(16, seed=0)
+    core = ReplayServiceCore(ReplayConfig(capacity=16, max_use=None, min_size=1), seed=0)
     core.insert([{"x": i} for i in range(6)], np.arange(1.0, 7.0))
     before = json.dumps(core.stats(), sort_keys=True, default=str)
     state = snapshot.packb(core.state_dict()["replay"])

@@ -11,10 +11,28 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from scipy import stats
 
+from levelray.contracts.config import LevelConfig
+from levelray.contracts.levels import LevelFeedback
 from levelray.contracts.snapshot import packb, unpackb
 from levelray.level_service.sampler import TRANSFORMS, LevelSampler
 
 # ----------------------------------------------------------------------------- helpers
+
+
+def make_sampler(seeds, *, discount=0.99, rng=None, **levels) -> LevelSampler:
+    """A sampler whose keyword arguments other than `discount` and `rng` are `LevelConfig` fields."""
+    return LevelSampler(seeds, LevelConfig(**levels), discount=discount, rng=rng)
+
+
+def one_step_episodes(seeds, scores, actor_id: int = 0) -> LevelFeedback:
+    """One column of one-step episodes (every step done) whose `gae`/`value_l1` step scores are `scores`."""
+    k = len(seeds)
+    return LevelFeedback(
+        np.asarray(seeds, dtype=np.int64).reshape(k, 1),
+        np.ones((k, 1), dtype=bool),
+        actor_ids=np.array([actor_id]),
+        advantages=np.asarray(scores, dtype=np.float64).reshape(k, 1),
+    )
 
 
 def state_bytes(s: LevelSampler) -> bytes:
@@ -22,12 +40,14 @@ def state_bytes(s: LevelSampler) -> bytes:
 
 
 def seeded(n_levels: int, scores, **kw) -> LevelSampler:
-    """A sampler over seeds 100..100+n whose first len(scores) levels are seen with these scores."""
+    """A sampler over seeds 100..100+n whose first len(scores) levels are seen with these scores (one
+    one-step episode each; strategy `gae` unless given, whose episode score is the signed advantage)."""
     kw.setdefault("rng", 0)
-    s = LevelSampler(range(100, 100 + n_levels), **kw)
+    kw.setdefault("strategy", "gae")
+    s = make_sampler(range(100, 100 + n_levels), **kw)
     k = len(scores)
     if k:
-        s.update_seed_scores(np.zeros(k, int), np.arange(100, 100 + k), scores, np.ones(k, int))
+        s.update_with_rollouts(one_step_episodes(np.arange(100, 100 + k), scores))
     return s
 
 
@@ -87,29 +107,30 @@ def test_value_l1_gae_positive_value_loss_by_hand():
     dones = np.array([[False], [True], [False], [False]])
     expected = {"value_l1": (1 + 3) / 2, "gae": (1 - 3) / 2, "positive_value_loss": (1 + 0) / 2}
     for strategy, want in expected.items():
-        s = LevelSampler(range(10), strategy=strategy, rng=0)
-        s.update_with_rollouts(seeds, dones, advantages=adv)
+        s = make_sampler(range(10), strategy=strategy, rng=0)
+        s.update_with_rollouts(LevelFeedback(seeds, dones, advantages=adv))
         assert s.scores()[5] == pytest.approx(want)
         assert s.seen().tolist() == [i == 5 for i in range(10)]  # seed 6 is only a pending fragment
         assert s.scores()[6] == 0.0
 
 
 def test_one_step_td_error_by_hand_sign_discount_terminal_and_bootstrap():
-    s = LevelSampler(range(10), strategy="one_step_td_error", discount=0.9, rng=0)
+    s = make_sampler(range(10), strategy="one_step_td_error", discount=0.9, rng=0)
     rewards = np.array([[1.0], [0.0], [0.5], [1.0]])
     values = np.array([[0.5], [1.0], [2.0], [0.0], [4.0]])
     dones = np.array([[False], [True], [False], [True]])
     seeds = np.array([[1], [1], [2], [2]])
-    s.update_with_rollouts(seeds, dones, rewards=rewards, values=values)
+    s.update_with_rollouts(LevelFeedback(seeds, dones, rewards=rewards, values=values))
     # d0 = 1 + .9*1 - .5 = 1.4 ; d1 = 0 + 0 (terminal, no bootstrap) - 1 -> 1 ; mean 1.2
     # d2 = .5 + .9*0 - 2 -> 1.5 ; d3 = 1 + 0 (terminal; V[4]=4 ignored) - 0 = 1 ; mean 1.25
     assert s.scores()[1] == pytest.approx(1.2)
     assert s.scores()[2] == pytest.approx(1.25)
     # Bootstrap row used for a non-terminal last step: d = 0 + .9*4 - 1 = 2.6 (the reference bug,
     # r + V_t - V_{t+1}, would give |0 + 1 - 4| = 3).
-    s2 = LevelSampler(range(10), strategy="one_step_td_error", discount=0.9, rng=0)
-    s2.update_with_rollouts([[3]], [[False]], rewards=[[0.0]], values=[[1.0], [4.0]])
-    s2.update_seed_score(0, 3, 0.0, 0)  # end the episode: 0 extra steps
+    s2 = make_sampler(range(10), strategy="one_step_td_error", discount=0.9, rng=0)
+    s2.update_with_rollouts(LevelFeedback([[3]], [[False]], rewards=[[0.0]], values=[[1.0], [4.0]]))
+    # end the episode with a step of the same TD error: d = 2.6 + 0 (terminal) - 0
+    s2.update_with_rollouts(LevelFeedback([[3]], [[True]], rewards=[[2.6]], values=[[0.0], [0.0]]))
     assert s2.scores()[3] == pytest.approx(2.6)
 
 
@@ -130,15 +151,15 @@ def test_logit_strategies_by_hand():
         "min_margin": ((1 - (0.5 - 0.3)) + (1 - 0.0)) / 2,
     }
     for strategy, want in expected.items():
-        s = LevelSampler(range(10), strategy=strategy, rng=0)
-        s.update_with_rollouts(seeds, dones, logits=logits + 7.0)  # logits are shift-invariant
+        s = make_sampler(range(10), strategy=strategy, rng=0)
+        s.update_with_rollouts(LevelFeedback(seeds, dones, logits=logits + 7.0))  # logits are shift-invariant
         assert s.scores()[4] == pytest.approx(want, rel=1e-12)
 
 
 def test_policy_entropy_extreme_logits_no_nan():
-    s = LevelSampler(range(3), strategy="policy_entropy", rng=0)
+    s = make_sampler(range(3), strategy="policy_entropy", rng=0)
     logits = np.array([[[1e300, -1e300]], [[0.0, 0.0]]])
-    s.update_with_rollouts([[0], [0]], [[False], [True]], logits=logits)
+    s.update_with_rollouts(LevelFeedback([[0], [0]], [[False], [True]], logits=logits))
     assert s.scores()[0] == pytest.approx(0.5)  # entropy 0 then 1 (normalised)
 
 
@@ -150,24 +171,24 @@ def test_missing_argument_named():
         ("policy_entropy", "logits"),
         ("one_step_td_error", "rewards"),
     ]:
-        s = LevelSampler(range(3), strategy=strategy, rng=0)
+        s = make_sampler(range(3), strategy=strategy, rng=0)
         with pytest.raises(ValueError, match=arg):
-            s.update_with_rollouts([[0]], [[True]])
-    s = LevelSampler(range(3), strategy="one_step_td_error", rng=0)
+            s.update_with_rollouts(LevelFeedback([[0]], [[True]]))
+    s = make_sampler(range(3), strategy="one_step_td_error", rng=0)
     with pytest.raises(ValueError, match="values"):
-        s.update_with_rollouts([[0]], [[True]], rewards=[[1.0]])
+        s.update_with_rollouts(LevelFeedback([[0]], [[True]], rewards=[[1.0]]))
 
 
 def test_sequential_and_random():
-    s = LevelSampler([7, 3, 9], strategy="sequential", rng=0)
+    s = make_sampler([7, 3, 9], strategy="sequential", rng=0)
     assert [s.sample() for _ in range(7)] == [7, 3, 9, 7, 3, 9, 7]
     assert s.sample_weights().tolist() == [0.0, 1.0, 0.0]
-    r = LevelSampler(range(10), strategy="random", rng=1)
+    r = make_sampler(range(10), strategy="random", rng=1)
     assert np.allclose(r.sample_weights(), 0.1)
     draws = [r.sample() for _ in range(5000)]
     assert chisq_ok(np.bincount(draws, minlength=10), r.sample_weights(), 5000) > 0.001
     # update_with_rollouts is accepted (validated) and scores nothing for random/sequential
-    r.update_with_rollouts([[1]], [[True]])
+    r.update_with_rollouts(LevelFeedback([[1]], [[True]]))
     assert r.scores().sum() == 0
 
 
@@ -241,7 +262,7 @@ def test_staleness_power_by_hand_and_all_zero_staleness():
 
 
 def test_staleness_counts_samples_since_last_sampled():
-    s = LevelSampler([10, 11, 12], strategy="sequential", rng=0)
+    s = make_sampler([10, 11, 12], strategy="sequential", rng=0)
     for _ in range(4):  # 10 11 12 10
         s.sample()
     assert s.staleness().tolist() == [0, 2, 1]
@@ -262,12 +283,12 @@ def test_max_transform_does_not_mutate_scores():
 
 
 def test_power_on_negative_gae_no_nan():
-    s = LevelSampler(range(4), strategy="gae", score_transform="power", staleness_coef=0.0, rng=0)
-    s.update_with_rollouts([[0, 1]], [[True, True]], advantages=[[-1.5, -0.5]])
+    s = make_sampler(range(4), strategy="gae", score_transform="power", staleness_coef=0.0, rng=0)
+    s.update_with_rollouts(LevelFeedback([[0, 1]], [[True, True]], advantages=[[-1.5, -0.5]]))
     w = s.sample_weights()
     assert np.isfinite(w).all()
     assert w.tolist() == [0.5, 0.5, 0.0, 0.0]  # all clipped to 0 -> uniform over seen
-    s.update_with_rollouts([[2]], [[True]], advantages=[[2.0]])
+    s.update_with_rollouts(LevelFeedback([[2]], [[True]], advantages=[[2.0]]))
     assert s.sample_weights().tolist() == [0.0, 0.0, 1.0, 0.0]
     for _ in range(20):
         s.sample()
@@ -352,14 +373,14 @@ def test_incremental_staleness_tree_matches_rebuilt():
     """The Fenwick trees updated sample by sample (and by point inserts of newly seen levels) must give
     the same draws as trees rebuilt from scratch from the same state."""
     rng = np.random.default_rng(8)
-    s = LevelSampler(range(500), staleness_coef=0.7, rng=1)
-    s.update_seed_scores(np.zeros(300, int), np.arange(300), rng.random(300), np.ones(300, int))
+    s = make_sampler(range(500), staleness_coef=0.7, rng=1)
+    s.update_with_rollouts(one_step_episodes(np.arange(300), rng.random(300)))
     for step in range(40):
         for _ in range(50):
             s.sample()
         k = 5 if step % 2 else 1
         new = np.arange(300 + step * 5, 300 + step * 5 + k)
-        s.update_seed_scores(np.zeros(k, int), new, rng.random(k), np.ones(k, int))
+        s.update_with_rollouts(one_step_episodes(new, rng.random(k)))
         if step % 10 == 9:
             fresh = LevelSampler.from_state_dict(s.state_dict())
             assert [s.sample() for _ in range(200)] == [fresh.sample() for _ in range(200)]
@@ -394,7 +415,7 @@ def test_proportionate_schedule():
     assert stats.binomtest(int((draws < 40).sum()), n, 0.4).pvalue > 0.001
     below = seeded(100, np.ones(19), replay_schedule="proportionate", rho=0.2, rng=3)
     assert all(below.sample() >= 119 for _ in range(300))
-    none = LevelSampler(range(5), rho=0.0, rng=0)  # nothing seen: sample unseen, weights all zero
+    none = make_sampler(range(5), rho=0.0, rng=0)  # nothing seen: sample unseen, weights all zero
     assert none.sample_weights().sum() == 0
     assert chisq_ok(np.bincount([none.sample() for _ in range(2000)], minlength=5), [0.2] * 5, 2000) > 0.001
 
@@ -403,33 +424,39 @@ def test_proportionate_schedule():
 
 
 def test_partial_episode_over_three_unrolls():
-    s = LevelSampler(range(10), rng=0)
-    s.update_with_rollouts([[4], [4], [4]], [[False]] * 3, advantages=[[1.0], [2.0], [3.0]])
-    s.update_with_rollouts([[4], [4], [4]], [[False]] * 3, advantages=[[-4.0], [5.0], [6.0]])
+    s = make_sampler(range(10), rng=0)
+    s.update_with_rollouts(LevelFeedback([[4], [4], [4]], [[False]] * 3, advantages=[[1.0], [2.0], [3.0]]))
+    s.update_with_rollouts(LevelFeedback([[4], [4], [4]], [[False]] * 3, advantages=[[-4.0], [5.0], [6.0]]))
     assert not s.seen()[4]
-    s.update_with_rollouts([[4], [4], [7]], [[False], [True], [False]], advantages=[[7.0], [-8.0], [100.0]])
+    s.update_with_rollouts(
+        LevelFeedback([[4], [4], [7]], [[False], [True], [False]], advantages=[[7.0], [-8.0], [100.0]])
+    )
     assert s.scores()[4] == pytest.approx((1 + 2 + 3 + 4 + 5 + 6 + 7 + 8) / 8)  # not the last fragment's 7.5
     assert s.seen().nonzero()[0].tolist() == [4]
-    # the update_seed_score path merges a pending fragment of the same (actor, seed)
-    s.update_seed_score(0, 7, 10.0, 3)
+    # the next call's steps of the same (actor, seed) merge with its pending fragment
+    s.update_with_rollouts(LevelFeedback([[7]] * 3, [[False], [False], [True]], advantages=[[10.0]] * 3))
     assert s.scores()[7] == pytest.approx((100 + 3 * 10) / 4)
     assert s.counters()["num_pending"] == 0  # the fragment was consumed, not left to merge again
-    s.update_with_rollouts([[7]], [[True]], advantages=[[2.0]])
+    s.update_with_rollouts(LevelFeedback([[7]], [[True]], advantages=[[2.0]]))
     assert s.scores()[7] == pytest.approx(2.0)
 
 
 def test_actor_ids_follow_columns_across_calls():
-    s = LevelSampler(range(10), rng=0)
-    s.update_with_rollouts([[1, 2]], [[False, False]], actor_ids=[10, 20], advantages=[[1.0, 5.0]])
+    s = make_sampler(range(10), rng=0)
+    s.update_with_rollouts(
+        LevelFeedback([[1, 2]], [[False, False]], actor_ids=[10, 20], advantages=[[1.0, 5.0]])
+    )
     # columns swapped in the next call; actor ids say which is which
-    s.update_with_rollouts([[2, 1]], [[True, True]], actor_ids=[20, 10], advantages=[[3.0, 2.0]])
+    s.update_with_rollouts(
+        LevelFeedback([[2, 1]], [[True, True]], actor_ids=[20, 10], advantages=[[3.0, 2.0]])
+    )
     assert s.scores()[1] == pytest.approx(1.5) and s.scores()[2] == pytest.approx(4.0)
 
 
 def test_seed_change_across_calls_drops_stale_fragment():
-    s = LevelSampler(range(10), rng=0)
-    s.update_with_rollouts([[1]], [[False]], advantages=[[9.0]])
-    s.update_with_rollouts([[2]], [[True]], advantages=[[1.0]])
+    s = make_sampler(range(10), rng=0)
+    s.update_with_rollouts(LevelFeedback([[1]], [[False]], advantages=[[9.0]]))
+    s.update_with_rollouts(LevelFeedback([[2]], [[True]], advantages=[[1.0]]))
     assert s.scores()[2] == 1.0 and not s.seen()[1]
     assert s.counters()["num_dropped_fragments"] == 1
 
@@ -471,15 +498,15 @@ def test_rollout_stream_matches_loop_reference(alpha):
     adv = rng.normal(size=(total_T, N))
     cuts = [0, 7, 8, 30, 31, 60, 97, 120]
     chunks = [(seeds[a:b], dones[a:b], adv[a:b]) for a, b in zip(cuts[:-1], cuts[1:], strict=True)]
-    s = LevelSampler(range(n_levels), alpha=alpha, rng=0)
+    s = make_sampler(range(n_levels), alpha=alpha, rng=0)
     for sd, dn, ad in chunks:
-        s.update_with_rollouts(sd, dn, advantages=ad)
+        s.update_with_rollouts(LevelFeedback(sd, dn, advantages=ad))
     assert np.allclose(s.scores(), loop_reference(chunks, alpha, n_levels), rtol=1e-12, atol=1e-14)
 
 
 def test_ewa_alpha_successive_episodes():
-    s = LevelSampler(range(3), alpha=0.25, rng=0)
-    s.update_seed_scores([0, 1], [2, 2], [4.0, 8.0], [1, 1])
+    s = make_sampler(range(3), alpha=0.25, rng=0)
+    s.update_with_rollouts(one_step_episodes([2, 2], [4.0, 8.0]))
     assert s.scores()[2] == pytest.approx(0.75 * (0.25 * 4.0) + 0.25 * 8.0)
 
 
@@ -488,14 +515,14 @@ def test_ewa_alpha_successive_episodes():
 
 def busy_sampler(rng_seed=0) -> LevelSampler:
     rng = np.random.default_rng(rng_seed)
-    s = LevelSampler(range(50), rng=rng_seed)
+    s = make_sampler(range(50), rng=rng_seed)
     for _ in range(5):
         T, N = 20, 4
         dones = rng.random((T, N)) < 0.2
         seeds = np.repeat(rng.integers(0, 50, (1, N)), T, axis=0)
         seeds = np.where(np.cumsum(dones, axis=0) - dones > 0, (seeds + 1) % 50, seeds)
         dones[1:] &= ~(np.cumsum(dones, axis=0)[:-1] > 0)  # at most one done per column
-        s.update_with_rollouts(seeds, dones, advantages=rng.normal(size=(T, N)))
+        s.update_with_rollouts(LevelFeedback(seeds, dones, advantages=rng.normal(size=(T, N))))
         for _ in range(30):
             s.sample()
     return s
@@ -505,14 +532,25 @@ def test_state_round_trip_same_next_samples():
     s = busy_sampler()
     assert s.counters()["num_pending"] > 0
     raw = packb(s.state_dict())
-    t = LevelSampler(range(3), strategy="random", rng=99)
+    t = make_sampler(range(3), strategy="random", rng=99)
     t.load_state_dict(unpackb(raw))
     assert [s.sample() for _ in range(100)] == [t.sample() for _ in range(100)]
     assert state_bytes(s) == state_bytes(t)
     adv = np.arange(8.0).reshape(2, 4)
     for x in (s, t):
-        x.update_with_rollouts([[1, 2, 3, 4]] * 2, [[True] * 4] * 2, advantages=adv)
+        x.update_with_rollouts(LevelFeedback([[1, 2, 3, 4]] * 2, [[True] * 4] * 2, advantages=adv))
     assert state_bytes(s) == state_bytes(t)
+
+
+def test_version_1_state_resumes():
+    """A state written with the flat version-1 config (checkpoints, service snapshots) loads the same."""
+    s = busy_sampler()
+    d = unpackb(packb(s.state_dict()))
+    d["version"] = 1
+    del d["config"]["snapshot_interval_s"]
+    t = LevelSampler.from_state_dict(d)
+    assert state_bytes(s) == state_bytes(t)
+    assert [s.sample() for _ in range(100)] == [t.sample() for _ in range(100)]
 
 
 def test_load_state_dict_rejects_bad_state_unchanged():
@@ -558,7 +596,7 @@ def test_load_state_dict_rejects_bad_state_unchanged():
 )
 def test_bad_constructor_args(kwargs, field):
     with pytest.raises(ValueError, match=field):
-        LevelSampler(range(5), **kwargs)
+        make_sampler(range(5), **kwargs)
 
 
 def test_bad_seeds():
@@ -569,7 +607,7 @@ def test_bad_seeds():
         ([[1, 2]], "dimensions"),
     ]:
         with pytest.raises(ValueError, match=msg):
-            LevelSampler(seeds)
+            make_sampler(seeds)
 
 
 def test_bad_updates_leave_state_unchanged():
@@ -577,24 +615,29 @@ def test_bad_updates_leave_state_unchanged():
     before = state_bytes(s)
     ok = dict(advantages=np.ones((2, 2)))
     bad_calls = [
-        ("seed", lambda: s.update_seed_score(0, 1234, 1.0, 3)),
-        ("score", lambda: s.update_seed_score(0, 1, float("nan"), 3)),
-        ("score", lambda: s.update_seed_score(0, 1, float("inf"), 3)),
-        ("num_steps", lambda: s.update_seed_score(0, 1, 1.0, -1)),
-        ("seeds", lambda: s.update_seed_scores([0, 1], [1, 2, 3], [1.0, 1.0], [1, 1])),
-        ("seeds", lambda: s.update_with_rollouts([[1, 99]] * 2, [[True, True]] * 2, **ok)),
-        ("dones", lambda: s.update_with_rollouts([[1, 2]] * 2, [[True, True]], **ok)),
-        ("dones", lambda: s.update_with_rollouts([[1, 2]] * 2, [[2, 0]] * 2, **ok)),
+        ("seeds", lambda: s.update_with_rollouts(LevelFeedback([[1, 99]] * 2, [[True, True]] * 2, **ok))),
+        ("dones", lambda: s.update_with_rollouts(LevelFeedback([[1, 2]] * 2, [[True, True]], **ok))),
+        ("dones", lambda: s.update_with_rollouts(LevelFeedback([[1, 2]] * 2, [[2, 0]] * 2, **ok))),
         (
             "advantages",
-            lambda: s.update_with_rollouts([[1, 2]] * 2, [[True, True]] * 2, advantages=np.ones(4)),
+            lambda: s.update_with_rollouts(
+                LevelFeedback([[1, 2]] * 2, [[True, True]] * 2, advantages=np.ones(4))
+            ),
         ),
         (
             "advantages",
-            lambda: s.update_with_rollouts([[1, 2]] * 2, [[1, 1]] * 2, advantages=[[1, np.nan]] * 2),
+            lambda: s.update_with_rollouts(
+                LevelFeedback([[1, 2]] * 2, [[1, 1]] * 2, advantages=[[1, np.nan]] * 2)
+            ),
         ),
-        ("actor_ids", lambda: s.update_with_rollouts([[1, 2]] * 2, [[1, 1]] * 2, actor_ids=[3, 3], **ok)),
-        ("constant within an episode", lambda: s.update_with_rollouts([[1, 2], [3, 2]], [[0, 0]] * 2, **ok)),
+        (
+            "actor_ids",
+            lambda: s.update_with_rollouts(LevelFeedback([[1, 2]] * 2, [[1, 1]] * 2, actor_ids=[3, 3], **ok)),
+        ),
+        (
+            "constant within an episode",
+            lambda: s.update_with_rollouts(LevelFeedback([[1, 2], [3, 2]], [[0, 0]] * 2, **ok)),
+        ),
     ]
     for field, call in bad_calls:
         with pytest.raises(ValueError, match=field):
@@ -613,14 +656,14 @@ finite_or_not = st.one_of(
     actor=st.one_of(st.integers(-5, 5), st.just("a"), st.just(1.5)),
     seed=st.one_of(st.integers(95, 160), st.just(2**70), st.just(None)),
     score=finite_or_not,
-    steps=st.one_of(st.integers(-3, 10), st.just(2.5), st.just(True)),
+    done=st.one_of(st.integers(-3, 10), st.just(2.5), st.just(True)),
 )
-def test_fuzz_update_seed_score(actor, seed, score, steps):
+def test_fuzz_one_step_feedback(actor, seed, score, done):
     s = seeded(50, [1.0, 2.0], rng=0)
-    s.update_with_rollouts([[103]], [[False]], actor_ids=[0], advantages=[[1.0]])
+    s.update_with_rollouts(LevelFeedback([[103]], [[False]], actor_ids=[0], advantages=[[1.0]]))
     before = state_bytes(s)
     try:
-        s.update_seed_score(actor, seed, score, steps)
+        s.update_with_rollouts(LevelFeedback([[seed]], [[done]], actor_ids=[actor], advantages=[[score]]))
     except ValueError:
         assert state_bytes(s) == before
         return
@@ -649,7 +692,7 @@ def test_fuzz_update_with_rollouts(T, N, seed_hi, adv_shape_delta, poison, data)
     if poison is not None:
         adv[rng.integers(0, T), rng.integers(0, N)] = poison
     try:
-        s.update_with_rollouts(seeds, dones, advantages=adv)
+        s.update_with_rollouts(LevelFeedback(seeds, dones, advantages=adv))
     except ValueError:
         assert state_bytes(s) == before
         return
@@ -662,8 +705,8 @@ def test_sample_cost_does_not_grow_with_levels():
     import time
 
     n = 200_000
-    s = LevelSampler(range(n), rng=0)
-    s.update_seed_scores(np.zeros(n, int), np.arange(n), np.random.default_rng(0).random(n), np.ones(n, int))
+    s = make_sampler(range(n), rng=0)
+    s.update_with_rollouts(one_step_episodes(np.arange(n), np.random.default_rng(0).random(n)))
     for _ in range(200):
         s.sample()
     t0 = time.perf_counter()

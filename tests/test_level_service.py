@@ -4,34 +4,44 @@ concurrent clients."""
 from __future__ import annotations
 
 import time
+from dataclasses import replace
 
 import numpy as np
 import pytest
 
+from levelray.contracts.config import LevelConfig
+from levelray.contracts.levels import LevelFeedback
 from levelray.contracts.snapshot import SnapshotError, packb
 from levelray.level_service.service import LevelServiceCore
 
-KW = {"rng": 0, "staleness_coef": 0.2}
+CONFIG = LevelConfig(staleness_coef=0.2)
+
+
+def episodes(seeds, scores, actor_id: int = 0) -> LevelFeedback:
+    """One column of complete one-step episodes whose value_l1 scores are `scores` (>= 0)."""
+    k = len(seeds)
+    return LevelFeedback(np.asarray(seeds).reshape(k, 1), np.ones((k, 1), dtype=bool),
+                         actor_ids=np.array([actor_id]), advantages=np.asarray(scores, dtype=float).reshape(k, 1))
 
 
 def busy_core(path=None, interval=60.0) -> LevelServiceCore:
-    core = LevelServiceCore(range(40), dict(KW), snapshot_path=path, snapshot_interval_s=interval)
+    core = LevelServiceCore(range(40), replace(CONFIG, snapshot_interval_s=interval), rng=0, snapshot_path=path)
     rng = np.random.default_rng(0)
-    core.update_seed_scores(np.arange(20) % 3, np.arange(20), rng.random(20), np.full(20, 5))
-    core.update_with_rollouts([[30, 31]] * 3, [[False, False]] * 3, advantages=rng.normal(size=(3, 2)))
+    core.update_with_rollouts(episodes(np.arange(20), rng.random(20)))
+    core.update_with_rollouts(LevelFeedback([[30, 31]] * 3, [[False, False]] * 3, advantages=rng.normal(size=(3, 2))))
     core.sample_seeds(25)
     return core
 
 
 def test_load_state_dict_restores_the_sampler_and_refuses_another_seed_set():
     source = busy_core()
-    target = LevelServiceCore(range(40), dict(KW))
+    target = LevelServiceCore(range(40), CONFIG, rng=0)
     target.load_state_dict(source.state_dict())
     assert packb(target.state_dict()) == packb(source.state_dict())
     assert target.sample_seeds(16) == source.sample_seeds(16)  # the generator state came along too
     before = packb(target.state_dict())
     with pytest.raises(ValueError, match="different seed set"):
-        target.load_state_dict(LevelServiceCore(range(39), dict(KW)).state_dict())
+        target.load_state_dict(LevelServiceCore(range(39), CONFIG, rng=0).state_dict())
     assert packb(target.state_dict()) == before
 
 
@@ -64,11 +74,11 @@ def test_bad_calls_raise_value_error_and_keep_state():
     with pytest.raises(ValueError, match="n must be"):
         core.sample_seeds(2.0)
     with pytest.raises(ValueError, match="unknown seed"):
-        core.update_seed_scores([0, 1], [3, 400], [1.0, 1.0], [1, 1])
-    with pytest.raises(ValueError, match="scores"):
-        core.update_seed_scores([0], [3], [float("nan")], [1])
+        core.update_with_rollouts(episodes([3, 400], [1.0, 1.0]))
+    with pytest.raises(ValueError, match="advantages"):
+        core.update_with_rollouts(episodes([3], [float("nan")]))
     with pytest.raises(ValueError, match="dones"):
-        core.update_with_rollouts([[1]], [[True], [True]], advantages=[[1.0]])
+        core.update_with_rollouts(LevelFeedback([[1]], [[True], [True]], advantages=[[1.0]]))
     with pytest.raises(ValueError, match="snapshot_path"):
         core.snapshot()
     assert packb(core.state_dict()) == before
@@ -78,7 +88,7 @@ def test_snapshot_restore_same_state(tmp_path):
     path = tmp_path / "lvl" / "snap.msgpack"
     core = busy_core(str(path))
     assert core.snapshot() == str(path)
-    restored = LevelServiceCore(range(40), {"strategy": "random"}, snapshot_path=str(path))
+    restored = LevelServiceCore(range(40), LevelConfig(strategy="random"), snapshot_path=str(path))
     assert packb(restored.state_dict()) == packb(core.state_dict())
     assert restored.stats()["restored_from_snapshot"] is True
     assert restored.sample_seeds(50) == core.sample_seeds(50)
@@ -86,13 +96,13 @@ def test_snapshot_restore_same_state(tmp_path):
 
 def test_automatic_snapshot_after_interval(tmp_path):
     path = tmp_path / "auto.msgpack"
-    core = LevelServiceCore(range(10), dict(KW), snapshot_path=str(path), snapshot_interval_s=0.05)
+    core = LevelServiceCore(range(10), replace(CONFIG, snapshot_interval_s=0.05), rng=0, snapshot_path=str(path))
     core.sample_seeds(3)
     assert not path.exists()
     time.sleep(0.06)
-    core.update_seed_scores([0], [4], [2.0], [3])
+    core.update_with_rollouts(episodes([4], [2.0]))
     assert path.exists()
-    assert LevelServiceCore(range(10), {}, snapshot_path=str(path)).state_dict()["scores"][4] == 2.0
+    assert LevelServiceCore(range(10), snapshot_path=str(path)).state_dict()["scores"][4] == 2.0
 
 
 def test_corrupt_or_mismatched_snapshot_clear_error(tmp_path):
@@ -102,21 +112,21 @@ def test_corrupt_or_mismatched_snapshot_clear_error(tmp_path):
     raw = path.read_bytes()
     path.write_bytes(raw[: len(raw) // 2])
     with pytest.raises(SnapshotError, match="corrupt or truncated"):
-        LevelServiceCore(range(40), {}, snapshot_path=str(path))
+        LevelServiceCore(range(40), snapshot_path=str(path))
     path.write_bytes(packb({"hello": 1}))
     with pytest.raises(SnapshotError, match="not a level-service snapshot"):
-        LevelServiceCore(range(40), {}, snapshot_path=str(path))
+        LevelServiceCore(range(40), snapshot_path=str(path))
     path.write_bytes(raw)
     with pytest.raises(ValueError, match="different seed set"):
-        LevelServiceCore(range(41), {}, snapshot_path=str(path))
-    assert packb(LevelServiceCore(range(40), {}, snapshot_path=str(path)).state_dict())
+        LevelServiceCore(range(41), snapshot_path=str(path))
+    assert packb(LevelServiceCore(range(40), snapshot_path=str(path)).state_dict())
 
 
 def test_bad_constructor_args():
     with pytest.raises(ValueError, match="snapshot_interval_s"):
-        LevelServiceCore(range(3), {}, snapshot_interval_s=0)
+        LevelServiceCore(range(3), LevelConfig(snapshot_interval_s=0))
     with pytest.raises(ValueError, match="strategy"):
-        LevelServiceCore(range(3), {"strategy": "nope"})
+        LevelServiceCore(range(3), LevelConfig(strategy="nope"))
 
 
 @pytest.mark.timeout(120)
@@ -126,7 +136,7 @@ def test_ray_service_16_concurrent_clients(ray_session, tmp_path):
 
     n_levels = 64
     svc = LevelService.remote(
-        list(range(n_levels)), {"rng": 1}, snapshot_path=str(tmp_path / "svc.msgpack"), snapshot_interval_s=3600
+        list(range(n_levels)), LevelConfig(snapshot_interval_s=3600), rng=1, snapshot_path=str(tmp_path / "svc.msgpack")
     )
 
     @ray.remote(num_cpus=0.25)
@@ -136,12 +146,15 @@ def test_ray_service_16_concurrent_clients(ray_session, tmp_path):
             seeds = ray.get(handle.sample_seeds.remote(8))
             got.extend(seeds)
             scores = [float((s * 7 + k + r) % 11) for s in seeds]
-            ray.get(handle.update_seed_scores.remote([k] * len(seeds), seeds, scores, [10] * len(seeds)))
+            n = len(seeds)  # n complete one-step episodes of actor k, value_l1 scores `scores`
+            feedback = LevelFeedback(np.reshape(seeds, (n, 1)), np.ones((n, 1), dtype=bool), actor_ids=np.array([k]),
+                                     advantages=np.reshape(scores, (n, 1)))
+            ray.get(handle.update_with_rollouts.remote(feedback))
         return got
 
     rounds = 5
     refs = [client.remote(svc, k, rounds) for k in range(16)]
-    bad = svc.update_seed_scores.remote([0], [n_levels + 5], [1.0], [3])  # one client's bad call
+    bad = svc.update_with_rollouts.remote(episodes([n_levels + 5], [1.0]))  # one client's bad call
     results = ray.get(refs)
     with pytest.raises(ValueError, match="unknown seed"):
         ray.get(bad)
@@ -157,5 +170,5 @@ def test_ray_service_16_concurrent_clients(ray_session, tmp_path):
     # the actor survived the bad calls and still serves; snapshot works through Ray too
     assert len(ray.get(svc.sample_seeds.remote(4))) == 4
     path = ray.get(svc.snapshot.remote())
-    assert LevelServiceCore(list(range(n_levels)), {}, snapshot_path=path).stats()["num_samples"] == total + 4
+    assert LevelServiceCore(list(range(n_levels)), snapshot_path=path).stats()["num_samples"] == total + 4
     ray.kill(svc)

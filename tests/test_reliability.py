@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 import torch
 
-from levelray.contracts.config import RunConfig
+from levelray.contracts.config import ReplayConfig, RunConfig, replace_paths
 from levelray.deploy.driver import write_checkpoint
 from levelray.deploy.ray_backend import RayJob
 from levelray.deploy.rundir import RunDir
@@ -250,15 +250,12 @@ def test_a_hung_level_service_never_stalls_an_actor(ray_session):
     play uniform levels instead of waiting on it (before: up to 30 s per episode end), and say so."""
     ray = ray_session
     from levelray.actors.env_actor import EnvActor
-    from levelray.contracts.config import to_dict
-    from levelray.deploy.components import level_service_kwargs
     from levelray.level_service.service import LevelService
 
-    cfg = job_config(Path("/nonexistent"))
-    cfg.actors.envs_per_actor = 4
-    cfg.actors.seed_prefetch = 2
-    service = LevelService.options(num_cpus=0).remote(np.arange(50), level_service_kwargs(cfg))
-    actor = ray.remote(num_cpus=1, max_concurrency=4)(EnvActor).remote(0, to_dict(cfg), None, service, seed=3)
+    cfg = job_config(Path("/nonexistent"), actors__envs_per_actor=4, actors__seed_prefetch=2)
+    service = LevelService.options(num_cpus=0).remote(np.arange(50), cfg.levels, discount=cfg.learner.discount,
+                                                      rng=cfg.seed)
+    actor = ray.remote(num_cpus=1, max_concurrency=4)(EnvActor).remote(0, cfg, None, service, seed=3)
     pid = ray.get(service.__ray_call__.remote(lambda self: os.getpid()))
     try:
         first = ray.get(actor.collect.remote(1), timeout=60)[0]
@@ -280,23 +277,27 @@ def test_a_failing_periodic_snapshot_keeps_the_services_serving(tmp_path):
     real OSError, as on a full or vanished volume). Before: the call that triggered the periodic snapshot
     raised, so actors got no seeds and PLR silently turned into uniform sampling. After: the call answers,
     the failure is counted and named in stats(), and the next interval tries again."""
+    from levelray.contracts.config import LevelConfig, ReplayConfig
+    from levelray.contracts.levels import LevelFeedback
     from levelray.level_service.service import LevelServiceCore
     from levelray.replay_service.service import ReplayServiceCore
 
     blocker = tmp_path / "not-a-dir"
     blocker.write_text("")
-    levels = LevelServiceCore(range(20), {"rng": 0}, snapshot_path=str(blocker / "levels.msgpack"),
-                              snapshot_interval_s=1e-6)
+    levels = LevelServiceCore(range(20), LevelConfig(snapshot_interval_s=1e-6), rng=0,
+                              snapshot_path=str(blocker / "levels.msgpack"))
     seeds = levels.sample_seeds(5)
     assert len(seeds) == 5 and set(seeds) <= set(range(20))
-    levels.update_seed_scores(np.zeros(2, dtype=np.int64), np.array(seeds[:2]), np.ones(2), np.full(2, 10))
+    levels.update_with_rollouts(LevelFeedback(np.reshape(seeds[:2], (2, 1)), np.ones((2, 1), dtype=bool),
+                                              actor_ids=np.zeros(1, dtype=np.int64), advantages=np.ones((2, 1))))
     stats = levels.stats()
     assert stats["snapshot_errors"] >= 2 and "not-a-dir" in stats["last_snapshot_error"]
     assert stats["num_seen"] == 2  # the scores were taken
     with pytest.raises(OSError):  # an explicit snapshot (a checkpoint's) still fails loudly
         levels.snapshot()
 
-    replay = ReplayServiceCore(16, seed=0, snapshot_path=str(blocker / "replay.msgpack"), snapshot_interval_s=1e-6)
+    replay = ReplayServiceCore(ReplayConfig(capacity=16, max_use=None, min_size=1, snapshot_interval_s=1e-6), seed=0,
+                               snapshot_path=str(blocker / "replay.msgpack"))
     ids = replay.insert([{"obs": np.zeros(3, dtype=np.float32)} for _ in range(4)], np.ones(4))
     replay.update_priorities(ids, np.full(4, 2.0))
     stats = replay.stats()
@@ -311,7 +312,7 @@ def test_refused_replay_writes_are_counted_not_lost_silently(ray_session):
     from levelray.learner.service import RemoteReplay
     from levelray.replay_service.service import ReplayService
 
-    handle = ReplayService.options(num_cpus=0).remote(16, seed=0)
+    handle = ReplayService.options(num_cpus=0).remote(ReplayConfig(capacity=16), seed=0)
     try:
         replay = RemoteReplay(handle)
         good = [{"obs": np.zeros(3, dtype=np.float32)} for _ in range(2)]
@@ -344,12 +345,11 @@ def test_a_relative_run_dir_is_made_absolute_on_the_driver(tmp_path, monkeypatch
     from levelray.deploy.driver import prepare_run_dir
 
     monkeypatch.chdir(tmp_path)
-    cfg = RunConfig()
-    cfg.env.id, cfg.env.num_levels = "CartPole-v1", 0
-    cfg.run_dir = "runs/relative"
+    cfg = replace_paths(RunConfig(), {"env.id": "CartPole-v1", "env.num_levels": 0, "run_dir": "runs/relative"})
     run_dir = prepare_run_dir(cfg)
     assert run_dir.path.is_absolute() and run_dir.path == tmp_path / "runs" / "relative"
-    assert cfg.run_dir == str(tmp_path / "runs" / "relative")
+    # the config is frozen: the absolute path is the claimed directory's, which `train` and config.yaml use
+    assert str(run_dir.path) == str(tmp_path / "runs" / "relative")
     import yaml
 
-    assert yaml.safe_load((run_dir.path / "config.yaml").read_text())["run_dir"] == cfg.run_dir
+    assert yaml.safe_load((run_dir.path / "config.yaml").read_text())["run_dir"] == str(run_dir.path)

@@ -1,5 +1,5 @@
-"""Tests of the pure replay core: sum/min tree, prioritized sampling, weights, eviction, max_use,
-rate limiting, state round trips, input validation and the trajectory priority."""
+"""Tests of the pure replay buffer: sum/min tree, prioritized sampling, weights, eviction, max_use,
+state round trips, input validation and the trajectory priority."""
 
 from __future__ import annotations
 
@@ -13,13 +13,7 @@ from scipy import stats
 
 from levelray.contracts.snapshot import packb, unpackb
 from levelray.learner.priorities import trajectory_priority
-from levelray.replay_service import (
-    NotReadyError,
-    PrioritizedReplay,
-    RateLimitedError,
-    RateLimiter,
-    SumMinTree,
-)
+from levelray.replay_service import NotReadyError, PrioritizedReplay, SumMinTree
 
 
 def _state_bytes(r: PrioritizedReplay) -> bytes:
@@ -280,66 +274,6 @@ def test_max_use_single_item_removed_after_uses():
     with pytest.raises(NotReadyError):  # 3 returns needed, only 2 uses available
         r2.sample(3, 1.0)
     assert r2.sample(2, 1.0).items == ["only", "only"] and len(r2) == 0
-
-
-# --------------------------------------------------------------------------- rate limiter
-def test_rate_limiter_reverb_sample_to_insert_ratio():
-    lim = RateLimiter(samples_per_insert=2.0, min_size_to_sample=3, error_buffer=4.0)
-    assert (lim.min_diff, lim.max_diff) == (2.0, 10.0)  # offset 6 -/+ 4
-    assert not lim.can_sample(1)  # below min size
-    assert lim.can_insert(3)  # inserts free until min size
-    lim.insert(3)
-    # diff = 3*2 - 0 - n >= 2  <=> n <= 4
-    assert lim.can_sample(4) and not lim.can_sample(5)
-    # can_insert: (3+n)*2 - 0 <= 10 <=> n <= 2
-    assert lim.can_insert(2) and not lim.can_insert(3)
-    lim.sample(4)
-    assert not lim.can_sample(1)  # 6 - 4 - 1 = 1 < 2
-    assert lim.can_insert(4) and not lim.can_insert(5)  # (3+4)*2-4 = 10
-    lim.insert(1)
-    assert lim.can_sample(2) and not lim.can_sample(3)  # 8-4-2=2
-    lim.delete(2)  # size 2 < min size: sampling blocked again
-    assert not lim.can_sample(1)
-    assert lim.can_insert(1)  # 4+1-2 = 3 <= 3: free
-    # tuple error buffer is used without offset
-    lim2 = RateLimiter(1.0, 1, (-5.0, 5.0))
-    assert (lim2.min_diff, lim2.max_diff) == (-5.0, 5.0)
-    with pytest.raises(ValueError, match="error_buffer"):
-        RateLimiter(4.0, 1, 3.0)  # smaller than max(1, spi)
-    with pytest.raises(ValueError, match="min_size_to_sample"):
-        RateLimiter(1.0, 0, 10.0)
-    with pytest.raises(ValueError, match="samples_per_insert"):
-        RateLimiter(0.0, 1, 10.0)
-    ms = RateLimiter.min_size(2)
-    ms.insert(1)
-    assert not ms.can_sample(1)
-    ms.insert(1)
-    assert ms.can_sample(10**9) and ms.can_insert(10**9)
-
-
-def test_core_with_rate_limiter_raises_and_leaves_state_unchanged():
-    lim = RateLimiter(samples_per_insert=1.0, min_size_to_sample=2, error_buffer=8.0)
-    r = PrioritizedReplay(100, rng=0, rate_limiter=lim, min_size=2)
-    r.insert(["a"])
-    with pytest.raises(NotReadyError):
-        r.sample(1, 1.0)
-    r.insert(["b", "c"])  # inserts=3, offset 2: min_diff -6, max_diff 10
-    r.sample(4, 1.0)  # 3 - 0 - 4 = -1 >= -6
-    before = _state_bytes(r)
-    with pytest.raises(RateLimitedError):
-        r.sample(6, 1.0)  # 3 - 4 - 6 = -7 < -6
-    assert _state_bytes(r) == before
-    r.insert(list(range(7)))  # (10)*1 - 4 = 6 <= 10
-    with pytest.raises(RateLimitedError):
-        r.insert(list(range(5)))  # 15 - 4 = 11 > 10
-    assert len(r) == 10 and lim.inserts == 10 and lim.samples == 4
-    # a batch that can never be sampled (error buffer too small) is a clear ValueError, not "retry"
-    lim3 = RateLimiter(samples_per_insert=1.0, min_size_to_sample=1, error_buffer=2.0)
-    r3 = PrioritizedReplay(100, rng=0, rate_limiter=lim3)
-    r3.insert(["x", "y", "z"])
-    with pytest.raises(ValueError, match="deadlock") as exc:
-        r3.sample(10, 1.0)
-    assert not isinstance(exc.value, NotReadyError)
 
 
 # --------------------------------------------------------------------------- state

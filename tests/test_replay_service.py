@@ -8,9 +8,17 @@ import time
 import numpy as np
 import pytest
 
+from levelray.contracts.config import ReplayConfig
 from levelray.contracts.snapshot import SnapshotError
-from levelray.replay_service.rate_limiter import RateLimitedError
 from levelray.replay_service.service import ReplayService, ReplayServiceCore
+
+
+def config(capacity: int, **fields) -> ReplayConfig:
+    """The replay section with the buffer's own defaults (no max_use, min_size 1) unless given."""
+    fields.setdefault("max_use", None)
+    fields.setdefault("min_size", 1)
+    fields.setdefault("snapshot_max_item_bytes", 256 << 20)
+    return ReplayConfig(capacity=capacity, **fields)
 
 
 def _traj(i: int) -> dict:
@@ -19,13 +27,13 @@ def _traj(i: int) -> dict:
 
 def test_service_snapshot_restore_same_next_samples(tmp_path):
     path = str(tmp_path / "replay.snap")
-    a = ReplayServiceCore(64, seed=5, max_use=10, snapshot_path=path)
+    a = ReplayServiceCore(config(64, max_use=10), seed=5, snapshot_path=path)
     ids = a.insert([_traj(i) for i in range(40)], np.linspace(0, 2, 40))
     s = a.sample(8, 0.4)
     a.update_priorities(s["ids"], np.arange(8.0))
     a.update_priorities(ids[:3], [0.1, 0.2, 0.3])
     assert a.snapshot() == path
-    b = ReplayServiceCore(64, seed=123, max_use=10, snapshot_path=path)  # restores, seed ignored
+    b = ReplayServiceCore(config(64, max_use=10), seed=123, snapshot_path=path)  # restores, seed ignored
     sa, sb = a.stats(), b.stats()
     for key in ("size", "inserts", "samples", "updates", "max_priority", "mean_uses", "priority_hist"):
         assert sa[key] == sb[key], key
@@ -40,25 +48,25 @@ def test_service_snapshot_restore_same_next_samples(tmp_path):
 
 def test_service_corrupt_or_mismatched_snapshot_is_a_clear_error(tmp_path):
     path = tmp_path / "replay.snap"
-    a = ReplayServiceCore(16, seed=0, snapshot_path=str(path))
+    a = ReplayServiceCore(config(16), seed=0, snapshot_path=str(path))
     a.insert([_traj(i) for i in range(5)])
     a.snapshot()
     data = path.read_bytes()
     path.write_bytes(data[: len(data) // 2])  # truncated
     with pytest.raises(SnapshotError, match="corrupt or truncated"):
-        ReplayServiceCore(16, snapshot_path=str(path))
+        ReplayServiceCore(config(16), snapshot_path=str(path))
     path.write_bytes(b"\x00garbage" * 10)
     with pytest.raises(SnapshotError):
-        ReplayServiceCore(16, snapshot_path=str(path))
+        ReplayServiceCore(config(16), snapshot_path=str(path))
     path.write_bytes(data)
     with pytest.raises(ValueError, match="capacity"):
-        ReplayServiceCore(32, snapshot_path=str(path))
-    assert len(ReplayServiceCore(16, snapshot_path=str(path))) == 5
+        ReplayServiceCore(config(32), snapshot_path=str(path))
+    assert len(ReplayServiceCore(config(16), snapshot_path=str(path))) == 5
 
 
 def test_service_periodic_snapshot(tmp_path):
     path = tmp_path / "periodic.snap"
-    a = ReplayServiceCore(16, seed=0, snapshot_path=str(path), snapshot_interval_s=0.05)
+    a = ReplayServiceCore(config(16, snapshot_interval_s=0.05), seed=0, snapshot_path=str(path))
     a.insert([1, 2])
     assert not path.exists()
     time.sleep(0.1)
@@ -67,19 +75,18 @@ def test_service_periodic_snapshot(tmp_path):
 
 
 def test_service_not_ready_returns_none_and_stats():
-    svc = ReplayServiceCore(100, seed=0, min_size=3, samples_per_insert=1.0, error_buffer=10.0)
+    svc = ReplayServiceCore(config(100, min_size=3), seed=0)
     assert svc.sample(2, 0.5) is None  # empty
-    svc.insert([_traj(0), _traj(1)])
+    svc.insert([_traj(0)])
     assert svc.sample(2, 0.5) is None  # below min_size
-    svc.insert([_traj(i) for i in range(2, 6)])  # 5 inserts: offset 3, min_diff -7, max_diff 13
-    out = svc.sample(8, 0.5)  # 5 - 0 - 8 = -3 >= -7
+    svc.insert([_traj(1)])
+    assert svc.sample(2, 0.5) is None  # still below min_size
+    svc.insert([_traj(i) for i in range(2, 6)])
+    out = svc.sample(8, 0.5)
     assert out is not None and len(out["ids"]) == 8
-    assert svc.sample(8, 0.5) is None  # 5 - 8 - 8 = -11 < -7: rate limited
     with pytest.raises(ValueError, match="beta"):
         svc.sample(8, -1.0)  # a bad argument is an error, not "not ready"
-    svc.insert([_traj(i) for i in range(6, 16)])  # 16 - 8 = 8 <= 13
-    with pytest.raises(RateLimitedError):
-        svc.insert([_traj(i) for i in range(10)])  # 26 - 8 = 18 > 13
+    svc.insert([_traj(i) for i in range(6, 16)])
     st = svc.stats()
     assert st["size"] == 16 and st["inserts"] == 16 and st["samples"] == 8 and st["not_ready"] == 3
     assert sum(st["priority_hist"]["counts"]) == 16
@@ -124,7 +131,7 @@ def test_ray_service_concurrent_clients_counts_consistent(ray_session):
             ray.get(handle.update_priorities.remote(out["ids"], np.abs(np.random.default_rng(n).normal(size=batch))))
         return n, n_unique, pairs
 
-    handle = ReplayService.options(num_cpus=0).remote(1000, seed=0)
+    handle = ReplayService.options(num_cpus=0).remote(config(1000), seed=0)
     ins = ray.remote(num_cpus=0)(_inserter)
     smp = ray.remote(num_cpus=0)(_sampler)
     rounds, per, batch = 20, 10, 16
@@ -149,7 +156,7 @@ def test_ray_service_concurrent_clients_counts_consistent(ray_session):
 def test_ray_service_survives_bad_calls(ray_session, tmp_path):
     ray = ray_session
     path = str(tmp_path / "actor.snap")
-    handle = ReplayService.remote(64, seed=1, snapshot_path=path)
+    handle = ReplayService.remote(config(64), seed=1, snapshot_path=path)
     ray.get(handle.insert.remote([_traj(i) for i in range(10)]))
     bad = [
         handle.insert.remote([_traj(0)], [-1.0]),
@@ -161,10 +168,10 @@ def test_ray_service_survives_bad_calls(ray_session, tmp_path):
     for ref in bad:
         with pytest.raises(ValueError):
             ray.get(ref)
-    assert ray.get(handle.ping.remote())
+    assert ray.get(handle.size.remote()) == 10  # the actor survived the bad calls
     out = ray.get(handle.sample.remote(4, 0.5))
     assert out is not None and len(out["items"]) == 4
     assert ray.get(handle.stats.remote())["size"] == 10
     assert ray.get(handle.snapshot.remote()) == path
-    restored = ReplayServiceCore(64, snapshot_path=path)
+    restored = ReplayServiceCore(config(64), snapshot_path=path)
     assert len(restored) == 10 and restored.stats()["samples"] == 4

@@ -1,4 +1,4 @@
-"""Prioritized trajectory replay (NumPy, with optional C kernels for the sum tree; no Ray).
+"""Prioritized trajectory replay: the buffer (NumPy, with optional C kernels for the sum tree; no Ray).
 
 Semantics
 ---------
@@ -25,37 +25,38 @@ Semantics
   removed by ``max_use``) or was never issued are ignored. A repeated id in one call: the last value
   wins.
 * Bad input raises ``ValueError`` naming the field and the expected form, before any state is
-  touched (the RNG does not advance either). Sampling an empty buffer, one below ``min_size``, or
-  one the rate limiter refuses raises ``NotReadyError`` / ``RateLimitedError`` (subclasses of
-  ValueError). With a rate limiter, ``insert`` raises ``RateLimitedError`` when refused.
+  touched (the RNG does not advance either). Sampling an empty buffer, one below ``min_size``, or one
+  without enough remaining uses raises ``NotReadyError`` (a ValueError).
 * ``state_dict(include_items=True, max_item_bytes=None)``: everything, msgpack-serialisable with
   ``contracts.snapshot``. Items are packed one by one (msgpack, NumPy arrays supported), newest first;
   an item is included if it fits into what is left of ``max_item_bytes`` and skipped otherwise; items
   that cannot be serialised are skipped too. The state records how many were dropped. Loading such a
-  state restores all metadata (ids, counters, max priority, RNG, rate limiter) and the included items
-  with their priorities and use counts, and *removes* the slots whose items were dropped (priority 0,
-  size decreases, counted as rate-limiter deletes): a slot without its item could never be served.
+  state restores all metadata (ids, counters, max priority, RNG) and the included items with their
+  priorities and use counts, and *removes* the slots whose items were dropped (priority 0, size
+  decreases): a slot without its item could never be served. See ``replay_state``.
   With every item included, the next samples after ``load_state_dict`` equal the original's.
 """
 
 from __future__ import annotations
 
 import math
-import numbers
 import operator
 from collections.abc import Sequence
 from typing import Any, NamedTuple
 
 import numpy as np
 
-from levelray.contracts.snapshot import packb, unpackb
-from levelray.replay_service.rate_limiter import NotReadyError, RateLimitedError, RateLimiter
+from levelray.contracts.rng import make_rng
+from levelray.replay_service.checks import check_beta, check_ids, check_priorities, positive_int
+from levelray.replay_service.replay_state import STATE_FORMAT, pack_items, read_state
 from levelray.replay_service.sumtree import _C, SumMinTree
 
-__all__ = ["PrioritizedReplay", "Sample", "NotReadyError", "RateLimitedError"]
+__all__ = ["NotReadyError", "PrioritizedReplay", "Sample"]
 
-STATE_FORMAT = "levelray.replay/1"
-_BIT_GENERATORS = ("PCG64", "PCG64DXSM", "MT19937", "Philox", "SFC64")
+
+class NotReadyError(ValueError):
+    """Sampling is not possible right now: empty buffer, below ``min_size``, or not enough remaining uses
+    under ``max_use``. Retry later."""
 
 
 class Sample(NamedTuple):
@@ -63,22 +64,6 @@ class Sample(NamedTuple):
     items: list  # the items, in the order of ids
     weights: np.ndarray  # float64 [B], importance weights normalised to max 1
     probabilities: np.ndarray  # float64 [B], P(i) at the time of the draw
-
-
-def _make_rng(rng) -> np.random.Generator:
-    if rng is None or (isinstance(rng, numbers.Integral) and not isinstance(rng, bool)):
-        if rng is not None and int(rng) < 0:
-            raise ValueError(f"rng seed must be >= 0, got {rng!r}")
-        return np.random.default_rng(rng)
-    if isinstance(rng, np.random.Generator):
-        return rng
-    raise ValueError(f"rng must be an int seed, a numpy.random.Generator or None, got {type(rng).__name__}")
-
-
-def _positive_int(value, name: str) -> int:
-    if isinstance(value, bool) or not isinstance(value, numbers.Integral) or int(value) <= 0:
-        raise ValueError(f"{name} must be a positive integer, got {value!r}")
-    return int(value)
 
 
 # Default sum-tree shape: fan-out 16 under a top of at most 4096 nodes. Measured on the benchmark, this is
@@ -100,11 +85,10 @@ class PrioritizedReplay:
         max_use: int | None = None,
         min_size: int = 1,
         rng=None,
-        rate_limiter: RateLimiter | None = None,
         fanout: int | None = None,
         top_max: int | None = None,
     ) -> None:
-        self._capacity = _positive_int(capacity, "capacity")
+        self._capacity = positive_int(capacity, "capacity")
         alpha = float(alpha)
         if not (math.isfinite(alpha) and alpha >= 0):
             raise ValueError(f"alpha must be a finite number >= 0, got {alpha!r}")
@@ -112,12 +96,9 @@ class PrioritizedReplay:
         if not (math.isfinite(eps) and eps > 0):
             raise ValueError(f"eps must be a finite number > 0, got {eps!r}")
         self._alpha, self._eps = alpha, eps
-        self._max_use = None if max_use is None else _positive_int(max_use, "max_use")
-        self._min_size = _positive_int(min_size, "min_size")
-        if rate_limiter is not None and not isinstance(rate_limiter, RateLimiter):
-            raise ValueError(f"rate_limiter must be a RateLimiter or None, got {type(rate_limiter).__name__}")
-        self._limiter = rate_limiter
-        self._rng = _make_rng(rng)
+        self._max_use = None if max_use is None else positive_int(max_use, "max_use")
+        self._min_size = positive_int(min_size, "min_size")
+        self._rng = make_rng(rng)
         fanout = DEFAULT_FANOUT if fanout is None else fanout
         top_max = DEFAULT_TOP_MAX if top_max is None else top_max
         self._tree = SumMinTree(self._capacity, fanout=fanout, top_max=top_max)
@@ -170,10 +151,6 @@ class PrioritizedReplay:
         return self._max_priority
 
     @property
-    def rate_limiter(self) -> RateLimiter | None:
-        return self._limiter
-
-    @property
     def tree(self) -> SumMinTree:
         return self._tree
 
@@ -206,36 +183,6 @@ class PrioritizedReplay:
         i = int(item_id)
         return i >= 0 and int(self._slot_ids[i % self._capacity]) == i
 
-    # ------------------------------------------------------------ validation
-    def _check_priorities(self, priorities, n: int, name: str = "priorities") -> np.ndarray:
-        try:
-            p = np.asarray(priorities, dtype=np.float64)
-        except (TypeError, ValueError) as exc:
-            raise ValueError(f"{name} must be a 1-D array of {n} real numbers >= 0") from exc
-        if p.ndim != 1 or p.shape[0] != n:
-            raise ValueError(f"{name} must have shape ({n},) to match the ids/items, got shape {p.shape}")
-        if n and not (p.min() >= 0.0 and p.max() < np.inf):  # NaN fails both comparisons
-            if not np.all(np.isfinite(p)):
-                raise ValueError(f"{name} must be finite (got NaN or infinity)")
-            raise ValueError(f"{name} must be >= 0 (raw priorities such as |TD error|), got {p.min()}")
-        return p
-
-    @staticmethod
-    def _check_ids(ids) -> np.ndarray:
-        a = np.asarray(ids)
-        if a.ndim != 1:
-            raise ValueError(f"ids must be a 1-D integer array, got shape {a.shape}")
-        if a.size == 0:
-            return a.astype(np.int64)
-        if a.dtype.kind not in "iu":
-            raise ValueError(f"ids must be a 1-D integer array (int64 ids from insert/sample), got dtype {a.dtype}")
-        if a.dtype.kind == "u" and a.max() > np.iinfo(np.int64).max:
-            raise ValueError("ids must fit in int64")
-        a = a.astype(np.int64, copy=False)
-        if a.min() < 0:
-            raise ValueError(f"ids must be >= 0, got {a.min()}")
-        return a
-
     def _leaf(self, raw: np.ndarray) -> np.ndarray:
         return np.power(raw + self._eps, self._alpha)
 
@@ -256,11 +203,9 @@ class PrioritizedReplay:
         if priorities is None:
             raw = np.full(n, self._max_priority, dtype=np.float64)
         else:
-            raw = self._check_priorities(priorities, n)
+            raw = check_priorities(priorities, n)
         if n == 0:
             return np.empty(0, dtype=np.int64)
-        if self._limiter is not None and not self._limiter.can_insert(n):
-            raise RateLimitedError(f"rate limiter refuses to insert {n} items now ({self._limiter!r})")
         self._flush_uses()
         if priorities is not None:
             self._see_priorities(raw)
@@ -287,22 +232,16 @@ class PrioritizedReplay:
         self._next_id += n
         self.inserts += n
         self.evicted += n_evicted + (n - k)
-        if self._limiter is not None:
-            self._limiter.insert(n)
-            self._limiter.delete(n_evicted + (n - k))
         return ids
 
     # ----------------------------------------------------------------- sample
     def can_sample(self, batch_size: int) -> bool:
         """Whether ``sample(batch_size, ...)`` would succeed now (not counting bad arguments)."""
         try:
-            self._check_ready(_positive_int(batch_size, "batch_size"))
+            self._check_ready(positive_int(batch_size, "batch_size"))
         except NotReadyError:
             return False
         return True
-
-    def can_insert(self, n: int) -> bool:
-        return self._limiter is None or n <= 0 or self._limiter.can_insert(n)
 
     def _check_ready(self, batch_size: int) -> None:
         if self._size == 0:
@@ -314,23 +253,11 @@ class PrioritizedReplay:
                 f"cannot sample {batch_size}: live items have only {self._use_budget} uses left "
                 f"under max_use={self._max_use}"
             )
-        lim = self._limiter
-        if lim is not None and not lim.can_sample(batch_size):
-            if not lim.can_insert(1):
-                raise ValueError(
-                    f"rate limiter deadlock: neither a batch of {batch_size} can be sampled nor one item "
-                    f"inserted ({lim!r}); error_buffer must be larger than the batch size"
-                )
-            raise RateLimitedError(f"rate limiter refuses to sample {batch_size} items now ({lim!r})")
 
     def sample(self, batch_size: int, beta: float) -> Sample:
         """Stratified prioritized sample of ``batch_size`` items with importance weights."""
-        b = _positive_int(batch_size, "batch_size")
-        if isinstance(beta, bool) or not isinstance(beta, numbers.Real):
-            raise ValueError(f"beta must be a real number > 0, got {beta!r}")
-        beta = float(beta)
-        if not (math.isfinite(beta) and beta > 0):
-            raise ValueError(f"beta must be a finite number > 0, got {beta!r}")
+        b = positive_int(batch_size, "batch_size")
+        beta = check_beta(beta)
         self._check_ready(b)
         if self._max_use is None:
             slots, leaf, total = self._tree.sample_stratified(b, self._rng)
@@ -350,8 +277,6 @@ class PrioritizedReplay:
             self._flush_uses()
             ids, items, weights, probs = self._sample_max_use(b, beta)
         self.samples += b
-        if self._limiter is not None:
-            self._limiter.sample(b)
         return Sample(ids, items, weights, probs)
 
     def _sample_max_use(self, b: int, beta: float):
@@ -403,16 +328,14 @@ class PrioritizedReplay:
             self._items[s] = None
         self._tree.set(slots, np.zeros(slots.size))
         self._size -= int(slots.size)
-        if self._limiter is not None:
-            self._limiter.delete(int(slots.size))
 
     # ---------------------------------------------------------------- update
     def update_priorities(self, ids, priorities) -> None:
         """Set raw priorities for ``ids``; ids no longer in the buffer are ignored."""
         if self._tree.backend == "c" and self._update_fast(ids, priorities):
             return
-        ids = self._check_ids(ids)
-        p = self._check_priorities(priorities, ids.shape[0])
+        ids = check_ids(ids)
+        p = check_priorities(priorities, ids.shape[0])
         if ids.size == 0:
             return
         slots = ids % self._capacity
@@ -470,23 +393,8 @@ class PrioritizedReplay:
         live = self.live_slots()
         # newest first: ids are increasing with insertion time
         live = live[np.argsort(-self._slot_ids[live], kind="stable")]
-        item_slots: list[int] = []
-        blobs: list[bytes] = []
-        unserialisable = 0
-        if include_items:
-            budget = None if max_item_bytes is None else int(max_item_bytes)
-            used = 0
-            for s in live.tolist():
-                try:
-                    blob = packb(self._items[s])
-                except (TypeError, ValueError, OverflowError):
-                    unserialisable += 1
-                    continue
-                if budget is not None and used + len(blob) > budget:
-                    continue
-                used += len(blob)
-                item_slots.append(s)
-                blobs.append(blob)
+        item_slots, blobs, unserialisable = pack_items(self._items, live, max_item_bytes) if include_items else (
+            [], [], 0)
         bg = self._rng.bit_generator
         return {
             "format": STATE_FORMAT,
@@ -515,7 +423,6 @@ class PrioritizedReplay:
                 "removed_max_use": self.removed_max_use,
                 "evicted": self.evicted,
             },
-            "rate_limiter": None if self._limiter is None else self._limiter.state_dict(),
             "items_included": include_items,
             "item_slots": np.asarray(item_slots, dtype=np.int64),
             "item_blobs": blobs,
@@ -526,97 +433,26 @@ class PrioritizedReplay:
     def load_state_dict(self, d: dict[str, Any]) -> None:
         """Restore from ``state_dict`` output (also after a msgpack round trip). Adopts the stored
         configuration. Raises ValueError (state unchanged) if ``d`` is malformed."""
-        new = self._build_from_state(d)
+        new = self.from_state_dict(d)
         self.__dict__.update(new.__dict__)
 
     @classmethod
     def from_state_dict(cls, d: dict[str, Any]) -> PrioritizedReplay:
-        return cls._build_from_state(d)
-
-    @classmethod
-    def _build_from_state(cls, d: dict[str, Any]) -> PrioritizedReplay:
-        if not isinstance(d, dict) or d.get("format") != STATE_FORMAT:
-            raise ValueError(f"not a replay state (expected a dict with format {STATE_FORMAT!r})")
-        try:
-            cap = int(d["capacity"])
-            limiter = None if d["rate_limiter"] is None else RateLimiter.from_state_dict(d["rate_limiter"])
-            r = cls(
-                cap,
-                alpha=d["alpha"],
-                eps=d["eps"],
-                max_use=d["max_use"],
-                min_size=d["min_size"],
-                rate_limiter=limiter,
-                fanout=int(d["fanout"]),
-                top_max=int(d["top_max"]),
-            )
-            arrays = {}
-            for key, dtype in (
-                ("leaves", np.float64),
-                ("raw_priorities", np.float64),
-                ("slot_ids", np.int64),
-                ("uses", np.int64),
-            ):
-                a = d[key]
-                if not isinstance(a, np.ndarray) or a.dtype != dtype or a.shape != (cap,):
-                    raise ValueError(f"state field {key!r} must be a {np.dtype(dtype)} array of shape ({cap},)")
-                arrays[key] = a.copy()
-            leaves, raw, slot_ids, uses = (
-                arrays["leaves"],
-                arrays["raw_priorities"],
-                arrays["slot_ids"],
-                arrays["uses"],
-            )
-            next_id = int(d["next_id"])
-            live = slot_ids >= 0
-            if (
-                not np.all(np.isfinite(leaves))
-                or leaves.min() < 0
-                or not np.all(leaves[live] > 0)
-                or np.any(leaves[~live] != 0)
-                or np.any(slot_ids[live] % cap != np.flatnonzero(live))
-                or np.any(slot_ids >= next_id)
-                or int(d["size"]) != int(live.sum())
-                or int(d["write_pos"]) != next_id % cap
-            ):
-                raise ValueError("inconsistent slot/leaf arrays in replay state")
-            rng_state = d["rng"]
-            name = rng_state["bit_generator"]
-            if name not in _BIT_GENERATORS:
-                raise ValueError(f"unsupported bit generator {name!r}")
-            bg = getattr(np.random, name)()
-            bg.state = rng_state["state"]
-            r._rng = np.random.Generator(bg)
-            item_slots = np.asarray(d["item_slots"], dtype=np.int64).reshape(-1)
-            blobs = d["item_blobs"]
-            if len(blobs) != item_slots.size:
-                raise ValueError("item_slots and item_blobs lengths differ")
-            if item_slots.size and (item_slots.min() < 0 or item_slots.max() >= cap):
-                raise ValueError("item slot out of range")
-            if item_slots.size and not np.all(live[item_slots]):
-                raise ValueError("item stored for an empty slot")
-            items: list = [None] * cap
-            have = np.zeros(cap, dtype=bool)
-            for s, blob in zip(item_slots.tolist(), blobs, strict=True):
-                if not isinstance(blob, bytes):
-                    raise ValueError("item blobs must be bytes")
-                items[s] = unpackb(blob)
-                have[s] = True
-            counters = d["counters"]
-            max_priority = float(d["max_priority"])
-            priority_seen = bool(d["priority_seen"])
-        except (KeyError, TypeError, AttributeError) as exc:
-            raise ValueError(f"malformed replay state: {type(exc).__name__}: {exc}") from exc
-        r._slot_ids, r._uses, r._raw, r._items = slot_ids, uses, raw, items
-        r._next_id = next_id
+        """A buffer rebuilt from ``state_dict`` output; ValueError if ``d`` is malformed."""
+        st = read_state(d)
+        r = cls(st.capacity, **st.settings)
+        r._rng = st.rng
+        r._slot_ids, r._uses, r._raw, r._items = st.slot_ids, st.uses, st.raw, st.items
+        r._next_id = st.next_id
+        live = st.slot_ids >= 0
         r._size = int(live.sum())
-        r._max_priority, r._priority_seen = max_priority, priority_seen
-        r._tree.load_leaves(leaves)
+        r._max_priority, r._priority_seen = st.max_priority, st.priority_seen
+        r._tree.load_leaves(st.leaves)
         if r._max_use is not None:
-            r._use_budget = int((r._max_use - uses[live]).sum())
-        for k in ("inserts", "samples", "updates", "updates_ignored", "removed_max_use", "evicted"):
-            setattr(r, k, int(counters.get(k, 0)))
-        missing = np.flatnonzero(live & ~have)
+            r._use_budget = int((r._max_use - st.uses[live]).sum())
+        for k, v in st.counters.items():
+            setattr(r, k, v)
+        missing = np.flatnonzero(live & ~st.have)
         if missing.size:  # items not in the state (budget / not serialisable): remove their slots
             r._remove(missing)
         return r

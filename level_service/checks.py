@@ -1,0 +1,56 @@
+"""Input checks shared by the sampler's constructor, its feedback reader and its state reader.
+
+Each raises ValueError naming the field and the form it expects, so a bad call through Ray is readable in
+the caller.
+"""
+
+from __future__ import annotations
+
+import math
+import numbers
+from typing import Any
+
+import numpy as np
+
+INT64_MAX = np.iinfo(np.int64).max
+
+
+def check_real(name: str, value: Any, lo: float, hi: float, *, lo_open: bool = False) -> float:
+    """`value` as a float in `[lo, hi]` (`(lo, hi]` with `lo_open`)."""
+    if isinstance(value, bool) or not isinstance(value, numbers.Real):
+        raise ValueError(f"{name} must be a real number, got {value!r}")
+    v = float(value)
+    if not math.isfinite(v) or v > hi or v < lo or (lo_open and v == lo):
+        bracket = "(" if lo_open else "["
+        raise ValueError(f"{name} must be a finite number in {bracket}{lo}, {hi}], got {value!r}")
+    return v
+
+
+def as_int_array(name: str, value: Any, ndim: int) -> np.ndarray:
+    """`value` as an int64 array of `ndim` dimensions (an empty list counts as integers)."""
+    try:
+        arr = np.asarray(value)
+    except Exception as exc:
+        raise ValueError(f"{name} must be an integer array of {ndim} dimensions: {exc}") from exc
+    if arr.size == 0 and arr.dtype.kind in "fb":  # np.asarray([]) is float64
+        arr = arr.astype(np.int64)
+    if arr.dtype.kind not in "iu":
+        raise ValueError(f"{name} must be an integer array of {ndim} dimensions, got dtype {arr.dtype}")
+    if arr.ndim != ndim:
+        raise ValueError(f"{name} must have {ndim} dimensions, got shape {arr.shape}")
+    if arr.dtype.kind == "u" and arr.size and int(arr.max()) > INT64_MAX:
+        raise ValueError(f"{name} holds values beyond int64")
+    return arr.astype(np.int64, copy=False)
+
+
+def as_float_array(name: str, value: Any, shape: tuple[int, ...]) -> np.ndarray:
+    """`value` as a finite float64 array of exactly `shape`."""
+    try:
+        arr = np.asarray(value, dtype=np.float64)
+    except Exception as exc:
+        raise ValueError(f"{name} must be a real array of shape {shape}: {exc}") from exc
+    if arr.shape != shape:
+        raise ValueError(f"{name} must have shape {shape}, got {arr.shape}")
+    if not np.isfinite(arr).all():
+        raise ValueError(f"{name} must be finite (no NaN or inf)")
+    return arr
