@@ -19,7 +19,7 @@ The preprocessing is the standard one of the IMPALA and Muesli papers, made of g
   turned from its `[4, 84, 84]` into uint8 `[84, 84, 4]` (`[H, W, C]`, the newest frame in channel 3), the
   image layout `policy.models.ImpalaCNN` reads, so the IMPALA CNN is what `--model auto` picks and
   actors ship one byte per pixel.
-- Reward clipping for training: `AtariVector` (in `actors.envs`) gives the learner `sign(reward)` and
+- Reward clipping for training: `AtariVector` gives the learner `sign(reward)` and
   keeps the game's own reward as `StepResult.raw_rewards`, which episode returns (`episode_return_mean`,
   `levelray evaluate`, `--stop-at-return`) are summed from: every reported return is the game's score.
 - `--max-episode-steps N` cuts episodes at N agent steps (4N frames), on top of ALE's 108,000 frames.
@@ -27,20 +27,24 @@ The preprocessing is the standard one of the IMPALA and Muesli papers, made of g
 The level is the `reset(seed=...)` seed as for any gymnasium env: it seeds ALE's random generator (sticky
 actions) and the no-op count; it does not change the game itself.
 
-This module imports ale_py (and, through the preprocessing, cv2): `actors.envs` imports it only for Atari.
+ale_py is imported (and registers its ids with gymnasium) only when an Atari id is resolved or an env built,
+cv2 only when the preprocessing is built: the dispatch in `actors.envs` loads this module for every env.
 """
 
 from __future__ import annotations
 
 import difflib
+import functools
 import re
 
-import ale_py
 import gymnasium as gym
 import numpy as np
 from gymnasium import spaces
 
-gym.register_envs(ale_py)  # the ALE ids are registered with gymnasium only once ale_py asks for it
+from levelray.actors.env_vector import LevelSource, StepResult, spec_of_one_env
+from levelray.actors.gymnasium_env import GymnasiumVector
+from levelray.contracts.config import EnvConfig
+from levelray.contracts.spec import EnvSpec
 
 PREFIX = "atari:"
 FRAME_SKIP = 4
@@ -51,6 +55,14 @@ _V5 = re.compile(r"^ALE/([A-Za-z0-9]+)-v5$")
 _NOFRAMESKIP = re.compile(r"^([A-Za-z0-9]+)NoFrameskip-v4$")
 
 
+@functools.cache
+def _register_ale() -> None:
+    """Register the ALE ids with gymnasium (ale_py does so only once asked)."""
+    import ale_py
+
+    gym.register_envs(ale_py)
+
+
 def _key(name: str) -> str:
     """`space_invaders`, `SpaceInvaders` and `space-invaders` all give `spaceinvaders`."""
     return re.sub(r"[_\-\s]", "", name).lower()
@@ -58,10 +70,11 @@ def _key(name: str) -> str:
 
 def _v5_ids() -> dict[str, str]:
     """{ALE's snake_case game name: `ALE/<Game>-v5`} of every game ale-py ships."""
+    _register_ale()
     out = {}
-    for env_id, spec in gym.envs.registry.items():
-        if _V5.match(env_id) and "game" in spec.kwargs:
-            out[spec.kwargs["game"]] = env_id
+    for env_id, registered in gym.envs.registry.items():
+        if _V5.match(env_id) and "game" in registered.kwargs:
+            out[registered.kwargs["game"]] = env_id
     return out
 
 
@@ -72,8 +85,9 @@ def games() -> list[str]:
 
 def is_ale_id(env_id: str) -> bool:
     """A gymnasium id that ale-py registers (any version)."""
-    spec = gym.envs.registry.get(env_id)
-    return spec is not None and "ale_py" in str(spec.entry_point)
+    _register_ale()
+    registered = gym.envs.registry.get(env_id)
+    return registered is not None and "ale_py" in str(registered.entry_point)
 
 
 def gymnasium_id(env_id: str) -> str:
@@ -139,3 +153,45 @@ def make(env_id: str, max_episode_steps: int | None = None) -> gym.Env:
     if max_episode_steps is not None:
         env = gym.wrappers.TimeLimit(env, max_episode_steps)  # agent steps: outside the frame skipping
     return env
+
+
+class AtariVector(GymnasiumVector):
+    """K preprocessed Atari envs (see the module doc). The learner trains on `sign(reward)` (the IMPALA and
+    DQN papers' reward clipping; Atari scores are integers, so this is also clipping to [-1, 1]);
+    `raw_rewards` keeps the game's own, from which episode returns are summed."""
+
+    def __init__(
+        self, env_id: str, num_envs: int, cfg: EnvConfig, level_source: LevelSource | None = None, seed: int = 0
+    ):
+        self.gym_id = gymnasium_id(env_id)
+        self.game = game_name(self.gym_id)
+        super().__init__(self.gym_id, num_envs, cfg, level_source, seed,
+                         make_env=lambda: make(self.gym_id, cfg.max_episode_steps))
+
+    def step(self, actions: np.ndarray) -> StepResult:
+        step = super().step(actions)
+        step.raw_rewards = step.rewards
+        step.rewards = np.sign(step.rewards).astype(np.float32)
+        return step
+
+
+def matches(env_id: str) -> bool:
+    """`atari:<game>` and `ALE/...` by name; any other id only where ale-py registers it (a registered id of
+    another library is answered without loading ale_py). A bare ALE id other than the two this module plays is
+    matched so that `make_vector` refuses it: raw frames, with ALE's own frame skipping."""
+    if env_id.startswith((PREFIX, "ALE/")):
+        return True
+    registered = gym.envs.registry.get(env_id)
+    return (registered is None or "ale_py" in str(registered.entry_point)) and is_ale_id(env_id)
+
+
+def make_vector(cfg: EnvConfig, num_envs: int, level_source: LevelSource | None = None, seed: int = 0) -> AtariVector:
+    return AtariVector(cfg.id, num_envs, cfg, level_source, seed)
+
+
+def spec(cfg: EnvConfig) -> EnvSpec:
+    return spec_of_one_env(make_vector, cfg)
+
+
+def ids() -> list[str]:
+    return [PREFIX + "<game>"]

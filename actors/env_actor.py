@@ -19,6 +19,8 @@ import os
 import threading
 from collections import deque
 
+from levelray.contracts.config import RunConfig
+
 
 class SeedPrefetcher:
     """A local buffer of level seeds, refilled from the level service before it runs dry.
@@ -87,7 +89,7 @@ class EnvActor:
     def __init__(
         self,
         actor_id: int,
-        cfg_dict: dict,
+        cfg: RunConfig,
         learner,
         level_service=None,
         *,
@@ -97,10 +99,8 @@ class EnvActor:
 
         from levelray.actors.envs import make_env_vector
         from levelray.actors.rollout import RolloutWorker
-        from levelray.contracts.config import from_dict
 
         torch.set_num_threads(1)
-        cfg = from_dict(cfg_dict)
         K = cfg.actors.envs_per_actor
         self.actor_id = actor_id
         self.learner = learner

@@ -1,33 +1,30 @@
-"""MiniGrid (Farama `minigrid`) as a procedural family: `--env minigrid:<name>`.
+"""The MiniGrid family (Farama `minigrid`) as a procedural family: `--env minigrid:<name>`.
 
 `minigrid:DoorKey-8x8` is the gymnasium id `MiniGrid-DoorKey-8x8-v0`: the name is the id without its
 `MiniGrid-` prefix and `-vN` suffix (the newest registered version; `minigrid:ObstructedMaze-2Q-v0` names
 one explicitly). The level is the `reset(seed=...)` seed, as for any gymnasium env: MiniGrid draws the
-whole layout (walls, doors, keys, goal, agent start) from it.
+whole layout (walls, doors, keys, goal, agent start) from it. Each env is wrapped by
+`actors.minigrid_obs.MiniGridObs` (the observation as one uint8 `[7, 7, 4]` array, success = reached the
+goal). A bare `MiniGrid-...` id is refused with the name to use instead.
 
-`MiniGridObs` turns MiniGrid's dict observation into the one uint8 array `contracts.spec` documents for
-`MINIGRID_OBS` (`[7, 7, 4]`: the symbolic view plus the direction broadcast in channel 3; the mission
-string is dropped, which loses nothing where the layout shows the one goal, as in DoorKey, MultiRoom,
-KeyCorridor, LavaGap, the Crossings, FourRooms; in Fetch, GoToDoor, GoToObject and PutNear the mission alone
-says which object or door is meant, so there the agent can only guess) and reports success
-the way `actors.envs` reads it, `info["is_success"]` at the episode's last step: MiniGrid's reward is
-positive only when the agent reaches the goal (`1 - 0.9 * steps / max_steps`), so success is terminated
-with reward > 0. MiniGrid's own `max_steps` is its time limit, reported as `truncated`.
-
-This module imports gymnasium and minigrid (~1 s): `actors.envs` imports it only for a MiniGrid env.
+minigrid itself (~1 s to import) is imported only when a name is resolved or a vector built.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import difflib
 import re
 
 import gymnasium as gym
-import minigrid  # noqa: F401  (registers the MiniGrid-* ids with gymnasium)
-import numpy as np
-from gymnasium import spaces
+
+from levelray.actors.env_vector import LevelSource, spec_of_one_env
+from levelray.actors.gymnasium_env import GymnasiumVector
+from levelray.contracts.config import EnvConfig
+from levelray.contracts.spec import MINIGRID_OBS, EnvSpec
 
 PREFIX = "minigrid:"
+_GYM_PREFIX = "MiniGrid-"
 _ID = re.compile(r"^MiniGrid-(.+?)(?:-v(\d+))?$")
 # The wave-function-collapse envs of minigrid 3.0.0 read pattern images its wheel does not ship.
 _BROKEN = ("WFC-",)
@@ -35,6 +32,8 @@ _BROKEN = ("WFC-",)
 
 def _registered() -> dict[str, dict[int, str]]:
     """{name: {version: gymnasium id}} of every registered MiniGrid env."""
+    import minigrid  # noqa: F401  (registers the MiniGrid-* ids with gymnasium)
+
     found: dict[str, dict[int, str]] = {}
     for env_id in gym.envs.registry:
         m = _ID.match(env_id)
@@ -59,6 +58,8 @@ def gymnasium_id(name: str) -> str:
     if versions and int(version) in versions:
         return versions[int(version)]
     if base.startswith(_BROKEN) and any(i.startswith(f"MiniGrid-{base}-v") for i in gym.envs.registry):
+        import minigrid
+
         raise ValueError(f"{PREFIX + name}: the wave-function-collapse envs of minigrid {minigrid.__version__} cannot "
                          f"start (its wheel lacks the pattern images they read)")
     close = difflib.get_close_matches(PREFIX + name, minigrid_names(), n=3)
@@ -70,34 +71,6 @@ def gymnasium_id(name: str) -> str:
     )
 
 
-class MiniGridObs(gym.Wrapper):
-    """MiniGrid's dict observation as uint8 `[H, W, 4]` (see the module doc) and `info["is_success"]`
-    on the last step of every episode."""
-
-    def __init__(self, env: gym.Env):
-        super().__init__(env)
-        h, w, c = env.observation_space["image"].shape
-        assert c == 3, env.observation_space
-        self.observation_space = spaces.Box(0, 255, (h, w, 4), np.uint8)
-
-    def _encode(self, obs: dict) -> np.ndarray:
-        image = obs["image"]
-        out = np.empty((*image.shape[:2], 4), dtype=np.uint8)
-        out[..., :3] = image
-        out[..., 3] = obs["direction"]
-        return out
-
-    def reset(self, **kwargs):
-        obs, info = self.env.reset(**kwargs)
-        return self._encode(obs), info
-
-    def step(self, action):
-        obs, reward, terminated, truncated, info = self.env.step(action)
-        if terminated or truncated:
-            info["is_success"] = bool(terminated and reward > 0)
-        return self._encode(obs), reward, terminated, truncated, info
-
-
 def canonical_name(env_id: str) -> str:
     """`MiniGrid-DoorKey-8x8-v0` -> `minigrid:DoorKey-8x8` (the version kept only where it is not the newest)."""
     m = _ID.match(env_id)
@@ -107,7 +80,39 @@ def canonical_name(env_id: str) -> str:
     return short if gymnasium_id(m.group(1)) == env_id else f"{short}-v{m.group(2)}"
 
 
-def make(env_id: str, max_steps: int | None = None) -> gym.Env:
-    """One wrapped MiniGrid env; `max_steps` overrides MiniGrid's own time limit (`--max-episode-steps`)."""
-    kwargs = {} if max_steps is None else {"max_steps": max_steps}
-    return MiniGridObs(gym.make(env_id, disable_env_checker=True, **kwargs))
+class MiniGridVector(GymnasiumVector):
+    """`minigrid:<name>`: see the module doc. `cfg.max_episode_steps` replaces MiniGrid's own `max_steps`
+    (rather than adding a second time limit on top of it)."""
+
+    def __init__(
+        self, name: str, num_envs: int, cfg: EnvConfig, level_source: LevelSource | None = None, seed: int = 0
+    ):
+        from levelray.actors import minigrid_obs
+
+        self.gym_id = gymnasium_id(name)
+        super().__init__(self.gym_id, num_envs, cfg, level_source, seed,
+                         make_env=lambda: minigrid_obs.make(self.gym_id, cfg.max_episode_steps))
+        self.spec = dataclasses.replace(self.spec, obs_encoding=MINIGRID_OBS)
+
+
+def matches(env_id: str) -> bool:
+    return env_id.startswith((PREFIX, _GYM_PREFIX))
+
+
+def make_vector(cfg: EnvConfig, num_envs: int, level_source: LevelSource | None = None,
+                seed: int = 0) -> MiniGridVector:
+    """ValueError for a bare `MiniGrid-...` id: levelray encodes MiniGrid's dict observation only under the
+    `minigrid:` name."""
+    if cfg.id.startswith(_GYM_PREFIX):
+        name = canonical_name(gymnasium_id(cfg.id[len(_GYM_PREFIX):]))
+        raise ValueError(f"{cfg.id!r} is a MiniGrid env: use --env {name} (levelray encodes MiniGrid's dict "
+                         f"observation into one array only under that name)")
+    return MiniGridVector(cfg.id[len(PREFIX):], num_envs, cfg, level_source, seed)
+
+
+def spec(cfg: EnvConfig) -> EnvSpec:
+    return spec_of_one_env(make_vector, cfg)
+
+
+def ids() -> list[str]:
+    return [PREFIX + "<name>"]

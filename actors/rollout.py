@@ -9,7 +9,7 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from levelray.actors.envs import EnvVector
+from levelray.actors.env_vector import EnvVector
 from levelray.contracts.spec import EnvSpec
 from levelray.policy import distributions
 from levelray.policy.models import build_model
@@ -69,19 +69,19 @@ class RolloutWorker:
 
     def act(self, obs: np.ndarray, *, greedy: bool = False) -> tuple[np.ndarray, np.ndarray]:
         """Sample actions for `obs [K, ...]` (or take the most likely ones: argmax / the Gaussian mean);
-        returns (actions, policy params [K, P])."""
+        returns (actions, the action distribution's parameters `dist_params [K, P]`)."""
         if self._numpy_policy is not None:
-            params = self._numpy_policy.policy_params(obs)
+            dist_params = self._numpy_policy.dist_params(obs)
         else:
             with torch.inference_mode():
-                params = self.model.policy_params(torch.from_numpy(obs)).numpy()
+                dist_params = self.model.dist_params(torch.from_numpy(obs)).numpy()
         if greedy:
             if self.spec.discrete:
-                return np.argmax(params, axis=1).astype(np.int64), params
-            return params[:, : self.spec.action_dim].copy(), params
+                return np.argmax(dist_params, axis=1).astype(np.int64), dist_params
+            return dist_params[:, : self.spec.action_dim].copy(), dist_params
         if self.spec.discrete:
-            return sample_categorical(params, self._rng), params
-        return distributions.sample(torch.from_numpy(params), False, self._gen).numpy(), params
+            return sample_categorical(dist_params, self._rng), dist_params
+        return distributions.sample(torch.from_numpy(dist_params), False, self._gen).numpy(), dist_params
 
     def unroll(self) -> dict:
         T, K, spec = self.T, self.envs.num_envs, self.spec
@@ -90,7 +90,7 @@ class RolloutWorker:
             actions = np.empty((T, K), dtype=np.int64)
         else:
             actions = np.empty((T, K, spec.action_dim), dtype=np.float32)
-        params = np.empty((T, K, spec.policy_params), dtype=np.float32)
+        dist_params = np.empty((T, K, spec.policy_params), dtype=np.float32)
         rewards = np.empty((T, K), dtype=np.float32)
         terminated = np.empty((T, K), dtype=bool)
         truncated = np.empty((T, K), dtype=bool)
@@ -100,7 +100,7 @@ class RolloutWorker:
         version = self.policy_version
         for t in range(T):
             obs[t] = self._obs
-            actions[t], params[t] = self.act(self._obs)
+            actions[t], dist_params[t] = self.act(self._obs)
             step = self.envs.step(actions[t])
             rewards[t], terminated[t], truncated[t], seeds[t] = (
                 step.rewards,
@@ -130,7 +130,7 @@ class RolloutWorker:
             "rewards": rewards,
             "terminated": terminated,
             "truncated": truncated,
-            "behaviour_params": params,
+            "behaviour_params": dist_params,
             "level_seeds": seeds,
             "final_obs": (np.stack(final_obs) if final_obs else np.empty((0, *spec.obs_shape), dtype=obs.dtype)),
             "final_obs_index": np.asarray(final_index, dtype=np.int64).reshape(-1, 2),

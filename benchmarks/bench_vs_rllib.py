@@ -48,7 +48,7 @@ to the end (`--target`, mean return 0.8, is only reported as the env steps where
   (RLlib has no PLR, so `random` is the like-for-like one).
 - RLlib: the CartPole config above with as many env runners x envs as the preset gives levelray (2 x 16 here,
   `num_cpus = runners + 2`), on an env registered with `tune.register_env` that is levelray's own wrapper,
-  `actors/minigrid_env.py` loaded by path (it imports only gymnasium, minigrid and numpy; minigrid 3.0.0 and
+  `actors/minigrid_obs.py` loaded by path (it imports only gymnasium, minigrid and numpy; minigrid 3.0.0 and
   pygame are added to the RLlib venv on first use, gymnasium stays at RLlib's 1.2.2): the same uint8
   [7, 7, 4] view (MiniGrid's symbolic 7x7x3 plus the direction), flattened to 196 float32 so that RLlib's
   default encoder (an MLP, [256, 256] tanh) reads it: RLlib's default CNN filters fit no 7x7 image, and
@@ -104,7 +104,7 @@ RLLIB_PIP = [["torch==2.13.0"], ["ray[rllib]==2.60.0", "gymnasium==1.2.2", "nump
 # For the MiniGrid section only, into the same venv: the main venv's pins (minigrid 3.0.0 takes gymnasium>=0.28.1,
 # so RLlib's 1.2.2 stays; it imports pygame at module level).
 RLLIB_MINIGRID_PIP = ["minigrid==3.0.0", "pygame==2.6.1"]
-MINIGRID_WRAPPER = ROOT / "actors" / "minigrid_env.py"  # levelray's observation encoding, loaded by path
+MINIGRID_WRAPPER = ROOT / "actors" / "minigrid_obs.py"  # levelray's observation encoding, loaded by path
 
 # Run with the RLlib venv's python: argv[1] is a JSON object (RLLIB_CONFIG plus budget_s and target).
 RLLIB_SCRIPT = r'''
@@ -123,7 +123,7 @@ if a.get("minigrid"):
     mg = a["minigrid"]
 
     def make_minigrid(env_config):
-        # levelray's own wrapper (actors/minigrid_env.py imports only gymnasium, minigrid and numpy), loaded by
+        # levelray's own wrapper (actors/minigrid_obs.py imports only gymnasium, minigrid and numpy), loaded by
         # path: the same uint8 [7, 7, 4] view levelray's actors see, flattened to 196 floats for RLlib's MLP.
         import importlib.util
 

@@ -89,13 +89,43 @@ def validate_unroll(
     """Raise TrajectoryError naming the first field that does not match the contract.
 
     `level_range` is `[start, stop)` of the training level set (None: any non-negative seed);
-    `current_version` rejects versions from the future (a version not yet published).
+    `current_version` rejects versions from the future (a version not yet published). The checks run in
+    the order of the module docstring's table, so the error names the first bad field of it.
     """
     _expect(isinstance(unroll, dict), "unroll", "a dict of arrays", type(unroll).__name__)
-    required = ("obs", *STEP_KEYS, "env_ids", "policy_version", "actor_id")
-    for key in required:
+    for key in ("obs", *STEP_KEYS, "env_ids", "policy_version", "actor_id"):
         _expect(key in unroll, key, "present", "missing")
+    T, K = _check_obs_shape(unroll["obs"], spec, unroll_length)
+    _check_actions(unroll, spec, T, K)
+    rewards = _array(unroll, "rewards", (T, K), "f", "float")
+    _expect(bool(np.isfinite(rewards).all()), "rewards", "finite values", "NaN or inf")
+    _array(unroll, "terminated", (T, K), "b", "bool")
+    truncated = _array(unroll, "truncated", (T, K), "b", "bool")
+    dist_params = _array(unroll, "behaviour_params", (T, K, spec.policy_params), "f", "float")
+    _expect(bool(np.isfinite(dist_params).all()), "behaviour_params", "finite values", "NaN or inf")
+    _check_level_seeds(_array(unroll, "level_seeds", (T, K), "iu", "integer"), level_range)
+    _check_ids_and_version(unroll, K, current_version)
+    _check_final_obs(unroll, spec, truncated)
     obs = unroll["obs"]
+    if np.issubdtype(obs.dtype, np.floating):
+        _expect(bool(np.isfinite(obs).all()), "obs", "finite values", "NaN or inf")
+    _check_episodes(unroll)
+
+
+def _array(unroll: Unroll, key: str, shape: tuple[int, ...], kinds: str, dtype_name: str) -> np.ndarray:
+    """`unroll[key]`, checked to be an array of `shape` whose dtype kind is one of `kinds`."""
+    a = unroll[key]
+    _expect(
+        isinstance(a, np.ndarray) and a.shape == shape and a.dtype.kind in kinds,
+        key,
+        lambda: f"{dtype_name} array of shape {shape}",
+        lambda: _describe(a),
+    )
+    return a
+
+
+def _check_obs_shape(obs, spec: EnvSpec, unroll_length: int | None) -> tuple[int, int]:
+    """`obs [T+1, K, *obs_shape]` of the spec's dtype; returns (T, K)."""
     _expect(
         isinstance(obs, np.ndarray) and obs.ndim == 2 + len(spec.obs_shape),
         "obs",
@@ -111,48 +141,43 @@ def validate_unroll(
     T, K = obs.shape[0] - 1, obs.shape[1]
     _expect(T >= 1 and K >= 1, "obs", "T+1 >= 2 and K >= 1", lambda: _describe(obs))
     if unroll_length is not None:
-        _expect(unroll_length == T, "obs", f"T+1 = {unroll_length + 1} steps", lambda: _describe(obs))
+        _expect(unroll_length == T, "obs", lambda: f"T+1 = {unroll_length + 1} steps", lambda: _describe(obs))
+    return T, K
 
-    def arr(key, shape, kinds, dtype_name):
-        a = unroll[key]
-        _expect(
-            isinstance(a, np.ndarray) and a.shape == shape and a.dtype.kind in kinds,
-            key,
-            f"{dtype_name} array of shape {shape}",
-            lambda: _describe(a),
-        )
-        return a
 
+def _check_actions(unroll: Unroll, spec: EnvSpec, T: int, K: int) -> None:
+    """Discrete: integers `[T, K]` in `[0, num_actions)`; continuous: finite floats `[T, K, D]`."""
     if spec.discrete:
-        actions = arr("actions", (T, K), "iu", "integer")
+        actions = _array(unroll, "actions", (T, K), "iu", "integer")
         _expect(
             bool(((actions >= 0) & (actions < spec.num_actions)).all()),
             "actions",
-            f"values in [0, {spec.num_actions})",
+            lambda: f"values in [0, {spec.num_actions})",
             lambda: f"range [{actions.min()}, {actions.max()}]",
         )
     else:
-        actions = arr("actions", (T, K, spec.action_dim), "f", "float")
+        actions = _array(unroll, "actions", (T, K, spec.action_dim), "f", "float")
         _expect(bool(np.isfinite(actions).all()), "actions", "finite values", "NaN or inf")
-    rewards = arr("rewards", (T, K), "f", "float")
-    _expect(bool(np.isfinite(rewards).all()), "rewards", "finite values", "NaN or inf")
-    arr("terminated", (T, K), "b", "bool")
-    truncated = arr("truncated", (T, K), "b", "bool")
-    params = arr("behaviour_params", (T, K, spec.policy_params), "f", "float")
-    _expect(bool(np.isfinite(params).all()), "behaviour_params", "finite values", "NaN or inf")
-    seeds = arr("level_seeds", (T, K), "iu", "integer")
+
+
+def _check_level_seeds(seeds: np.ndarray, level_range: tuple[int, int] | None) -> None:
+    """Seeds in `[start, stop)` of the training level set, or any non-negative seed without one."""
     if level_range is not None:
         lo, hi = level_range
         bad = (seeds < lo) | (seeds >= hi)
         _expect(
             not bad.any(),
             "level_seeds",
-            f"seeds in the level set [{lo}, {hi})",
+            lambda: f"seeds in the level set [{lo}, {hi})",
             lambda: f"seed {int(seeds[bad][0])}",
         )
     else:
         _expect(bool((seeds >= 0).all()), "level_seeds", "non-negative seeds", lambda: f"min {seeds.min()}")
-    env_ids = arr("env_ids", (K,), "iu", "integer")
+
+
+def _check_ids_and_version(unroll: Unroll, K: int, current_version: int | None) -> None:
+    """K distinct `env_ids`; non-negative int `policy_version` and `actor_id`, the version a published one."""
+    env_ids = _array(unroll, "env_ids", (K,), "iu", "integer")
     _expect(len(set(env_ids.tolist())) == K, "env_ids", "K distinct ids", "duplicates")
     for key in ("policy_version", "actor_id"):
         v = unroll[key]
@@ -163,41 +188,49 @@ def validate_unroll(
         _expect(
             int(unroll["policy_version"]) <= current_version,
             "policy_version",
-            f"a published version <= {current_version}",
+            lambda: f"a published version <= {current_version}",
             unroll["policy_version"],
         )
 
+
+def _check_final_obs(unroll: Unroll, spec: EnvSpec, truncated: np.ndarray) -> None:
+    """One `final_obs` row per truncated step, with its `(t, k)` in `final_obs_index`."""
     n_trunc = int(truncated.sum())
     final_obs = unroll.get("final_obs")
     final_index = unroll.get("final_obs_index")
-    if n_trunc or final_obs is not None:
+    if not n_trunc and final_obs is None:
+        return
+    obs_dtype = unroll["obs"].dtype
+    _expect(
+        isinstance(final_obs, np.ndarray)
+        and final_obs.shape == (n_trunc, *spec.obs_shape)
+        and final_obs.dtype == obs_dtype,
+        "final_obs",
+        lambda: f"{obs_dtype} [{n_trunc}, *obs_shape] (one row per truncated step)",
+        lambda: _describe(final_obs),
+    )
+    _expect(
+        isinstance(final_index, np.ndarray)
+        and final_index.shape == (n_trunc, 2)
+        and final_index.dtype.kind in "iu",
+        "final_obs_index",
+        lambda: f"int [{n_trunc}, 2]",
+        lambda: _describe(final_index),
+    )
+    if n_trunc:
+        T, K = truncated.shape
+        t, k = final_index[:, 0], final_index[:, 1]
+        in_range = (t >= 0).all() and (t < T).all() and (k >= 0).all() and (k < K).all()
         _expect(
-            isinstance(final_obs, np.ndarray)
-            and final_obs.shape == (n_trunc, *spec.obs_shape)
-            and final_obs.dtype == obs.dtype,
-            "final_obs",
-            f"{obs.dtype} [{n_trunc}, *obs_shape] (one row per truncated step)",
-            lambda: _describe(final_obs),
-        )
-        _expect(
-            isinstance(final_index, np.ndarray)
-            and final_index.shape == (n_trunc, 2)
-            and final_index.dtype.kind in "iu",
+            bool(in_range) and bool(truncated[np.clip(t, 0, T - 1), np.clip(k, 0, K - 1)].all()),
             "final_obs_index",
-            f"int [{n_trunc}, 2]",
-            lambda: _describe(final_index),
+            "the (t, k) of truncated steps",
+            "indices of non-truncated steps",
         )
-        if n_trunc:
-            t, k = final_index[:, 0], final_index[:, 1]
-            in_range = (t >= 0).all() and (t < T).all() and (k >= 0).all() and (k < K).all()
-            _expect(
-                bool(in_range) and bool(truncated[np.clip(t, 0, T - 1), np.clip(k, 0, K - 1)].all()),
-                "final_obs_index",
-                "the (t, k) of truncated steps",
-                "indices of non-truncated steps",
-            )
-    if np.issubdtype(obs.dtype, np.floating):
-        _expect(bool(np.isfinite(obs).all()), "obs", "finite values", "NaN or inf")
+
+
+def _check_episodes(unroll: Unroll) -> None:
+    """Each episode key that is there is a 1-d array; episode returns are finite."""
     for key in EPISODE_KEYS:
         if key in unroll:
             a = unroll[key]

@@ -1,7 +1,7 @@
-"""Action distributions over the policy head's parameters.
+"""Action distributions over the policy head's output, the distribution parameters `dist_params`.
 
-Discrete: `params [..., A]` are logits. Continuous: `params [..., 2D]` are (mean, log-std) of a diagonal
-Gaussian; actions are stored unclipped so that behaviour log-probabilities stay exact (the env side
+Discrete: `dist_params [..., A]` are logits. Continuous: `dist_params [..., 2D]` are (mean, log-std) of a
+diagonal Gaussian; actions are stored unclipped so that behaviour log-probabilities stay exact (the env side
 clips to its bounds).
 """
 
@@ -27,8 +27,9 @@ def gaussian_log_prob(mean: torch.Tensor, log_std: torch.Tensor, actions: torch.
     return (-0.5 * z.pow(2) - log_std - 0.5 * math.log(2 * math.pi)).sum(-1)
 
 
-def split_gaussian(params: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    mean, log_std = params.chunk(2, dim=-1)
+def split_gaussian(dist_params: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """`dist_params [..., 2D]` -> (mean, log-std clamped to [LOG_STD_MIN, LOG_STD_MAX]), each `[..., D]`."""
+    mean, log_std = dist_params.chunk(2, dim=-1)
     return mean, log_std.clamp(LOG_STD_MIN, LOG_STD_MAX)
 
 
@@ -51,26 +52,26 @@ def mean_bound_excess(mean: torch.Tensor, low: torch.Tensor, high: torch.Tensor)
     return (torch.where(finite, excess, torch.zeros_like(excess)) ** 2).sum(-1)
 
 
-def sample(params: torch.Tensor, discrete: bool, generator: torch.Generator | None = None) -> torch.Tensor:
-    """One action per row of `params [N, P]` -> `[N]` (discrete) or `[N, D]`."""
+def sample(dist_params: torch.Tensor, discrete: bool, generator: torch.Generator | None = None) -> torch.Tensor:
+    """One action per row of `dist_params [N, P]` -> `[N]` (discrete) or `[N, D]`."""
     if discrete:
-        probs = F.softmax(params.float(), dim=-1)
+        probs = F.softmax(dist_params.float(), dim=-1)
         return torch.multinomial(probs, 1, generator=generator).squeeze(-1)
-    mean, log_std = split_gaussian(params)
+    mean, log_std = split_gaussian(dist_params)
     noise = torch.randn(mean.shape, generator=generator, dtype=mean.dtype, device=mean.device)
     return mean + noise * log_std.exp()
 
 
-def log_prob(params: torch.Tensor, actions: torch.Tensor, discrete: bool) -> torch.Tensor:
+def log_prob(dist_params: torch.Tensor, actions: torch.Tensor, discrete: bool) -> torch.Tensor:
     if discrete:
-        return categorical_log_prob(params, actions)
-    mean, log_std = split_gaussian(params)
+        return categorical_log_prob(dist_params, actions)
+    mean, log_std = split_gaussian(dist_params)
     return gaussian_log_prob(mean, log_std, actions)
 
 
-def entropy(params: torch.Tensor, discrete: bool) -> torch.Tensor:
+def entropy(dist_params: torch.Tensor, discrete: bool) -> torch.Tensor:
     if discrete:
-        logp = F.log_softmax(params, dim=-1)
+        logp = F.log_softmax(dist_params, dim=-1)
         return -(logp.exp() * logp).sum(-1)
-    _, log_std = split_gaussian(params)
+    _, log_std = split_gaussian(dist_params)
     return (log_std + 0.5 * math.log(2 * math.pi * math.e)).sum(-1)

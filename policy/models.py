@@ -1,7 +1,8 @@
 """Policy/value networks: the IMPALA ResNet for images, a small grid network for MiniGrid's symbolic view,
 an MLP for vectors.
 
-All map observations `[N, *obs_shape]` to `(policy_params [N, P], value [N])`. Images arrive as uint8
+All map observations `[N, *obs_shape]` to `(dist_params [N, P], value [N])`: the action distribution's
+parameters (`policy.distributions`; P is `EnvSpec.policy_params`) and the value. Images arrive as uint8
 `[N, H, W, C]` and are scaled inside the model, so actors ship 1 byte per pixel.
 """
 
@@ -53,7 +54,7 @@ class _SharedTorso(nn.Module):
         x = self._features(obs)
         return self.policy(x), self.value(x).squeeze(-1)
 
-    def policy_params(self, obs: torch.Tensor) -> torch.Tensor:
+    def dist_params(self, obs: torch.Tensor) -> torch.Tensor:
         """The policy head alone: what an actor needs to act."""
         return self.policy(self._features(obs))
 
@@ -123,15 +124,15 @@ class MLP(nn.Module):
         if not spec.discrete:
             self.log_std = nn.Parameter(torch.full((spec.action_dim,), -0.5))
 
-    def policy_params(self, obs: torch.Tensor) -> torch.Tensor:
+    def dist_params(self, obs: torch.Tensor) -> torch.Tensor:
         """The policy tower alone: actors never need the value tower."""
-        params = self.policy(obs.flatten(1).float())
+        dist_params = self.policy(obs.flatten(1).float())
         if not self.discrete:
-            params = torch.cat([params, self.log_std.expand_as(params)], dim=-1)
-        return params
+            dist_params = torch.cat([dist_params, self.log_std.expand_as(dist_params)], dim=-1)
+        return dist_params
 
     def forward(self, obs: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        return self.policy_params(obs), self.value(obs.flatten(1).float()).squeeze(-1)
+        return self.dist_params(obs), self.value(obs.flatten(1).float()).squeeze(-1)
 
     @property
     def latent_dim(self) -> int:

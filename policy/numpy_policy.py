@@ -16,7 +16,8 @@ from levelray.policy.models import MLP
 
 
 class NumpyPolicy:
-    """`policy_params(obs [K, *obs_shape]) -> [K, P]` for `policy.models.MLP`.
+    """`dist_params(obs [K, *obs_shape]) -> [K, P]` for `policy.models.MLP`: the action
+    distribution's parameters.
 
     Layers are read from the model's `policy` Sequential (Linear and Tanh, in order) and re-read by
     `refresh()` after the model's weights change."""
@@ -47,7 +48,7 @@ class NumpyPolicy:
         log_std = getattr(self.model, "log_std", None)
         self.log_std = None if log_std is None else log_std.detach().cpu().numpy().astype(np.float32, copy=True)
 
-    def policy_params(self, obs: np.ndarray) -> np.ndarray:
+    def dist_params(self, obs: np.ndarray) -> np.ndarray:
         x = np.asarray(obs).reshape(len(obs), -1).astype(np.float32, copy=False)
         for layer in self.layers:
             if layer is None:

@@ -14,13 +14,14 @@ import torch
 import yaml
 
 from levelray.actors import atari_env
-from levelray.actors.envs import AtariVector, make_env_vector
+from levelray.actors.atari_env import AtariVector
+from levelray.actors.envs import make_env_vector
 from levelray.actors.rollout import RolloutWorker
 from levelray.contracts.atari_scores import REFERENCE_SCORES, human_normalized_score
-from levelray.contracts.config import EnvConfig, RunConfig
+from levelray.contracts.config import EnvConfig, RunConfig, replace_paths
 from levelray.contracts.trajectory import validate_unroll
 from levelray.deploy.cli import main
-from levelray.deploy.evaluate import PeriodicEvaluator
+from levelray.deploy.periodic_eval import PeriodicEvaluator
 from levelray.deploy.rundir import RunDir
 from levelray.policy.models import ImpalaCNN, build_model
 from levelray.policy.weights import weights_to_numpy
@@ -187,9 +188,10 @@ def test_max_episode_steps_counts_agent_steps():
 
 
 def test_periodic_evaluation_reports_the_human_normalized_score():
-    cfg = RunConfig()
-    cfg.env.id, cfg.env.num_levels, cfg.env.max_episode_steps = "atari:pong", 0, 10
-    cfg.eval.interval_updates, cfg.eval.episodes, cfg.eval.num_envs = 1, 2, 2
+    cfg = replace_paths(RunConfig(), {
+        "env.id": "atari:pong", "env.num_levels": 0, "env.max_episode_steps": 10,
+        "eval.interval_updates": 1, "eval.episodes": 2, "eval.num_envs": 2,
+    })
     vec = vector("atari:pong")
     weights = weights_to_numpy(build_model(vec.spec))
     vec.close()

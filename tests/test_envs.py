@@ -101,7 +101,7 @@ def test_native_cartpole_vector_plays_exactly_the_looped_envs_episodes(max_episo
     """CartPoleVector (one NumPy array for K envs) against GymnasiumVector (K gymnasium envs in a loop), the
     same levels and actions: every observation, reward, end flag, level and final observation is equal, over
     hundreds of episode ends (with a short time limit, truncations too)."""
-    from levelray.actors.envs import CartPoleVector, GymnasiumVector
+    from levelray.actors.gymnasium_env import CartPoleVector, GymnasiumVector
     from levelray.contracts.config import EnvConfig
 
     cfg = dict(id="CartPole-v1", num_levels=50, max_episode_steps=max_episode_steps)

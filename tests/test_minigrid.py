@@ -133,7 +133,7 @@ def test_network_shapes_popart_layer_and_the_torch_inference_path():
     obs = torch.from_numpy(np.stack([first_obs("DoorKey-8x8", s) for s in range(5)]))
     params, value = model(obs)
     assert params.shape == (5, 7) and value.shape == (5,)
-    torch.testing.assert_close(model.policy_params(obs), params)
+    torch.testing.assert_close(model.dist_params(obs), params)
     head = value_output_layer(model)
     assert head is model.value[-1] and head.out_features == 1
     # the symbolic indices, not their byte values, are what the network reads: an out-of-range index is clamped
@@ -152,7 +152,7 @@ def test_network_shapes_popart_layer_and_the_torch_inference_path():
     unroll = worker.unroll()
     validate_unroll(unroll, vec.spec, unroll_length=6, level_range=(0, 10))
     with torch.inference_mode():
-        expected = worker.model.policy_params(torch.from_numpy(unroll["obs"][:1].reshape(-1, 7, 7, 4)))
+        expected = worker.model.dist_params(torch.from_numpy(unroll["obs"][:1].reshape(-1, 7, 7, 4)))
     np.testing.assert_allclose(unroll["behaviour_params"][0], expected.numpy(), rtol=1e-6)
 
 

@@ -90,7 +90,7 @@ def test_policy_head_alone_matches_the_full_forward():
                  EnvSpec((64, 64, 3), "uint8", True, num_actions=15)):
         model = build_model(spec)
         obs = torch.zeros((2, *spec.obs_shape), dtype=torch.uint8 if spec.is_image else torch.float32)
-        torch.testing.assert_close(model.policy_params(obs), model(obs)[0])
+        torch.testing.assert_close(model.dist_params(obs), model(obs)[0])
 
 
 def _float64_policy_reference(weights: dict[str, np.ndarray], obs: np.ndarray, discrete: bool) -> np.ndarray:
@@ -116,12 +116,12 @@ def test_numpy_policy_matches_a_float64_reference_before_and_after_new_weights(e
     rng = np.random.default_rng(1)
     obs = rng.standard_normal((16, *worker.spec.obs_shape)).astype(np.float32) * 3
     weights = weights_to_numpy(worker.model)
-    np.testing.assert_allclose(worker._numpy_policy.policy_params(obs),
+    np.testing.assert_allclose(worker._numpy_policy.dist_params(obs),
                                _float64_policy_reference(weights, obs, worker.spec.discrete), rtol=1e-5, atol=1e-5)
     # New weights (as an actor receives them from the learner) change what the policy computes.
     new = {k: (v + rng.standard_normal(v.shape).astype(np.float32) * 0.5) for k, v in weights.items()}
     worker.set_weights(7, new)
-    got = worker._numpy_policy.policy_params(obs)
+    got = worker._numpy_policy.dist_params(obs)
     np.testing.assert_allclose(got, _float64_policy_reference(new, obs, worker.spec.discrete), rtol=1e-5, atol=1e-5)
     assert not np.allclose(got, _float64_policy_reference(weights, obs, worker.spec.discrete), atol=1e-3)
     assert worker.policy_version == 7

@@ -1,0 +1,91 @@
+"""What every env family shares: the `EnvVector` interface, its `StepResult`, and the level choice.
+
+An env vector steps K copies of one environment, each copy playing a level chosen from outside:
+`level_source(env_index) -> int | None` picks the next level of an env when its episode ends (None: a
+uniform draw from the training level set, `LevelChooser`). Every step reports the level each env really
+played. The families (`actors.procgen_env`, `minigrid_env`, `atari_env`, `gymnasium_env`) build on this
+module; `actors.envs` picks the family of an env id.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from levelray.contracts.config import EnvConfig
+from levelray.contracts.spec import EnvSpec
+
+LevelSource = Callable[[int], "int | None"]
+
+
+@dataclass
+class StepResult:
+    """One step of K envs. `obs` is the next observation, already the first of a new episode where
+    the previous one ended; `final_obs[k]` holds the true final observation of truncated env k, and
+    `success[k]` whether env k's episode that ended on this step reached its goal, where the env says
+    (procgen's `prev_level_complete`, gymnasium's `is_success` info); absent when it does not say.
+    `raw_rewards`: the env's own rewards where `rewards` (what the learner trains on) were transformed
+    (Atari's reward clipping), else None; episode returns are sums of `episode_rewards`."""
+
+    obs: np.ndarray  # [K, *obs_shape]
+    rewards: np.ndarray  # [K] float32
+    terminated: np.ndarray  # [K] bool
+    truncated: np.ndarray  # [K] bool
+    level_seeds: np.ndarray  # [K] int64, the level each env played on this step
+    final_obs: dict[int, np.ndarray]
+    success: dict[int, bool] = field(default_factory=dict)
+    raw_rewards: np.ndarray | None = None  # [K] float32
+
+    @property
+    def episode_rewards(self) -> np.ndarray:
+        """What episode returns add up: the env's own rewards (`raw_rewards` where rewards were clipped)."""
+        return self.rewards if self.raw_rewards is None else self.raw_rewards
+
+
+class EnvVector:
+    """K envs of one id: `reset()` gives the first observations `[K, *obs_shape]`, `step(actions [K, ...])`
+    a `StepResult` (an ended env is restarted on a new level within the same step), `current_levels()` the
+    level each env plays now `[K]`."""
+
+    spec: EnvSpec
+    num_envs: int
+
+    def reset(self) -> np.ndarray:
+        raise NotImplementedError
+
+    def step(self, actions: np.ndarray) -> StepResult:
+        raise NotImplementedError
+
+    def current_levels(self) -> np.ndarray:
+        raise NotImplementedError
+
+    def close(self) -> None:
+        pass
+
+
+class LevelChooser:
+    """The next level of env k: `level_source(k)`, or, where there is no source or it returns None, a
+    uniform draw from the config's level set (`start_level` + `[0, num_levels)`; `num_levels` 0: any seed)."""
+
+    def __init__(self, cfg: EnvConfig, level_source: LevelSource | None, rng: np.random.Generator):
+        self.start, self.count = cfg.start_level, cfg.num_levels
+        self.source = level_source
+        self.rng = rng
+
+    def __call__(self, env_index: int) -> int:
+        seed = self.source(env_index) if self.source is not None else None
+        if seed is None:
+            hi = self.count if self.count > 0 else 2**31 - 1 - self.start
+            seed = self.start + int(self.rng.integers(hi))
+        return int(seed)
+
+
+def spec_of_one_env(make_vector: Callable[[EnvConfig, int], EnvVector], cfg: EnvConfig) -> EnvSpec:
+    """A family's spec read off a vector of one env, closed at once."""
+    vec = make_vector(cfg, 1)
+    try:
+        return vec.spec
+    finally:
+        vec.close()
