@@ -6,13 +6,14 @@ import argparse
 import json
 import sys
 
+import ray
+
+from levelray.contracts.status import STATUS_LEARNER_KEYS
 from levelray.deploy.supervisor import NAMESPACE, SUPERVISOR_NAME
 
 
 def connect(address: str):
     """The job's supervisor actor, or SystemExit with a message that says what is wrong."""
-    import ray
-
     try:
         if not ray.is_initialized():
             ray.init(address=address, namespace=NAMESPACE, log_to_driver=False, logging_level="ERROR")
@@ -31,8 +32,6 @@ def job_status(supervisor, timeout_s: float = STATUS_TIMEOUT_S) -> dict:
     """The supervisor's `status()` plus the learner's numbers. One wait for both: a learner that does not
     answer leaves its fields None and says why in `learner_unavailable`; only a supervisor that does not
     answer is an error (SystemExit with a message, never a traceback)."""
-    import ray
-
     refs = {"status": supervisor.status.remote(), "learner": supervisor.learner_stats.remote()}
     ray.wait(list(refs.values()), num_returns=len(refs), timeout=timeout_s)
     try:
@@ -47,16 +46,13 @@ def job_status(supervisor, timeout_s: float = STATUS_TIMEOUT_S) -> dict:
         learner = {"unavailable": f"no answer within {timeout_s:g} s"}
     except ray.exceptions.RayError as exc:
         learner = {"unavailable": f"{type(exc).__name__}"}
-    status.update({k: learner.get(k) for k in ("learner_version", "env_steps", "episode_return_mean",
-                                                "policy_lag_mean", "queue_depth")})
+    status.update({k: learner.get(k) for k in STATUS_LEARNER_KEYS})
     status["learner_unavailable"] = learner.get("unavailable")
     status["env_steps_per_second"] = status.pop("progress", {}).get("env_steps_per_second")
     return status
 
 
 def cmd_scale(args: argparse.Namespace) -> int:
-    import ray
-
     supervisor = connect(args.address)
     try:
         out = ray.get(supervisor.scale.remote(args.num_actors), timeout=60)

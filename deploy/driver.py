@@ -25,8 +25,10 @@ from typing import Any, Protocol
 
 import numpy as np
 
-from levelray.contracts.config import RunConfig
+from levelray.contracts.config import RunConfig, replace_path
+from levelray.contracts.status import StatusSnapshot, actor_counts
 from levelray.deploy.errors import JobFailed
+from levelray.deploy.periodic_eval import PeriodicEvaluator
 from levelray.deploy.progress import progress_line, reached_return
 from levelray.deploy.rundir import RunDir
 from levelray.learner.core import TrainingDiverged, monotone_counters
@@ -43,10 +45,9 @@ class Backend(Protocol):
         """Let training go on until `until_time` (time.time()), the learner reaching `until_version`,
         the step budget, or `stop`, whichever is first."""
 
-    def poll(self) -> dict[str, Any]:
-        """A snapshot: `learner` (`LearnerCore.stats()` plus transport fields), and where they exist
-        `supervisor` (actors; its `error` set means they keep failing and the job must stop), `levels` and
-        `replay` (the services' `stats()`), `learner_restarts`."""
+    def poll(self) -> StatusSnapshot:
+        """A snapshot of the job (`contracts.status.StatusSnapshot`): the learner's stats, and the fields
+        of the backend's own parts (the supervisor, the services, restarts) where it has them."""
 
     def policy_weights(self) -> tuple[int, Any]:
         """`(version, weights)`: NumPy weights, or a Ray ObjectRef to them, for held-out evaluation."""
@@ -80,9 +81,10 @@ class Throughput:
         return self.rate
 
 
-def build_record(snap: dict[str, Any], *, steps_per_second: float, elapsed_s: float) -> dict[str, Any]:
+def build_record(snap: StatusSnapshot, *, steps_per_second: float, elapsed_s: float) -> dict[str, Any]:
     """The `metrics.jsonl` record of a snapshot (JSON scalars and lists only)."""
-    ls, sup = snap["learner"], snap.get("supervisor", {})
+    ls, actors = snap["learner"], actor_counts(snap)
+    last_actor_error = snap["supervisor"].get("last_actor_error") if "supervisor" in snap else None
     rec: dict[str, Any] = {
         "time": time.time(),
         "elapsed_s": elapsed_s,
@@ -95,11 +97,11 @@ def build_record(snap: dict[str, Any], *, steps_per_second: float, elapsed_s: fl
         "samples_trained": ls["samples_trained"],
         "policy_lag_mean": ls["policy_lag_mean"],
         "queue_depth": ls["queue_depth"],
-        "actors_alive": sup.get("actors_alive"),
-        "actors_desired": sup.get("actors_desired"),
-        "actors_pending": sup.get("actors_pending"),
-        "actor_restarts": sup.get("actor_restarts"),
-        "actor_last_error": (sup.get("last_actor_error") or {}).get("error"),
+        "actors_alive": actors["actors_alive"],
+        "actors_desired": actors["actors_desired"],
+        "actors_pending": actors["actors_pending"],
+        "actor_restarts": actors["actor_restarts"],
+        "actor_last_error": (last_actor_error or {}).get("error"),
         "learner_restarts": snap.get("learner_restarts", 0),
         "supervisor_restarts": snap.get("supervisor_restarts", 0),
         "nonfinite_updates": ls.get("nonfinite_updates", 0),
@@ -126,6 +128,15 @@ def build_record(snap: dict[str, Any], *, steps_per_second: float, elapsed_s: fl
     return rec
 
 
+def check_health(snap: StatusSnapshot, run_dir: RunDir) -> None:
+    """Raise JobFailed when the learner's training stopped or the env actors keep failing."""
+    if snap["learner"].get("error"):
+        raise JobFailed("learner failed: " + snap["learner"]["error"])
+    if "supervisor" in snap and snap["supervisor"].get("error"):
+        raise JobFailed(f"env actors keep failing, the job stops: {snap['supervisor']['error']}\n"
+                        f"Fix the cause, then continue with: levelray train --resume {run_dir.path}")
+
+
 def checkpoint_due(cfg: RunConfig, version: int, last_checkpoint_version: int) -> bool:
     """The learner crossed a multiple of the interval since the last checkpoint."""
     interval = cfg.checkpoint_interval_updates
@@ -138,6 +149,20 @@ def write_checkpoint(backend: Backend, run_dir: RunDir, cfg: RunConfig) -> int:
     version = int(state["learner"]["version"])
     run_dir.save_checkpoint(version, state["learner"], state["counters"], level_state=state["levels"],
                             replay_state=state["replay"], config=cfg, keep=cfg.keep_checkpoints)
+    return version
+
+
+def write_final_checkpoint(backend: Backend, run_dir: RunDir, cfg: RunConfig) -> int:
+    """`write_checkpoint` at the end of a run, saying where it is or, when it fails, which one to resume from."""
+    try:
+        version = write_checkpoint(backend, run_dir, cfg)
+    except Exception as exc:
+        latest = run_dir.list_checkpoints()
+        print(f"levelray: could not write a final checkpoint ({type(exc).__name__}: {exc}); the latest "
+              f"is {latest[-1] if latest else 'none'}; resume with: levelray train --resume "
+              f"{run_dir.path}", flush=True)
+        raise
+    print(f"levelray: final checkpoint at version {version}", flush=True)
     return version
 
 
@@ -156,12 +181,83 @@ def load_resume_state(run_dir: RunDir, device: str = "cpu") -> dict[str, Any]:
     }
 
 
-def _next_due_version(cfg: RunConfig, version: int, evaluator) -> int:
+def _next_due_version(cfg: RunConfig, version: int, evaluator: PeriodicEvaluator) -> int:
     """The next learner version at which the loop has something to do (checkpoint or evaluation)."""
     due = (version // cfg.checkpoint_interval_updates + 1) * cfg.checkpoint_interval_updates
     if evaluator.enabled:
         due = min(due, (version // evaluator.interval + 1) * evaluator.interval)
     return due
+
+
+class Reporter:
+    """One report: a snapshot's record, with the held-out results that arrived since the last one, goes to
+    `metrics.jsonl`, TensorBoard, the backend's outside view, Prometheus and `on_report`."""
+
+    def __init__(self, cfg: RunConfig, run_dir: RunDir, backend: Backend, evaluator: PeriodicEvaluator, *,
+                 metrics=None, on_report: Callable[[dict], None] | None = None):
+        self.run_dir, self.backend, self.evaluator = run_dir, backend, evaluator
+        self.metrics, self.on_report = metrics, on_report
+        self.throughput = Throughput()
+        self.last_test: dict[str, Any] = {}  # the last successful held-out evaluation
+        self.tensorboard = None
+        if cfg.tensorboard:
+            from levelray.deploy.tensorboard import TensorBoardWriter
+
+            self.tensorboard = TensorBoardWriter(run_dir.path)
+
+    def report(self, snap: StatusSnapshot) -> dict[str, Any]:
+        rate = self.throughput.update(snap["learner"]["env_steps"])
+        rec = build_record(snap, steps_per_second=rate, elapsed_s=time.time() - self.throughput.start)
+        while (result := self.evaluator.poll()) is not None:  # a held-out result is logged once, when it arrives
+            rec.update(result)
+            if "test_return_mean" in result:  # a failed one (`test_error`) keeps the last good point
+                self.last_test = result
+        self.run_dir.append_metrics(rec)
+        if self.tensorboard is not None:
+            self.tensorboard.write(rec)
+        self.backend.publish(rec)
+        if self.metrics is not None:
+            view: StatusSnapshot = {**snap, "env_steps_per_second": rate}
+            if self.last_test:
+                view["test_return_mean"] = self.last_test["test_return_mean"]
+            self.metrics.update(view)
+        if self.on_report is not None:
+            self.on_report(rec)
+        return rec
+
+    def close(self) -> None:
+        if self.tensorboard is not None:
+            self.tensorboard.close()
+
+
+def _train(cfg: RunConfig, run_dir: RunDir, backend: Backend, evaluator: PeriodicEvaluator, reporter: Reporter,
+           stop: threading.Event) -> dict[str, Any]:
+    """The loop (see the module doc) until the budget, stop-at-return or `stop`; returns the last record."""
+    record: dict[str, Any] = {}
+    next_report = time.time() + cfg.report_interval_s
+    version = backend.poll()["learner"]["learner_version"]
+    last_checkpoint = version  # a resumed run starts from a checkpoint of this version
+    while not stop.is_set():
+        try:
+            backend.advance(next_report, _next_due_version(cfg, version, evaluator), stop)
+        except TrainingDiverged as exc:  # the inline learner; on Ray it arrives as the learner's error
+            raise JobFailed(str(exc)) from None
+        snap = backend.poll()
+        check_health(snap, run_dir)
+        ls = snap["learner"]
+        version = ls["learner_version"]
+        if evaluator.due(version):  # inline: plays now; Ray: starts tasks and goes on
+            weights_version, weights = backend.policy_weights()
+            evaluator.maybe_start(weights_version, weights, env_steps=ls["env_steps"])
+        finished = ls["env_steps"] >= cfg.total_steps or reached_return(cfg, ls)
+        if time.time() >= next_report or finished or evaluator.has_result:
+            record = reporter.report(snap)
+            next_report = time.time() + cfg.report_interval_s
+        if checkpoint_due(cfg, version, last_checkpoint):
+            last_checkpoint = write_checkpoint(backend, run_dir, cfg)
+        if finished:
+            break
+    return record
 
 
 def run(
@@ -174,68 +270,11 @@ def run(
     metrics=None,
 ) -> dict[str, Any]:
     """Drive `backend` until the budget, stop-at-return, or `stop`; returns the last metrics record."""
-    from levelray.deploy.evaluate import PeriodicEvaluator
-
-    stop = stop or threading.Event()
     evaluator = PeriodicEvaluator(cfg, use_ray=backend.uses_ray)
-    throughput = Throughput()
-    tensorboard = None
-    if cfg.tensorboard:
-        from levelray.deploy.tensorboard import TensorBoardWriter
-
-        tensorboard = TensorBoardWriter(run_dir.path)
-    last_checkpoint = -1
-    last_test: dict[str, Any] = {}
+    reporter = Reporter(cfg, run_dir, backend, evaluator, metrics=metrics, on_report=on_report)
     record: dict[str, Any] = {}
-
-    def report(snap: dict[str, Any]) -> dict[str, Any]:
-        nonlocal last_test
-        rate = throughput.update(snap["learner"]["env_steps"])
-        snap["env_steps_per_second"] = rate
-        rec = build_record(snap, steps_per_second=rate, elapsed_s=time.time() - throughput.start)
-        while (result := evaluator.poll()) is not None:  # a held-out result is logged once, when it arrives
-            rec.update(result)
-            if "test_return_mean" in result:  # a failed one (`test_error`) keeps the last good point
-                last_test = result
-        snap.update(last_test)
-        run_dir.append_metrics(rec)
-        if tensorboard is not None:
-            tensorboard.write(rec)
-        backend.publish(rec)
-        if metrics is not None:
-            metrics.update(snap)
-        if on_report is not None:
-            on_report(rec)
-        return rec
-
     try:
-        next_report = time.time() + cfg.report_interval_s
-        version = backend.poll()["learner"]["learner_version"]
-        last_checkpoint = version  # a resumed run starts from a checkpoint of this version
-        while not stop.is_set():
-            try:
-                backend.advance(next_report, _next_due_version(cfg, version, evaluator), stop)
-            except TrainingDiverged as exc:  # the inline learner; on Ray it arrives as the learner's error
-                raise JobFailed(str(exc)) from None
-            snap = backend.poll()
-            if snap["learner"].get("error"):
-                raise JobFailed("learner failed: " + snap["learner"]["error"])
-            if (snap.get("supervisor") or {}).get("error"):
-                raise JobFailed(f"env actors keep failing, the job stops: {snap['supervisor']['error']}\n"
-                                f"Fix the cause, then continue with: levelray train --resume {run_dir.path}")
-            ls = snap["learner"]
-            version = ls["learner_version"]
-            if evaluator.due(version):  # inline: plays now; Ray: starts tasks and goes on
-                weights_version, weights = backend.policy_weights()
-                evaluator.maybe_start(weights_version, weights, env_steps=ls["env_steps"])
-            finished = ls["env_steps"] >= cfg.total_steps or reached_return(cfg, ls)
-            if time.time() >= next_report or finished or evaluator.has_result:
-                record = report(snap)
-                next_report = time.time() + cfg.report_interval_s
-            if checkpoint_due(cfg, version, last_checkpoint):
-                last_checkpoint = write_checkpoint(backend, run_dir, cfg)
-            if finished:
-                break
+        record = _train(cfg, run_dir, backend, evaluator, reporter, stop or threading.Event())
     finally:
         # The checkpoint first, then stopping: `ray job stop` (and Kubernetes) send SIGKILL a few seconds
         # after SIGTERM (RAY_JOB_STOP_WAIT_TIME_S, default 3 s), and waiting for actors can take longer.
@@ -243,22 +282,14 @@ def run(
         # loses, and the counters are monotone either way.
         try:
             try:
-                last_checkpoint = write_checkpoint(backend, run_dir, cfg)
-                print(f"levelray: final checkpoint at version {last_checkpoint}", flush=True)
-            except Exception as exc:
-                latest = run_dir.list_checkpoints()
-                print(f"levelray: could not write a final checkpoint ({type(exc).__name__}: {exc}); the latest "
-                      f"is {latest[-1] if latest else 'none'}; resume with: levelray train --resume "
-                      f"{run_dir.path}", flush=True)
-                raise
+                write_final_checkpoint(backend, run_dir, cfg)
             finally:
                 backend.stop()
-            record = report(backend.poll())
+            record = reporter.report(backend.poll())
         finally:
             evaluator.cancel()
             run_dir.close()
-            if tensorboard is not None:
-                tensorboard.close()
+            reporter.close()
             backend.close()
     return record
 
@@ -315,10 +346,10 @@ def prepare_run_dir(
         spec = env_spec(cfg.env)  # an unknown env id fails here, before anything starts
     except ValueError as exc:
         raise ConfigError(f"--env: {exc}") from None
-    if cfg.model.loss != "none" and not spec.discrete:
-        raise ConfigError(f"model.loss = {cfg.model.loss!r} needs discrete actions (its dynamics takes a one-hot "
-                          f"action and its policy head is categorical), but env.id {cfg.env.id!r} has continuous "
-                          f"ones; use --model-loss none")
+    if cfg.model_loss.loss != "none" and not spec.discrete:
+        raise ConfigError(f"model_loss.loss = {cfg.model_loss.loss!r} needs discrete actions (its dynamics takes a "
+                          f"one-hot action and its policy head is categorical), but env.id {cfg.env.id!r} has "
+                          f"continuous ones; use --model-loss none")
     from levelray.deploy.rundir import RunDirInUse
 
     if resume and not RunDir(cfg.run_dir).list_checkpoints():
@@ -330,8 +361,7 @@ def prepare_run_dir(
         run_dir = RunDir.start(cfg.run_dir or default_run_dir(), resume=resume, overwrite=overwrite)
     except RunDirInUse as exc:
         raise ConfigError(str(exc)) from None
-    cfg.run_dir = str(run_dir.path)
-    run_dir.write_config(cfg)
+    run_dir.write_config(replace_path(cfg, "run_dir", str(run_dir.path)))
     return run_dir
 
 
@@ -343,8 +373,11 @@ def train(
     stop: threading.Event | None = None,
     quiet: bool = False,
 ) -> dict[str, Any]:
-    """Build the backend `cfg.backend` names and run it; the metrics endpoint serves from the start."""
+    """Build the backend `cfg.backend` names and run it; the metrics endpoint serves from the start.
+    `cfg.run_dir` is taken from `run_dir` (the directory `prepare_run_dir` claimed)."""
     from levelray.deploy.metrics import MetricsServer
+
+    cfg = replace_path(cfg, "run_dir", str(run_dir.path))
 
     resume_state = load_resume_state(run_dir) if resume else None
     metrics = MetricsServer(cfg.metrics_host, cfg.metrics_port) if cfg.metrics_port else None

@@ -16,6 +16,7 @@ from levelray.actors.envs import env_spec, make_env_vector
 from levelray.actors.rollout import RolloutWorker
 from levelray.contracts.config import RunConfig, uses_replay
 from levelray.contracts.levels import training_seeds
+from levelray.contracts.status import StatusSnapshot
 from levelray.deploy.components import make_level_service, make_replay
 from levelray.deploy.progress import reached_return
 from levelray.learner.core import LearnerCore
@@ -82,13 +83,12 @@ class InlineBackend:
             if time.time() >= until_time or self.core.version >= until_version:
                 return
 
-    def poll(self) -> dict[str, Any]:
-        workers = len(self.workers)
-        snap: dict[str, Any] = {
-            "learner": {**self.core.stats(), "queue_depth": 0, "error": None},
-            "supervisor": {"actors_alive": workers, "actors_desired": workers, "actors_pending": 0, "actor_restarts": 0,
-                           "actor_failures": 0, "restart_backoff_s": 0.0},
-            "learner_restarts": 0,
+    def poll(self) -> StatusSnapshot:
+        """The learner's stats and the services'; no supervisor: the actors are this process's workers, and a
+        failure anywhere raises instead of being reported."""
+        snap: StatusSnapshot = {
+            "learner": {**self.core.stats(), "queue_depth": 0},  # unrolls go straight to the learner
+            "in_process_actors": len(self.workers),
         }
         if self.levels is not None:
             snap["levels"] = self.levels.stats()

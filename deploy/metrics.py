@@ -15,6 +15,7 @@ from prometheus_client import CollectorRegistry, start_http_server
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily
 
 from levelray.contracts.config import MODEL_LOSS_TERMS
+from levelray.contracts.status import StatusSnapshot, actor_counts
 from levelray.learner.core import LAG_BUCKETS
 from levelray.replay_service.service import PRIORITY_HIST_EDGES
 
@@ -63,8 +64,126 @@ METRICS = {
 }
 
 
+NAN = float("nan")
+
+
 def _strip_total(name: str) -> str:
     return name[: -len("_total")] if name.endswith("_total") else name
+
+
+def _value(v, default: float) -> float:
+    return default if v is None else float(v)
+
+
+def _counter(name: str, v) -> CounterMetricFamily:
+    """A counter, at 0 until the job reports it."""
+    return CounterMetricFamily(_strip_total(name), METRICS[name][1], value=_value(v, 0.0))
+
+
+def _gauge(name: str, v) -> GaugeMetricFamily:
+    """A gauge, NaN until the job reports it."""
+    return GaugeMetricFamily(name, METRICS[name][1], value=_value(v, NAN))
+
+
+def _labelled(name: str, label: str | list[str], items) -> GaugeMetricFamily:
+    """A gauge with one series per `(label values, value)` of `items`."""
+    fam = GaugeMetricFamily(name, METRICS[name][1], labels=[label] if isinstance(label, str) else label)
+    for labels, v in items:
+        fam.add_metric(labels, _value(v, NAN))
+    return fam
+
+
+def _learner_families(s: StatusSnapshot):
+    learner = s.get("learner", {})
+    metrics = learner.get("metrics", {})
+    yield from (
+        _counter("levelray_env_steps_total", learner.get("env_steps")),
+        _counter("levelray_episodes_total", learner.get("episodes")),
+        _gauge("levelray_episode_return", learner.get("episode_return_mean")),
+        _gauge("levelray_env_steps_per_second", s.get("env_steps_per_second")),
+        _counter("levelray_learner_updates_total", learner.get("learner_version")),
+        _counter("levelray_learner_samples_total", learner.get("samples_trained")),
+        _gauge("levelray_learner_version", learner.get("learner_version")),
+        _gauge("levelray_learner_entropy", metrics.get("entropy")),
+        _gauge("levelray_learner_grad_norm", metrics.get("grad_norm")),
+        _gauge("levelray_learner_explained_variance", metrics.get("explained_variance")),
+        _gauge("levelray_learner_queue_depth", learner.get("queue_depth")),
+        _gauge("levelray_test_return", s.get("test_return_mean")),
+        _counter("levelray_learner_restarts_total", s.get("learner_restarts")),
+        _counter("levelray_learner_nonfinite_updates_total", learner.get("nonfinite_updates")),
+        _labelled("levelray_learner_loss", "kind",
+                  [([kind], metrics.get(f"loss_{kind}")) for kind in ("total", "policy", "value", "action_bound")]),
+        _labelled("levelray_learner_model_loss", "term",
+                  [(["total"], metrics.get("model_loss"))]
+                  + [([term], metrics.get(f"model_{term}_loss")) for term in MODEL_LOSS_TERMS]),
+    )
+
+
+def _actor_families(s: StatusSnapshot):
+    actors = actor_counts(s)
+    last_error = (s.get("supervisor") or {}).get("last_actor_error") or {}
+    yield from (
+        _gauge("levelray_actors_alive", actors["actors_alive"]),
+        _gauge("levelray_actors_desired", actors["actors_desired"]),
+        _gauge("levelray_actors_pending", actors["actors_pending"]),
+        _counter("levelray_actor_restarts_total", actors["actor_restarts"]),
+        _counter("levelray_actor_failures_total", actors["actor_failures"]),
+        _gauge("levelray_actor_restart_backoff_seconds", actors["restart_backoff_s"]),
+        _labelled("levelray_actor_last_error", "error", [([last_error.get("error") or ""], last_error.get("time"))]),
+    )
+
+
+def _level_families(levels: dict):
+    yield from (
+        _gauge("levelray_level_seen_fraction", levels.get("seen_fraction")),
+        _labelled("levelray_level_score", "quantile",
+                  [([q], (levels.get("score") or {}).get(key)) for q, key in
+                   (("0", "min"), ("0.25", "p25"), ("0.5", "median"), ("0.75", "p75"), ("1", "max"))]),
+        _labelled("levelray_level_staleness", "stat",
+                  [([key], (levels.get("staleness") or {}).get(key)) for key in ("mean", "max")]),
+        _labelled("levelray_level_top_weight", ["rank", "seed"],
+                  [([str(rank), str(level["seed"])], level["weight"])
+                   for rank, level in enumerate(levels.get("top_levels") or [], 1)]),
+    )
+
+
+def _lag_histogram(learner: dict) -> HistogramMetricFamily:
+    counts = learner.get("policy_lag_counts") or [0] * (len(LAG_BUCKETS) + 1)
+    cumulative, buckets = 0, []
+    for bound, c in zip([*LAG_BUCKETS, float("inf")], counts, strict=True):
+        cumulative += c
+        buckets.append(("+Inf" if bound == float("inf") else str(float(bound)), cumulative))
+    return HistogramMetricFamily("levelray_policy_lag", METRICS["levelray_policy_lag"][1],
+                                 buckets=buckets, sum_value=learner.get("policy_lag_sum", 0.0))
+
+
+def _dropped(learner: dict) -> CounterMetricFamily:
+    dropped = CounterMetricFamily(
+        "levelray_trajectories_dropped", METRICS["levelray_trajectories_dropped_total"][1], labels=["reason"]
+    )
+    for reason in sorted({"policy_lag", "malformed", *learner.get("dropped", {})}):
+        dropped.add_metric([reason], float(learner.get("dropped", {}).get(reason, 0)))
+    return dropped
+
+
+def _snapshot_errors(levels: dict, replay: dict) -> CounterMetricFamily:
+    fam = CounterMetricFamily(
+        "levelray_service_snapshot_errors", METRICS["levelray_service_snapshot_errors_total"][1],
+        labels=["service"])
+    for service, stats in (("levels", levels), ("replay", replay)):
+        fam.add_metric([service], float(stats.get("snapshot_errors") or 0))
+    return fam
+
+
+def _priorities(replay: dict) -> GaugeMetricFamily:
+    prio = GaugeMetricFamily("levelray_replay_priority", METRICS["levelray_replay_priority"][1],
+                             labels=["stat", "upper"])
+    prio.add_metric(["max", ""], _value(replay.get("max_priority"), NAN))
+    hist = replay.get("priority_hist") or {}
+    counts = hist.get("counts") or [0] * (len(PRIORITY_HIST_EDGES) - 1)
+    for upper, count in zip(PRIORITY_HIST_EDGES[1:], counts, strict=True):
+        prio.add_metric(["items", f"{float(upper):.6g}"], float(count))
+    return prio
 
 
 class JobCollector:
@@ -72,7 +191,7 @@ class JobCollector:
         self._snapshot: dict = {}
         self._lock = threading.Lock()
 
-    def update(self, snapshot: dict) -> None:
+    def update(self, snapshot: StatusSnapshot) -> None:
         with self._lock:
             self._snapshot = dict(snapshot)
 
@@ -82,99 +201,20 @@ class JobCollector:
         alerts), labelled families with their fixed label sets."""
         with self._lock:
             s = dict(self._snapshot)
-        nan = float("nan")
-
-        def value(v, default):
-            return default if v is None else float(v)
-
-        def counter(name, v, labels=None):
-            fam = CounterMetricFamily(_strip_total(name), METRICS[name][1], labels=list(labels or {}))
-            fam.add_metric(list((labels or {}).values()), value(v, 0.0))
-            return fam
-
-        def gauge(name, v):
-            return GaugeMetricFamily(name, METRICS[name][1], value=value(v, nan))
-
-        def labelled(name, label, items):
-            fam = GaugeMetricFamily(name, METRICS[name][1], labels=[label] if isinstance(label, str) else label)
-            for labels, v in items:
-                fam.add_metric(labels, value(v, nan))
-            return fam
-
-        learner = s.get("learner", {})
-        metrics = learner.get("metrics", {})
-        sup = s.get("supervisor") or {}
-        last_error = sup.get("last_actor_error")
         levels = s.get("levels") or {}
         replay = s.get("replay") or {}
+        yield from _learner_families(s)
+        yield from _actor_families(s)
+        yield from _level_families(levels)
         yield from (
-            counter("levelray_env_steps_total", learner.get("env_steps")),
-            counter("levelray_episodes_total", learner.get("episodes")),
-            gauge("levelray_episode_return", learner.get("episode_return_mean")),
-            gauge("levelray_env_steps_per_second", s.get("env_steps_per_second")),
-            counter("levelray_learner_updates_total", learner.get("learner_version")),
-            counter("levelray_learner_samples_total", learner.get("samples_trained")),
-            gauge("levelray_learner_version", learner.get("learner_version")),
-            gauge("levelray_learner_entropy", metrics.get("entropy")),
-            gauge("levelray_learner_grad_norm", metrics.get("grad_norm")),
-            gauge("levelray_learner_explained_variance", metrics.get("explained_variance")),
-            gauge("levelray_learner_queue_depth", learner.get("queue_depth")),
-            gauge("levelray_test_return", s.get("test_return_mean")),
-            counter("levelray_learner_restarts_total", s.get("learner_restarts")),
-            counter("levelray_learner_nonfinite_updates_total", learner.get("nonfinite_updates")),
-            labelled("levelray_learner_loss", "kind",
-                     [([kind], metrics.get(f"loss_{kind}")) for kind in ("total", "policy", "value", "action_bound")]),
-            labelled("levelray_learner_model_loss", "term",
-                     [(["total"], metrics.get("model_loss"))]
-                     + [([term], metrics.get(f"model_{term}_loss")) for term in MODEL_LOSS_TERMS]),
-            gauge("levelray_actors_alive", sup.get("actors_alive")),
-            gauge("levelray_actors_desired", sup.get("actors_desired")),
-            gauge("levelray_actors_pending", sup.get("actors_pending")),
-            counter("levelray_actor_restarts_total", sup.get("actor_restarts")),
-            counter("levelray_actor_failures_total", sup.get("actor_failures")),
-            gauge("levelray_actor_restart_backoff_seconds", sup.get("restart_backoff_s")),
-            labelled("levelray_actor_last_error", "error",
-                     [([(last_error or {}).get("error") or ""], (last_error or {}).get("time"))]),
-            gauge("levelray_level_seen_fraction", levels.get("seen_fraction")),
-            labelled("levelray_level_score", "quantile",
-                     [([q], (levels.get("score") or {}).get(key)) for q, key in
-                      (("0", "min"), ("0.25", "p25"), ("0.5", "median"), ("0.75", "p75"), ("1", "max"))]),
-            labelled("levelray_level_staleness", "stat",
-                     [([key], (levels.get("staleness") or {}).get(key)) for key in ("mean", "max")]),
-            labelled("levelray_level_top_weight", ["rank", "seed"],
-                     [([str(rank), str(level["seed"])], level["weight"])
-                      for rank, level in enumerate(levels.get("top_levels") or [], 1)]),
-            gauge("levelray_replay_size", replay.get("size")),
-            counter("levelray_replay_inserts_total", replay.get("inserts")),
-            counter("levelray_replay_samples_total", replay.get("samples")),
+            _gauge("levelray_replay_size", replay.get("size")),
+            _counter("levelray_replay_inserts_total", replay.get("inserts")),
+            _counter("levelray_replay_samples_total", replay.get("samples")),
         )
-        counts = learner.get("policy_lag_counts") or [0] * (len(LAG_BUCKETS) + 1)
-        cumulative, buckets = 0, []
-        for bound, c in zip([*LAG_BUCKETS, float("inf")], counts, strict=True):
-            cumulative += c
-            buckets.append(("+Inf" if bound == float("inf") else str(float(bound)), cumulative))
-        yield HistogramMetricFamily("levelray_policy_lag", METRICS["levelray_policy_lag"][1],
-                                    buckets=buckets, sum_value=learner.get("policy_lag_sum", 0.0))
-        dropped = CounterMetricFamily(
-            "levelray_trajectories_dropped", METRICS["levelray_trajectories_dropped_total"][1], labels=["reason"]
-        )
-        for reason in sorted({"policy_lag", "malformed", *learner.get("dropped", {})}):
-            dropped.add_metric([reason], float(learner.get("dropped", {}).get(reason, 0)))
-        yield dropped
-        snapshot_errors = CounterMetricFamily(
-            "levelray_service_snapshot_errors", METRICS["levelray_service_snapshot_errors_total"][1],
-            labels=["service"])
-        for service, stats in (("levels", levels), ("replay", replay)):
-            snapshot_errors.add_metric([service], float(stats.get("snapshot_errors") or 0))
-        yield snapshot_errors
-        prio = GaugeMetricFamily("levelray_replay_priority", METRICS["levelray_replay_priority"][1],
-                                 labels=["stat", "upper"])
-        prio.add_metric(["max", ""], value(replay.get("max_priority"), nan))
-        hist = replay.get("priority_hist") or {}
-        counts = hist.get("counts") or [0] * (len(PRIORITY_HIST_EDGES) - 1)
-        for upper, count in zip(PRIORITY_HIST_EDGES[1:], counts, strict=True):
-            prio.add_metric(["items", f"{float(upper):.6g}"], float(count))
-        yield prio
+        yield _lag_histogram(s.get("learner", {}))
+        yield _dropped(s.get("learner", {}))
+        yield _snapshot_errors(levels, replay)
+        yield _priorities(replay)
 
 
 class MetricsServer:
@@ -184,7 +224,7 @@ class MetricsServer:
         self.registry = CollectorRegistry()
         self.collector = JobCollector()
         self.registry.register(self.collector)
-        self.server, self.thread = start_http_server(port, addr=host, registry=self.registry)
+        self.server, _thread = start_http_server(port, addr=host, registry=self.registry)
         self.port = self.server.server_port
 
     def update(self, snapshot: dict) -> None:

@@ -5,11 +5,12 @@ from __future__ import annotations
 from typing import Any
 
 from levelray.contracts.config import RunConfig
+from levelray.contracts.status import LearnerCoreStats
 
 MIN_EPISODES_TO_STOP_AT_RETURN = 50  # a mean over fewer episodes is too noisy to end a run on
 
 
-def reached_return(cfg: RunConfig, learner_stats: dict[str, Any]) -> bool:
+def reached_return(cfg: RunConfig, learner_stats: LearnerCoreStats) -> bool:
     """`stop_at_return` is met by the mean of at least `MIN_EPISODES_TO_STOP_AT_RETURN` episodes."""
     ret = learner_stats.get("episode_return_mean")
     return (
@@ -20,7 +21,8 @@ def reached_return(cfg: RunConfig, learner_stats: dict[str, Any]) -> bool:
     )
 
 
-def progress_line(record: dict) -> str:
+def progress_line(record: dict[str, Any]) -> str:
+    """One line of a `metrics.jsonl` record; the actors part is left out where the record has no count."""
     ret = record.get("episode_return_mean")
     ret_s = f"{ret:8.2f}" if ret is not None else "     n/a"
     actors = record.get("actors_alive")

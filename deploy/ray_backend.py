@@ -19,14 +19,23 @@ import threading
 import time
 from typing import Any
 
-from levelray.contracts.config import ConfigError, RunConfig, to_dict, uses_replay
+import ray
+from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+
+from levelray.actors.envs import env_spec
+from levelray.contracts.config import ConfigError, RunConfig, uses_replay
 from levelray.contracts.levels import training_seeds
+from levelray.contracts.status import StatusSnapshot
 from levelray.contracts.validate import MIN_RAY_REPORT_INTERVAL_S
-from levelray.deploy.components import level_service_kwargs, replay_kwargs
+from levelray.deploy.components import service_section
+from levelray.deploy.eval_ray import eval_workers
 from levelray.deploy.ray_cluster import init_ray
 from levelray.deploy.rundir import RunDir
 from levelray.deploy.supervisor import NAMESPACE, SUPERVISOR_NAME, Supervisor
+from levelray.learner import service as learner_service
 from levelray.learner.core import monotone_counters
+from levelray.level_service.service import LevelService
+from levelray.replay_service.service import ReplayService
 
 log = logging.getLogger(__name__)
 
@@ -37,8 +46,6 @@ def check_cluster_device(cfg: RunConfig) -> None:
     """`--device cuda` needs a GPU in the cluster: the learner asks Ray for one only when the cluster has
     one, and without it would fail in its constructor, on every restart. (`contracts.validate` checked this
     machine's GPUs before Ray started; joining a cluster with `--address`, only Ray can tell.)"""
-    import ray
-
     if cfg.learner.device.startswith("cuda") and ray.cluster_resources().get("GPU", 0) < 1:
         where = f"the Ray cluster at {cfg.address}" if cfg.address else "the embedded Ray"
         raise ConfigError(f"learner.device = {cfg.learner.device!r}, but {where} has no GPU; use --device auto "
@@ -62,15 +69,8 @@ class RayJob:
         """`embedded`: the Ray this job runs on was started by this process for it (`start()` without an
         address), on the user's own machine: env actors then ask for no CPU unless `--actor-cpus` says
         otherwise, so `levelray scale` is never refused for want of logical CPUs (see `deploy.supervisor`)."""
-        import ray
-
-        from levelray.actors.envs import env_spec
-        from levelray.level_service.service import LevelService
-        from levelray.replay_service.service import ReplayService
-
         self.cfg = cfg
         self.run_dir = run_dir
-        self.cfg_dict = to_dict(cfg)
         self.spec = env_spec(cfg.env)
         services = run_dir.path / "services"
         services.mkdir(parents=True, exist_ok=True)
@@ -78,8 +78,6 @@ class RayJob:
         seeds = training_seeds(cfg.env)
         # Services and the supervisor live on the driver's node: their snapshots go to the run
         # directory, which is on this machine's disk. Env actors and the learner go anywhere.
-        from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
-
         self.driver_node = ray.get_runtime_context().get_node_id()
         here = NodeAffinitySchedulingStrategy(node_id=self.driver_node, soft=False)
         restart = dict(max_restarts=-1, max_task_retries=2, scheduling_strategy=here, enable_task_events=False)
@@ -87,16 +85,16 @@ class RayJob:
         if seeds is not None:
             self.level_service = LevelService.options(num_cpus=0, **restart).remote(
                 seeds,
-                level_service_kwargs(cfg),
+                service_section(cfg.levels),
+                discount=cfg.learner.discount,
+                rng=cfg.seed,
                 snapshot_path=str(services / "levels.msgpack"),
-                snapshot_interval_s=max(cfg.levels.snapshot_interval_s, 1e-3),
                 initial_state=resume_state.get("levels"),
             )
         self.replay_service = None
         if uses_replay(cfg):
             self.replay_service = ReplayService.options(num_cpus=0, **restart).remote(
-                cfg.replay.capacity, **replay_kwargs(cfg), snapshot_path=str(services / "replay.msgpack"),
-                snapshot_interval_s=max(cfg.replay.snapshot_interval_s, 1e-3),
+                service_section(cfg.replay), seed=cfg.seed, snapshot_path=str(services / "replay.msgpack"),
                 initial_state=resume_state.get("replay"))
         self.learner_restarts = 0
         self.last_learner_stats: dict[str, Any] | None = None  # counters to restart a dead learner from
@@ -120,34 +118,24 @@ class RayJob:
     @classmethod
     def start(cls, cfg: RunConfig, run_dir: RunDir, *, resume_state: dict | None = None) -> RayJob:
         """Join the cluster `cfg.address` names (or start the embedded Ray) and create the job."""
-        from levelray.deploy.evaluate import eval_workers
-
         started = init_ray(cfg.address, cfg.actors.num_actors + eval_workers(cfg))
         try:
             check_cluster_device(cfg)
             job = cls(cfg, run_dir, resume_state=resume_state, embedded=started)
         except BaseException:
             if started:
-                import ray
-
                 ray.shutdown()
             raise
         job.started_ray = started
         return job
 
     def _start_learner(self, learner_state: dict | None):
-        import ray
-
-        from levelray.learner.service import learner_actor_class
-
         gpus = 1 if ray.cluster_resources().get("GPU", 0) >= 1 else 0
-        return learner_actor_class(gpus).remote(self.cfg_dict, self.spec.to_dict(), self.level_service,
-                                                self.replay_service, learner_state)
+        return learner_service.learner_actor_class(gpus).remote(self.cfg, self.spec, self.level_service,
+                                                                self.replay_service, learner_state)
 
     def restart_learner(self, cause: str) -> None:
         """Replace a dead learner by one restored from the latest checkpoint, and rebind the actors."""
-        import ray
-
         if self.learner_restarts >= self.cfg.max_learner_restarts:
             raise RuntimeError(
                 f"the learner died ({cause}) and was already restarted {self.learner_restarts} times; "
@@ -165,12 +153,10 @@ class RayJob:
         ray.get(self.supervisor.set_learner.remote(self.learner), timeout=120)
 
     def _start_supervisor(self, num_actors: int):
-        import ray
-
         supervisor_cls = ray.remote(num_cpus=0, max_concurrency=16)(Supervisor)
         supervisor = supervisor_cls.options(name=SUPERVISOR_NAME, namespace=NAMESPACE,
                                             scheduling_strategy=self._here).remote(
-            self.cfg_dict, self.learner, self.level_service, seed=self.cfg.seed, actor_cpus=self._actor_cpus)
+            self.cfg, self.learner, self.level_service, seed=self.cfg.seed, actor_cpus=self._actor_cpus)
         ray.get(supervisor.scale.remote(num_actors), timeout=120)
         return supervisor
 
@@ -178,8 +164,6 @@ class RayJob:
         """A dead supervisor took its env actors with it (Ray kills the actors an actor owns) and the job
         would stall with no one to replace them: start a new one with the last known actor count. Its name
         is free once the old one is dead."""
-        import ray
-
         log.warning("supervisor died (%s); starting a new one with %d env actors", cause,
                     self._last_supervisor["actors_desired"])
         self._actor_restarts_before += int(self._last_supervisor.get("actor_restarts") or 0)
@@ -193,8 +177,6 @@ class RayJob:
         """Call the learner and wait; a dead learner is restarted first (from the latest checkpoint) and asked
         again. Every driver call goes through here: the learner can die during any of them (a checkpoint
         being written included), and that must cost the job a restart, not end it."""
-        import ray
-
         try:
             return ray.get(getattr(self.learner, method).remote(), timeout=timeout)
         except ray.exceptions.RayActorError as exc:
@@ -207,10 +189,8 @@ class RayJob:
         often than every `MIN_POLL_INTERVAL_S` would only load them."""
         stop.wait(max(MIN_POLL_INTERVAL_S, until_time - time.time()))
 
-    def poll(self) -> dict[str, Any]:
+    def poll(self) -> StatusSnapshot:
         """One report: merged stats of every part of the job (restarting a dead learner first)."""
-        import ray
-
         learner = self._ask_learner("stats", timeout=60)
         self.last_learner_stats = learner
         refs = {"supervisor": self.supervisor.status.remote()}
@@ -249,8 +229,6 @@ class RayJob:
 
     def checkpoint_state(self) -> dict[str, Any]:
         """Learner state and counters, level and replay state; the services also write their snapshots."""
-        import ray
-
         state = self._ask_learner("state", timeout=120)
         state["levels"] = state["replay"] = None
         if self.level_service is not None:
@@ -263,10 +241,8 @@ class RayJob:
 
     def stop(self) -> None:
         """The learner first: once the budget is spent it trains no more, so the actors' `submit_batch` calls
-        wait on its full queue until it stops. Stopping the actors first made `stop_all` wait out its 10 s
-        grace for run loops that could not return (measured: every Ray run ended ~10 s after its last update)."""
-        import ray
-
+        wait on its full queue until it stops. Stopping the actors first would make `stop_all` wait out its 10 s
+        grace for run loops that cannot return: every Ray run would end ~10 s after its last update."""
         try:
             with contextlib.suppress(ray.exceptions.RayActorError):
                 ray.get(self.learner.stop.remote(), timeout=60)
@@ -276,15 +252,11 @@ class RayJob:
 
     def close(self) -> None:
         """Kill the job's actors; shut the embedded Ray down if this job started it."""
-        import ray
-
         self.kill()
         if self.started_ray:
             ray.shutdown()
 
     def kill(self) -> None:
-        import ray
-
         for handle in (self.supervisor, self.learner, self.level_service, self.replay_service):
             if handle is not None:
                 ray.kill(handle, no_restart=True)
@@ -294,8 +266,6 @@ class RayJob:
 def _wait_for_supervisor_name(timeout_s: float) -> None:
     """Ray releases a dead or killed actor's name asynchronously: wait (at most `timeout_s`) until the
     supervisor's name is free to be taken again."""
-    import ray
-
     deadline = time.time() + timeout_s
     while time.time() < deadline:
         try:

@@ -5,6 +5,9 @@
     RUN_DIR/checkpoints/ckpt-<version>/ learner.pt, levels.msgpack, replay.msgpack, meta.json
     RUN_DIR/run.json                    the run's id, in every checkpoint's meta.json too
 
+`resolve_checkpoint` turns what a user names (a run directory or one of its checkpoints) into a loaded
+checkpoint and its config, for `levelray evaluate`.
+
 A directory that holds an earlier run is only continued (`--resume`) or cleared (`--overwrite`), never
 silently mixed with a new run: `RunDir.start` refuses it otherwise. Checkpoints are pruned by the order they
 were written, never the one just written.
@@ -31,7 +34,7 @@ import torch
 import yaml
 
 from levelray.contracts import snapshot
-from levelray.contracts.config import RunConfig, to_dict
+from levelray.contracts.config import ConfigError, RunConfig, from_dict, to_dict
 
 CHECKPOINT_PREFIX = "ckpt-"
 RUN_FILES = ("config.yaml", "metrics.jsonl", "run.json", "checkpoints", "services")  # what a run leaves
@@ -52,7 +55,6 @@ class RunDir:
         self.checkpoints = self.path / "checkpoints"
         self._metrics = None
         self._run_id: str | None = None
-        self._written = 0
 
     @classmethod
     def start(cls, path: str | os.PathLike, *, resume: bool = False, overwrite: bool = False) -> RunDir:
@@ -233,6 +235,48 @@ def load_checkpoint(path: Path, device: str = "cpu") -> dict[str, Any]:
     out["levels"] = snapshot.load(path / "levels.msgpack") if (path / "levels.msgpack").exists() else None
     out["replay"] = snapshot.load(path / "replay.msgpack") if (path / "replay.msgpack").exists() else None
     return out
+
+
+def resolve_checkpoint(path: str | os.PathLike) -> dict[str, Any]:
+    """Load CHECKPOINT: a checkpoint directory (`RUN_DIR/checkpoints/ckpt-...`) or a run directory (its
+    latest valid checkpoint). Adds `cfg` (RunConfig: the checkpoint's config, else RUN_DIR/config.yaml).
+    Raises ConfigError with a clear message for anything else."""
+    p = Path(path)
+    if not p.exists():
+        raise ConfigError(f"CHECKPOINT: {p} does not exist (give a run directory or RUN_DIR/checkpoints/ckpt-...)")
+    if not p.is_dir():
+        raise ConfigError(f"CHECKPOINT: {p} is not a directory (give a run directory or a checkpoint directory)")
+    if (p / "meta.json").exists() or (p / "learner.pt").exists():
+        try:
+            ckpt = load_checkpoint(p)
+        except (OSError, ValueError, RuntimeError, KeyError) as exc:
+            raise ConfigError(f"CHECKPOINT: {p} is not a usable checkpoint: {exc}") from None
+        run_path = p.parent.parent
+    elif (p / "checkpoints").is_dir() or (p / "config.yaml").exists():
+        try:
+            ckpt = RunDir(p).load_latest_checkpoint()
+        except ValueError as exc:
+            raise ConfigError(f"CHECKPOINT: {exc}") from None
+        if ckpt is None:
+            raise ConfigError(f"CHECKPOINT: run directory {p} has no checkpoint in {p / 'checkpoints'}")
+        run_path = p
+    else:
+        raise ConfigError(
+            f"CHECKPOINT: {p} is neither a checkpoint directory (with meta.json) nor a run directory "
+            "(with config.yaml and checkpoints/)"
+        )
+    cfg_data = ckpt.get("config")
+    if cfg_data is None and (run_path / "config.yaml").exists():
+        cfg_data = yaml.safe_load((run_path / "config.yaml").read_text())
+    if cfg_data is None:
+        raise ConfigError(f"CHECKPOINT: {ckpt['path']} has no config and no config.yaml beside it")
+    ckpt["cfg"] = from_dict(cfg_data)
+    return ckpt
+
+
+def checkpoint_weights(ckpt: dict[str, Any]) -> dict[str, np.ndarray]:
+    """The policy's weights in a loaded checkpoint, as the NumPy arrays actors and evaluation take."""
+    return {k: v.detach().cpu().numpy() for k, v in ckpt["learner"]["model"].items()}
 
 
 def _meta_digest(meta: dict[str, Any]) -> str:

@@ -11,9 +11,9 @@ cluster and 0 on the embedded local Ray, see `RayJob`):
   nodes, so it stays 1 CPU per actor; an actor that does not fit yet is `pending`, and `status` says
   what it waits for ("waiting for 1 CPU (0 of 8 CPU free)").
 - the embedded Ray (`levelray train` without `--address`) runs on the user's own machine, where Ray's
-  accounting of logical CPUs could only refuse work: it was started with max(cores, actors + 1)
-  logical CPUs, so `levelray scale` past that left the extra actors pending forever (the third actor
-  on a 2-core machine). There actors ask for no CPU and the OS shares the cores among them: once
+  accounting of logical CPUs could only refuse work: it starts with max(cores, actors + 1) logical
+  CPUs, so one-CPU actors past that would stay pending forever after a `levelray scale` (the third
+  actor on a 2-core machine). There actors ask for no CPU and the OS shares the cores among them: once
   actors outnumber cores each one steps more slowly, but `scale` does what the user asked.
 
 Status. `status()` asks every started actor for its `info()` at once and waits for the answers with
@@ -35,11 +35,17 @@ from __future__ import annotations
 
 import contextlib
 import logging
-import re
 import threading
 import time
 from collections import deque
 from typing import Any
+
+import ray
+
+from levelray.actors.env_actor import EnvActor
+from levelray.contracts.config import RunConfig
+from levelray.contracts.status import SupervisorStatus
+from levelray.deploy.errors import error_summary
 
 log = logging.getLogger(__name__)
 
@@ -50,44 +56,10 @@ STATUS_TIMEOUT_S = 2.0  # how long `status()` waits for started actors to answer
 RESPAWN_DELAY_S = 0.5  # the first replacement of a failed actor waits this long ...
 RESPAWN_DELAY_MAX_S = 30.0  # ... doubling with every failure in a row, up to this
 HEALTHY_AFTER_S = 60.0  # an actor that ran this long after starting did not fail: its lineage's count resets
-MAX_ERROR_CHARS = 500
-
-_ANSI = re.compile(r"\x1b\[[0-9;]*m")
-
-
 def respawn_delay(failures: int) -> float:
     """Seconds before a replacement starts, after `failures` failures in a row (0: the actor died after a
     healthy run)."""
     return min(RESPAWN_DELAY_MAX_S, RESPAWN_DELAY_S * 2 ** max(failures - 1, 0))
-
-
-def _clip(text: str) -> str:
-    return text if len(text) <= MAX_ERROR_CHARS else text[: MAX_ERROR_CHARS - 1] + "…"
-
-
-def error_summary(exc: BaseException) -> str:
-    """One line that says why an actor died: the exception its constructor or `run()` raised (not Ray's
-    traceback around it), or how its process ended."""
-    import ray
-
-    if isinstance(exc, ray.exceptions.RayTaskError) and isinstance(getattr(exc, "cause", None), BaseException):
-        cause = exc.cause
-        if not isinstance(cause, ray.exceptions.RayError):
-            first = str(cause).strip().splitlines()
-            return _clip(f"{type(cause).__name__}: {first[0] if first else ''}".rstrip(": "))
-    text = _ANSI.sub("", str(exc))
-    lines = [line.rstrip() for line in text.splitlines() if line.strip()]
-    if not lines:
-        return type(exc).__name__
-    if getattr(exc, "actor_init_failed", False) or "Traceback" in text:
-        # "The actor died because of an error raised in its creation task, ...", the traceback indented,
-        # and last the exception itself at the margin.
-        return _clip([line for line in lines if not line[0].isspace()][-1])
-    head = f"{type(exc).__name__}: {lines[0]}"
-    detail = re.search(r"Worker exit type: (\w+) Worker exit detail: ([^.]*)", text)
-    if detail:
-        head += f" ({detail.group(1)}: {detail.group(2)})"
-    return _clip(head)
 
 
 def _amount(value: float) -> str:
@@ -95,16 +67,12 @@ def _amount(value: float) -> str:
 
 
 class Supervisor:
-    def __init__(self, cfg_dict: dict, learner, level_service=None, *, seed: int = 0, actor_cpus: float = 1.0,
+    """The env actors of one job (a Ray actor, see the module doc): `scale`, `status`, and the monitor thread
+    that replaces the ones that die."""
+
+    def __init__(self, cfg: RunConfig, learner, level_service=None, *, seed: int = 0, actor_cpus: float = 1.0,
                  monitor_interval_s: float = 0.5):
-        import ray
-
-        from levelray.actors.env_actor import EnvActor
-        from levelray.contracts.config import from_dict
-
-        self._ray = ray
-        self.cfg_dict = cfg_dict
-        self.cfg = from_dict(cfg_dict)
+        self.cfg = cfg
         self.learner = learner
         self.level_service = level_service
         self.seed = seed
@@ -136,7 +104,7 @@ class Supervisor:
         actor_id = self.next_id
         self.next_id += 1
         handle = self._actor_cls.options(name=None, max_restarts=0).remote(
-            actor_id, self.cfg_dict, self.learner, self.level_service, seed=self.seed * 100_003 + actor_id,
+            actor_id, self.cfg, self.learner, self.level_service, seed=self.seed * 100_003 + actor_id,
         )
         self.actors[actor_id] = {
             "handle": handle, "run_ref": handle.run.remote(), "ready_ref": handle.__ray_ready__.remote(),
@@ -147,12 +115,12 @@ class Supervisor:
         entry = self.actors.pop(actor_id)
         if entry["ready_at"] is None:  # not started: nothing to flush
             with contextlib.suppress(Exception):
-                self._ray.kill(entry["handle"])
+                ray.kill(entry["handle"])
             return
         with contextlib.suppress(Exception):  # already dead
             entry["handle"].stop.remote()
         # Give it a moment to flush its last unroll, then free its CPU for good.
-        threading.Timer(5.0, self._ray.kill, args=(entry["handle"],)).start()
+        threading.Timer(5.0, ray.kill, args=(entry["handle"],)).start()
 
     def _slots(self) -> int:
         return len(self.actors) + len(self.respawns)
@@ -202,11 +170,11 @@ class Supervisor:
         refs = {e["ready_ref"]: e for e in entries.values() if e["ready_at"] is None}
         if not refs:
             return
-        done, _ = self._ray.wait(list(refs), num_returns=len(refs), timeout=0)
+        done, _ = ray.wait(list(refs), num_returns=len(refs), timeout=0)
         now = time.time()
         for ref in done:
             with contextlib.suppress(Exception):  # a failed start shows up in run_ref
-                self._ray.get(ref)
+                ray.get(ref)
                 refs[ref]["ready_at"] = now
 
     def _check(self) -> None:
@@ -214,10 +182,10 @@ class Supervisor:
             entries = dict(self.actors)
         self._refresh_ready(entries)
         refs = {e["run_ref"]: i for i, e in entries.items()}
-        done = self._ray.wait(list(refs), num_returns=len(refs), timeout=0)[0] if refs else []
+        done = ray.wait(list(refs), num_returns=len(refs), timeout=0)[0] if refs else []
         for ref in done:
             try:
-                self._ray.get(ref)
+                ray.get(ref)
                 reason = "run() returned"
             except Exception as exc:  # RayActorError, node loss, a crash in the constructor or in run()
                 reason = error_summary(exc)
@@ -237,7 +205,7 @@ class Supervisor:
                 return
             entry = self.actors.pop(actor_id)
             with contextlib.suppress(Exception):  # run() may have raised with the process still up
-                self._ray.kill(entry["handle"])
+                ray.kill(entry["handle"])
             now = time.time()
             ready_at = entry["ready_at"]
             healthy = ready_at is not None and now - ready_at >= HEALTHY_AFTER_S
@@ -274,9 +242,9 @@ class Supervisor:
         if not entries:
             return {}
         try:
-            from ray._private import state
+            from ray._private import state  # internal: a Ray without it only loses the pending actors' places
 
-            job = self._ray.JobID.from_hex(self._ray.get_runtime_context().get_job_id())
+            job = ray.JobID.from_hex(ray.get_runtime_context().get_job_id())
             table = state.actors(job_id=job, actor_state_name="PENDING_CREATION")
             by_hex = {e["handle"]._actor_id.hex(): i for i, e in entries.items()}
         except Exception:
@@ -296,9 +264,9 @@ class Supervisor:
             return "waiting for Ray to start its worker process"
         need = f"{_amount(self.actor_cpus)} CPU"
         try:
-            nodes = [n.get("Resources", {}) for n in self._ray.nodes() if n.get("Alive")]
-            free = self._ray.available_resources().get("CPU", 0.0)
-            total = self._ray.cluster_resources().get("CPU", 0.0)
+            nodes = [n.get("Resources", {}) for n in ray.nodes() if n.get("Alive")]
+            free = ray.available_resources().get("CPU", 0.0)
+            total = ray.cluster_resources().get("CPU", 0.0)
         except Exception:
             return f"waiting for {need}"
         largest = max((n.get("CPU", 0.0) for n in nodes), default=0.0)
@@ -307,7 +275,7 @@ class Supervisor:
                     "an autoscaler must add a node")
         return f"waiting for {need} ({_amount(free)} of {_amount(total)} CPU free)"
 
-    def status(self, timeout_s: float = STATUS_TIMEOUT_S) -> dict:
+    def status(self, timeout_s: float = STATUS_TIMEOUT_S) -> SupervisorStatus:
         """Every actor as `alive`, `pending` (with what it waits for) or `unresponsive`, within about
         `timeout_s` seconds: one `ray.wait` over all started actors' `info()` calls."""
         with self.lock:
@@ -319,10 +287,10 @@ class Supervisor:
         refs = {e["handle"].info.remote(): i for i, e in started.items()}
         answers: dict[int, Any] = {}
         if refs:
-            done, _ = self._ray.wait(list(refs), num_returns=len(refs), timeout=timeout_s)
+            done, _ = ray.wait(list(refs), num_returns=len(refs), timeout=timeout_s)
             for ref in done:
                 try:
-                    answers[refs[ref]] = self._ray.get(ref)
+                    answers[refs[ref]] = ray.get(ref)
                 except Exception as exc:  # died since: the monitor replaces it
                     answers[refs[ref]] = exc
         not_started = {i: e for i, e in entries.items() if e["ready_at"] is None}
@@ -382,9 +350,9 @@ class Supervisor:
                 e["handle"].stop.remote()
         refs = [e["run_ref"] for e in entries if e["ready_at"] is not None]
         if refs:
-            self._ray.wait(refs, num_returns=len(refs), timeout=10)
+            ray.wait(refs, num_returns=len(refs), timeout=10)
         for e in entries:
-            self._ray.kill(e["handle"])
+            ray.kill(e["handle"])
 
     def set_progress(self, progress: dict) -> None:
         """The driver's latest view of the job (e.g. env steps/s, which only the driver computes), kept
@@ -394,11 +362,6 @@ class Supervisor:
     def learner_stats(self, timeout_s: float = 10.0) -> dict:
         """The learner's stats, or `{"unavailable": why}` when it does not answer in `timeout_s`."""
         try:
-            return self._ray.get(self.learner.stats.remote(), timeout=timeout_s)
+            return ray.get(self.learner.stats.remote(), timeout=timeout_s)
         except Exception as exc:  # GetTimeoutError, RayActorError: the learner is busy, restarting or gone
             return {"unavailable": error_summary(exc)}
-
-    def handles(self) -> dict[int, Any]:
-        """Actor id -> handle of the live actors (for tests and tools)."""
-        with self.lock:
-            return {i: e["handle"] for i, e in self.actors.items()}

@@ -21,7 +21,7 @@ import pytest
 import yaml
 from prometheus_client.parser import text_string_to_metric_families
 
-from levelray.contracts.config import RunConfig
+from levelray.contracts.config import RunConfig, replace_paths
 from levelray.deploy.driver import train
 from levelray.deploy.rundir import RunDir
 from tests.support import free_port
@@ -65,23 +65,23 @@ def test_config_scrapes_the_drivers_default_endpoint():
 
 def job_config(tmp_path, port: int) -> RunConfig:
     """A small CartPole job with every part that exports metrics on: levels (PLR), replay, evaluation."""
-    cfg = RunConfig()
-    cfg.env.id = "CartPole-v1"
-    cfg.env.num_levels = 20
-    cfg.actors.num_actors = 1
-    cfg.actors.envs_per_actor = 4
-    cfg.learner.batch_size = 2
-    cfg.learner.learning_rate = 1e-3  # 2e-3 sometimes collapses the policy at ~3 versions of lag
-    cfg.replay.replay_ratio = 0.5
-    cfg.replay.min_size = 2
-    cfg.eval.interval_updates = 20
-    cfg.eval.episodes = 2
-    cfg.eval.num_envs = 2
-    cfg.total_steps = 10**9
-    cfg.metrics_port = port
-    cfg.report_interval_s = 0.5
-    cfg.run_dir = str(tmp_path / "run")
-    return cfg
+    return replace_paths(RunConfig(), {
+        "env.id": "CartPole-v1",
+        "env.num_levels": 20,
+        "actors.num_actors": 1,
+        "actors.envs_per_actor": 4,
+        "learner.batch_size": 2,
+        "learner.learning_rate": 1e-3,  # 2e-3 sometimes collapses the policy at ~3 versions of lag
+        "replay.replay_ratio": 0.5,
+        "replay.min_size": 2,
+        "eval.interval_updates": 20,
+        "eval.episodes": 2,
+        "eval.num_envs": 2,
+        "total_steps": 10**9,
+        "metrics_port": port,
+        "report_interval_s": 0.5,
+        "run_dir": str(tmp_path / "run"),
+    })
 
 
 @pytest.mark.timeout(240)
@@ -227,10 +227,11 @@ def test_actor_failures_are_exported_with_one_fixed_series_each():
 
 
 def test_replay_priority_bins_are_the_same_series_whatever_the_priorities():
+    from levelray.contracts.config import ReplayConfig
     from levelray.replay_service.service import ReplayServiceCore
 
     def bins(priorities):
-        core = ReplayServiceCore(16, seed=0)
+        core = ReplayServiceCore(ReplayConfig(capacity=16, max_use=None, min_size=1), seed=0)
         core.insert(list(range(len(priorities))), np.asarray(priorities))
         samples = _exposition({"replay": core.stats()})["levelray_replay_priority"]
         return sorted(s.labels["upper"] for s in samples if s.labels["stat"] == "items")

@@ -8,18 +8,14 @@ import numpy as np
 import pytest
 import torch
 
-from levelray.contracts.config import ConfigError, RunConfig
+from levelray.contracts.config import ConfigError, RunConfig, replace_paths
 from levelray.deploy.cli import main
-from levelray.deploy.evaluate import (
-    PeriodicEvaluator,
-    checkpoint_weights,
-    evaluate_checkpoint,
-    evaluate_on_ray,
-    evaluate_policy,
-    level_set_seeds,
-    parse_level_sets,
-    resolve_checkpoint,
-)
+from levelray.deploy.episodes import evaluate_policy
+from levelray.deploy.eval_ray import evaluate_on_ray
+from levelray.deploy.evaluate import evaluate_checkpoint
+from levelray.deploy.level_sets import level_set_seeds, parse_level_sets
+from levelray.deploy.periodic_eval import PeriodicEvaluator
+from levelray.deploy.rundir import checkpoint_weights, resolve_checkpoint
 from tests.support import json_output
 
 TINY = ["--backend", "inline", "--num-actors", "1", "--envs-per-actor", "2", "--unroll-length", "8",
@@ -126,8 +122,7 @@ def test_level_sets():
     for bad in ("", "valid", "3-", "train,train"):
         with pytest.raises(ConfigError):
             parse_level_sets(bad)
-    cfg = RunConfig()
-    cfg.env.start_level, cfg.env.num_levels = 1000, 500
+    cfg = replace_paths(RunConfig(), {"env.start_level": 1000, "env.num_levels": 500})
     train = level_set_seeds(cfg, "train", 10, seed=3)
     assert sorted(train.tolist()) == list(range(1000, 1500))  # every training level once, shuffled
     test = level_set_seeds(cfg, "test", 5000, seed=3)
@@ -140,7 +135,7 @@ def test_level_sets():
 def test_periodic_evaluator_inline(cartpole_run):
     ckpt = resolve_checkpoint(cartpole_run)
     cfg, weights = ckpt["cfg"], checkpoint_weights(ckpt)
-    cfg.eval.interval_updates, cfg.eval.episodes, cfg.eval.num_envs = 10, 3, 2
+    cfg = replace_paths(cfg, {"eval.interval_updates": 10, "eval.episodes": 3, "eval.num_envs": 2})
     ev = PeriodicEvaluator(cfg, use_ray=False)
     assert all(not 100 <= s < 120 for s in ev.seeds)
     ev.maybe_start(9, weights)
@@ -166,7 +161,7 @@ def test_ray_evaluation_matches_inline(cartpole_run, ray_session):
     inline = evaluate_policy(cfg, weights, seeds, 5, greedy=True, num_envs=2, seed=0)
     assert on_ray["seeds"] == inline["seeds"] == seeds.tolist()
     assert on_ray["returns"] == inline["returns"]
-    cfg.eval.interval_updates, cfg.eval.episodes, cfg.eval.num_envs = 5, 4, 2
+    cfg = replace_paths(cfg, {"eval.interval_updates": 5, "eval.episodes": 4, "eval.num_envs": 2})
     ev = PeriodicEvaluator(cfg, use_ray=True)
     ev.maybe_start(5, ray_session.put(weights))
     assert ev.running
@@ -184,7 +179,7 @@ def test_a_failed_evaluation_is_reported_and_the_next_one_runs(cartpole_run, ray
     training. After: `poll()` reports it as `test_error` once, and the next interval evaluates as usual."""
     ckpt = resolve_checkpoint(cartpole_run)
     cfg, weights = ckpt["cfg"], checkpoint_weights(ckpt)
-    cfg.eval.interval_updates, cfg.eval.episodes, cfg.eval.num_envs = 5, 2, 2
+    cfg = replace_paths(cfg, {"eval.interval_updates": 5, "eval.episodes": 2, "eval.num_envs": 2})
     broken = {k: v[..., :1] for k, v in weights.items()}  # wrong shapes: the policy cannot be built
     ev = PeriodicEvaluator(cfg, use_ray=False)
     ev.maybe_start(5, broken)

@@ -7,6 +7,7 @@ goes through `python -m benchmarks.bench_learner --device cuda` on a lent GPU ma
 import pytest
 import torch
 
+from levelray.contracts.config import RunConfig
 from levelray.deploy import ray_backend
 from levelray.learner import learner as learner_mod
 
@@ -35,7 +36,7 @@ def test_learner_actor_requests_a_gpu_only_when_the_cluster_has_one(monkeypatch,
     monkeypatch.setattr(ray, "cluster_resources", lambda: {"CPU": 2.0, "GPU": float(gpus_in_cluster)})
     monkeypatch.setattr(service, "learner_actor_class", lambda num_gpus: asked.append(num_gpus) or Recorder())
     job = ray_backend.RayJob.__new__(ray_backend.RayJob)
-    job.cfg_dict, job.level_service, job.replay_service = {}, None, None
+    job.cfg, job.level_service, job.replay_service = RunConfig(), None, None
     job.spec = type("Spec", (), {"to_dict": lambda self: {}})()
     assert job._start_learner(None) == "learner-handle"
     assert asked == [expected]

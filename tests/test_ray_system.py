@@ -16,7 +16,7 @@ import numpy as np
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from levelray.contracts.config import RunConfig, to_dict
+from levelray.contracts.config import RunConfig, replace_paths
 from levelray.deploy.driver import train
 from levelray.deploy.ray_backend import RayJob
 from levelray.deploy.rundir import RunDir
@@ -88,18 +88,19 @@ def test_procgen_envs_play_the_seeds_the_level_service_gave(ray_session):
     import ray
 
     from levelray.actors.env_actor import EnvActor
-    from levelray.deploy.components import level_service_kwargs
     from levelray.level_service.service import LevelService
 
-    cfg = RunConfig()
-    cfg.env.id = "procgen:chaser"  # random play ends ~12 episodes in 4 envs x 384 steps (coinrun: 0-2)
-    cfg.env.num_levels = 50
-    cfg.env.start_level = 100
-    cfg.levels.strategy = "sequential"
-    cfg.actors.envs_per_actor = 4
-    cfg.actors.unroll_length = 64
-    service = LevelService.options(num_cpus=0).remote(np.arange(100, 150), level_service_kwargs(cfg))
-    actor = ray.remote(num_cpus=1, max_concurrency=4)(EnvActor).remote(0, to_dict(cfg), None, service, seed=1)
+    cfg = replace_paths(RunConfig(), {
+        "env.id": "procgen:chaser",  # random play ends ~12 episodes in 4 envs x 384 steps (coinrun: 0-2)
+        "env.num_levels": 50,
+        "env.start_level": 100,
+        "levels.strategy": "sequential",
+        "actors.envs_per_actor": 4,
+        "actors.unroll_length": 64,
+    })
+    service = LevelService.options(num_cpus=0).remote(np.arange(100, 150), cfg.levels, discount=cfg.learner.discount,
+                                                      rng=cfg.seed)
+    actor = ray.remote(num_cpus=1, max_concurrency=4)(EnvActor).remote(0, cfg, None, service, seed=1)
     unrolls = ray.get(actor.collect.remote(6), timeout=120)
     stats = ray.get(service.stats.remote())
     ray.kill(actor)
@@ -128,12 +129,13 @@ def test_actor_sends_unrolls_in_groups_and_stops_at_max_unrolls(ray_session):
     from levelray.actors.envs import env_spec
     from levelray.learner.service import learner_actor_class
 
-    cfg = RunConfig()
-    cfg.env.id, cfg.env.num_levels = "CartPole-v1", 0
-    cfg.actors.envs_per_actor, cfg.actors.unroll_length, cfg.actors.unrolls_per_submit = 3, 7, 2
-    cfg.learner.batch_size = 5
-    learner = learner_actor_class(0).options(num_cpus=0).remote(to_dict(cfg), env_spec(cfg.env).to_dict())
-    actor = ray.remote(num_cpus=0)(EnvActor).remote(0, to_dict(cfg), learner, seed=1)
+    cfg = replace_paths(RunConfig(), {
+        "env.id": "CartPole-v1", "env.num_levels": 0,
+        "actors.envs_per_actor": 3, "actors.unroll_length": 7, "actors.unrolls_per_submit": 2,
+        "learner.batch_size": 5,
+    })
+    learner = learner_actor_class(0).options(num_cpus=0).remote(cfg, env_spec(cfg.env))
+    actor = ray.remote(num_cpus=0)(EnvActor).remote(0, cfg, learner, seed=1)
     try:
         assert ray.get(actor.run.remote(max_unrolls=5), timeout=90) == 5
         stats = wait_for(lambda: (s := ray.get(learner.stats.remote()))["learner_version"] >= 1 and s, 60)
@@ -152,8 +154,7 @@ def test_scale_up_and_down_mid_run_and_status(ray_session, tmp_path, capsys):
 
     from levelray.deploy import control
 
-    cfg = cartpole_config(tmp_path, total_steps=10**9)
-    cfg.actors.num_actors = 1
+    cfg = cartpole_config(tmp_path, total_steps=10**9, actors__num_actors=1)
     job = RayJob(cfg, RunDir(cfg.run_dir))
     try:
         wait_for(lambda: job.poll()["learner"]["env_steps"] > 0, 60)
@@ -189,8 +190,7 @@ def test_scale_up_and_down_mid_run_and_status(ray_session, tmp_path, capsys):
 def test_bad_scale_request_is_refused(ray_session, tmp_path):
     import ray
 
-    cfg = cartpole_config(tmp_path)
-    cfg.actors.num_actors = 0
+    cfg = cartpole_config(tmp_path, actors__num_actors=0)
     job = RayJob(cfg, RunDir(cfg.run_dir))
     try:
         supervisor = ray.get_actor("levelray-supervisor", namespace="levelray")
@@ -268,10 +268,8 @@ def test_inline_backend_runs_the_same_config(ray_session, tmp_path):
 
 @pytest.mark.timeout(180)
 def test_replay_on_ray_inserts_samples_and_updates(ray_session, tmp_path):
-    cfg = cartpole_config(tmp_path, total_steps=25_000)
-    cfg.learner.batch_size = 4
-    cfg.replay.replay_ratio = 0.5
-    cfg.replay.min_size = 4
+    cfg = cartpole_config(tmp_path, total_steps=25_000, learner__batch_size=4, replay__replay_ratio=0.5,
+                          replay__min_size=4)
     record = train(cfg, RunDir(cfg.run_dir), quiet=True)
     assert record["learner_version"] > 10
     replay = record["replay"]

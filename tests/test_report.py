@@ -9,7 +9,8 @@ import pytest
 import torch
 
 from levelray.deploy.cli import main
-from levelray.deploy.report import level_matrix, load_run, make_report
+from levelray.deploy.report import make_report
+from levelray.deploy.report_runs import level_matrix, load_run
 
 TINY = ["--backend", "inline", "--num-actors", "1", "--envs-per-actor", "2", "--unroll-length", "8",
         "--metrics-port", "0", "--report-interval", "0", "--quiet"]
@@ -172,7 +173,7 @@ def test_report_groups_runs_into_arms_with_confidence_bands(tmp_path, capsys):
 
     # the curve itself: all runs lie on slope * s / 1000 + 0.1 * seed, so interpolation is exact and the band
     # at any step is the same t-interval of the offsets {0, 0.1, 0.2}
-    from levelray.deploy.report import group_curve, group_runs, load_run
+    from levelray.deploy.report_runs import group_curve, group_runs, load_run
 
     loaded = [load_run(p) for p in runs]
     plr = group_runs(loaded, "levels.strategy")["levels.strategy=value_l1"]

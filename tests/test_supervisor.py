@@ -15,9 +15,10 @@ from pathlib import Path
 import pytest
 
 from levelray.contracts.config import RunConfig
+from levelray.deploy.errors import error_summary
 from levelray.deploy.ray_backend import RayJob
 from levelray.deploy.rundir import RunDir
-from levelray.deploy.supervisor import RESPAWN_DELAY_MAX_S, error_summary, respawn_delay
+from levelray.deploy.supervisor import RESPAWN_DELAY_MAX_S, respawn_delay
 from tests import support
 from tests.support import wait_for
 
@@ -133,15 +134,14 @@ def test_embedded_ray_scales_past_the_cores(tmp_path):
     script = textwrap.dedent(f"""
         import json, threading, time
         import ray
-        from levelray.contracts.config import RunConfig
+        from levelray.contracts.config import RunConfig, replace_paths
         from levelray.deploy import control
         from levelray.deploy.driver import prepare_run_dir, train
 
-        cfg = RunConfig()
-        cfg.env.id, cfg.env.num_levels = "CartPole-v1", 0
-        cfg.actors.num_actors, cfg.actors.envs_per_actor = 1, 2
-        cfg.total_steps, cfg.metrics_port, cfg.report_interval_s = 10**9, 0, 0.5
-        cfg.run_dir = {str(tmp_path / "run")!r}
+        cfg = replace_paths(RunConfig(), {{
+            "env.id": "CartPole-v1", "env.num_levels": 0, "actors.num_actors": 1, "actors.envs_per_actor": 2,
+            "total_steps": 10**9, "metrics_port": 0, "report_interval_s": 0.5, "run_dir": {str(tmp_path / "run")!r},
+        }})
         stop = threading.Event()
         run = threading.Thread(target=train, args=(cfg, prepare_run_dir(cfg)), kwargs=dict(stop=stop, quiet=True))
         run.start()

@@ -1,0 +1,214 @@
+"""The report's figures (matplotlib, Agg, no display), each drawn from the runs `deploy.report_runs` reads.
+
+Each figure function returns `{path, series}` (the PNG and its line labels), or `{path: None, series: [],
+skipped: reason}` when no run has its data; see `deploy.report` for the list of figures.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+
+from levelray.contracts.config import MODEL_LOSS_TERMS
+from levelray.contracts.levels import UNSCORED_STRATEGIES
+from levelray.deploy.report_runs import (
+    final_values,
+    group_curve,
+    group_runs,
+    level_matrix,
+    priority_histogram,
+    record_series,
+)
+
+
+def _figure(nrows: int = 1, ncols: int = 1, size: tuple[float, float] = (8, 4.5)):
+    from matplotlib.figure import Figure  # no pyplot: no global backend, no display needed (Agg)
+
+    fig = Figure(figsize=size, layout="constrained")
+    axes = fig.subplots(nrows, ncols, squeeze=False)
+    return fig, axes
+
+
+def _save(fig, path: Path) -> None:
+    fig.savefig(path, dpi=100)
+
+
+def _labels(*axes) -> list[str]:
+    out = []
+    for ax in axes:
+        out.extend(line.get_label() for line in ax.get_lines() if not line.get_label().startswith("_"))
+    return out
+
+
+def line_figure(runs, out: Path, title: str, ylabel: str, key: str, sub: str | None = None) -> dict:
+    fig, axes = _figure()
+    ax = axes[0, 0]
+    for run in runs:
+        x, y = record_series(run["records"], key, sub)
+        if x.size:
+            ax.plot(x, y, marker="." if x.size < 30 else None, label=run["label"])
+    labels = _labels(ax)
+    if not labels:
+        return {"path": None, "series": [], "skipped": f"no run has {key!r} in metrics.jsonl"}
+    ax.set(title=title, xlabel="env steps", ylabel=ylabel)
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize="small")
+    _save(fig, out)
+    return {"path": str(out), "series": labels}
+
+
+def returns_figure(runs, out: Path) -> dict:
+    fig, axes = _figure(size=(9, 5))
+    ax = axes[0, 0]
+    for i, run in enumerate(runs):
+        color = f"C{i % 10}"
+        x, y = record_series(run["records"], "episode_return_mean")
+        if x.size:
+            ax.plot(x, y, color=color, label=f"{run['label']} train")
+        # x: the env steps of the evaluated version
+        x, y = record_series(run["records"], "test_return_mean", x_key="test_env_steps")
+        if x.size:
+            ax.plot(x, y, color=color, linestyle="--", marker="o", markersize=3, label=f"{run['label']} test")
+    labels = _labels(ax)
+    if not labels:
+        return {"path": None, "series": [], "skipped": "no run has episode returns yet"}
+    ax.set(title="Return: training levels (solid) and held-out levels (dashed)", xlabel="env steps",
+           ylabel="mean episode return")
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize="small")
+    _save(fig, out)
+    return {"path": str(out), "series": labels}
+
+
+def bands_figure(runs: list[dict], out: Path, group_by: str) -> dict:
+    groups = group_runs(runs, group_by)
+    fig, axes = _figure(1, 2, size=(13, 5))
+    panels = ((axes[0, 0], "episode_return_mean", "env_steps", "training levels"),
+              (axes[0, 1], "test_return_mean", "test_env_steps", "held-out levels (--eval-interval)"))
+    labels, summary = [], {}
+    for i, (name, members) in enumerate(groups.items()):
+        color = f"C{i % 10}"
+        summary[name] = {"runs": [str(r["path"]) for r in members],
+                         "final_train_return": final_values(members, "episode_return_mean"),
+                         "final_test_return": final_values(members, "test_return_mean"),
+                         "final_env_steps": final_values(members, "env_steps")}
+        for ax, key, x_key, _title in panels:
+            curve = group_curve(members, key, x_key)
+            if curve is None:
+                continue
+            label = f"{name} (n={curve['runs']})"
+            ax.plot(curve["steps"], curve["mean"], color=color, label=label)
+            if curve["runs"] > 1:
+                ax.fill_between(curve["steps"], curve["mean"] - curve["half"], curve["mean"] + curve["half"],
+                                color=color, alpha=0.2, linewidth=0)
+            labels.append(f"{label} {_title.split(' (')[0]}")
+    if not labels:
+        return {"path": None, "series": [], "groups": summary,
+                "skipped": "no group has two or more reports with returns"}
+    for ax, _key, _x, title in panels:
+        ax.set(title=f"Mean return, {title}, 95% CI over runs", xlabel="env steps", ylabel="mean episode return")
+        ax.grid(alpha=0.3)
+        if _labels(ax):
+            ax.legend(fontsize="small")
+    _save(fig, out)
+    return {"path": str(out), "series": labels, "groups": summary}
+
+
+def _panels_figure(runs, out: Path, panels: list[tuple[str, str]], ncols: int, size: tuple[float, float],
+                   skipped: str) -> dict:
+    """One panel per (metrics.jsonl key, title), every run a line in each; skipped when no run has any key."""
+    nrows = (len(panels) + ncols - 1) // ncols
+    fig, axes = _figure(nrows, ncols, size=size)
+    flat = axes.ravel()
+    for ax, (key, title) in zip(flat, panels, strict=False):
+        for run in runs:
+            x, y = record_series(run["records"], key)
+            if x.size:
+                ax.plot(x, y, label=f"{run['label']} {key.removeprefix('learner_')}")
+        ax.set(title=title, xlabel="env steps")
+        ax.grid(alpha=0.3)
+        if ax.get_lines():
+            ax.legend(fontsize="x-small")
+    for ax in flat[len(panels):]:
+        ax.set_visible(False)
+    labels = _labels(*flat)
+    if not labels:
+        return {"path": None, "series": [], "skipped": skipped}
+    _save(fig, out)
+    return {"path": str(out), "series": labels}
+
+
+def losses_figure(runs, out: Path) -> dict:
+    panels = [("learner_loss_total", "total loss"), ("learner_loss_policy", "policy loss"),
+              ("learner_loss_value", "value loss"), ("learner_entropy", "policy entropy")]
+    return _panels_figure(runs, out, panels, 2, (11, 7), "no run has learner losses in metrics.jsonl")
+
+
+def model_loss_figure(runs, out: Path) -> dict:
+    """The model loss (`learner_model_loss`) and its terms, one panel for each that some run reported (the
+    game-over and consistency terms are options)."""
+    keys = [("learner_model_loss", "model loss (total)")] + [
+        (f"learner_model_{term}_loss", f"{term} term") for term in MODEL_LOSS_TERMS]
+    panels = [(key, title) for key, title in keys if any(key in r for run in runs for r in run["records"])]
+    if not panels:
+        return {"path": None, "series": [], "skipped": "no run has a model loss (--model-loss muzero) in metrics.jsonl"}
+    ncols = min(3, len(panels))
+    return _panels_figure(runs, out, panels, ncols, (4 * ncols, 3.5 * ((len(panels) + ncols - 1) // ncols)), "")
+
+
+def _level_run(runs: list[dict]) -> list[dict]:
+    """Runs in the order the level heat maps try them: PLR runs first, then uniform ones."""
+    return ([r for r in runs if r["strategy"] not in UNSCORED_STRATEGIES]
+            + [r for r in runs if r["strategy"] in UNSCORED_STRATEGIES])
+
+
+def level_figure(runs, out: Path, kind: str) -> dict:
+    for run in _level_run(runs):
+        data = level_matrix(run, kind)
+        if data is not None:
+            break
+    else:
+        return {"path": None, "series": [],
+                "skipped": f"no run has level_{kind} records or checkpoints with a level sampler state "
+                           "(runs with --num-levels 0 have no level set)"}
+    steps, seeds, values, source = data
+    fig, axes = _figure(size=(10, 5))
+    ax = axes[0, 0]
+    rows = np.arange(len(steps) + 1) - 0.5
+    cols = np.arange(len(seeds) + 1) - 0.5
+    mesh = ax.pcolormesh(cols, rows, values, shading="flat", cmap="viridis")
+    # one tick per row (at most ~10), labelled with the env steps of that report
+    ticks = np.unique(np.linspace(0, len(steps) - 1, min(len(steps), 10)).round().astype(int))
+    ax.set_yticks(ticks, [f"{int(steps[t]):,}" for t in ticks])
+    xt = np.unique(np.linspace(0, len(seeds) - 1, min(len(seeds), 10)).round().astype(int))
+    ax.set_xticks(xt, [str(int(seeds[t])) for t in xt])
+    what = "PLR replay weight P(level)" if kind == "weights" else "staleness (samples since last sampled)"
+    fig.colorbar(mesh, ax=ax, label=what)
+    ax.set(title=f"{what} over time: {run['label']} (from {source})", xlabel="level seed",
+           ylabel="env steps")
+    _save(fig, out)
+    return {"path": str(out), "series": [run["label"]], "source": source, "shape": list(values.shape)}
+
+
+def priorities_figure(runs, out: Path) -> dict:
+    fig, axes = _figure()
+    ax = axes[0, 0]
+    sources = {}
+    for run in runs:
+        hist = priority_histogram(run)
+        if hist is None:
+            continue
+        edges, counts, source = hist
+        ax.stairs(counts / max(counts.sum(), 1.0), edges, fill=False, linewidth=1.5, label=run["label"])
+        sources[run["label"]] = source
+    labels = [p.get_label() for p in ax.patches if not p.get_label().startswith("_")]
+    if not labels:
+        return {"path": None, "series": [],
+                "skipped": "no run has a replay priority histogram (replay is off unless --replay-ratio > 0)"}
+    ax.set(title="Replay priority distribution (latest)", xlabel="raw priority (|TD| mix)",
+           ylabel="fraction of buffered unrolls")
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize="small")
+    _save(fig, out)
+    return {"path": str(out), "series": labels, "source": sources}

@@ -1,0 +1,194 @@
+"""The runs a report draws: each run directory's config, `metrics.jsonl` records and checkpoints, read into
+the series, heat-map matrices, histograms and grouped curves that `deploy.report_figures` plots and
+`deploy.report` summarises. A run is a dict `{name, path, config (dict), strategy, label, records}`."""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from levelray.contracts.config import ConfigError
+from levelray.deploy.stats import ci_summary, mean_ci
+
+BAND_POINTS = 60  # env-step grid the grouped curves are interpolated onto
+
+
+def load_run(path: str | Path) -> dict[str, Any]:
+    """{name, path, config (dict), strategy, label, records} of one run directory."""
+    import yaml
+
+    p = Path(path)
+    if not p.is_dir():
+        raise ConfigError(f"RUN_DIR: {p} is not a directory")
+    metrics = p / "metrics.jsonl"
+    if not metrics.exists():
+        raise ConfigError(f"RUN_DIR: {p} has no metrics.jsonl (is it a levelray run directory?)")
+    records = []
+    lines = metrics.read_text().splitlines()
+    for i, line in enumerate(lines):
+        if not line.strip():
+            continue
+        try:
+            records.append(json.loads(line))
+        except json.JSONDecodeError:
+            if i < len(lines) - 1:  # only a torn last line (a run killed mid-write) is tolerated
+                raise ConfigError(f"RUN_DIR: {metrics} line {i + 1} is not JSON") from None
+    config: dict = {}
+    if (p / "config.yaml").exists():
+        config = yaml.safe_load((p / "config.yaml").read_text()) or {}
+    strategy = (config.get("levels") or {}).get("strategy", "?")
+    if ((config.get("env") or {}).get("num_levels", 1) or 0) <= 0:
+        strategy = "unbounded levels"
+    return {"name": p.name, "path": p, "config": config, "strategy": strategy, "records": records}
+
+
+def label_runs(runs: list[dict]) -> None:
+    names = [r["name"] for r in runs]
+    for r in runs:
+        name = r["name"]
+        if names.count(name) > 1:  # runs/a/run and runs/b/run: use the parent too
+            name = f"{r['path'].parent.name}/{name}"
+        r["label"] = f"{name} ({r['strategy']})"
+
+
+def record_series(records: list[dict], key: str, sub: str | None = None,
+            x_key: str = "env_steps") -> tuple[np.ndarray, np.ndarray]:
+    """(env steps, values) of every record with a finite `key` (`x_key` where present, else env_steps)."""
+    xs, ys = [], []
+    for rec in records:
+        v = rec.get(key)
+        if sub is not None:
+            v = v.get(sub) if isinstance(v, dict) else None
+        if isinstance(v, int | float) and not isinstance(v, bool) and math.isfinite(v) and "env_steps" in rec:
+            xs.append(rec.get(x_key, rec["env_steps"]))
+            ys.append(float(v))
+    return np.asarray(xs, dtype=np.float64), np.asarray(ys, dtype=np.float64)
+
+
+def _checkpoint_dirs(run: dict) -> list[Path]:
+    ckpts = run["path"] / "checkpoints"
+    if not ckpts.is_dir():
+        return []
+    return sorted(p for p in ckpts.iterdir() if p.is_dir() and p.name.startswith("ckpt-"))
+
+
+def _checkpoint_env_steps(ckpt: Path) -> int | None:
+    try:
+        meta = json.loads((ckpt / "meta.json").read_text())
+        return int(meta["counters"]["env_steps"])
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+
+
+def level_matrix(run: dict, kind: str) -> tuple[np.ndarray, np.ndarray, np.ndarray, str] | None:
+    """(env steps [R], level seeds [L], values [R, L], source) of `kind` in ("weights", "staleness"):
+    from `level_<kind>` records, else from the checkpoints' level sampler states; None without data."""
+    key = f"level_{kind}"
+    rows = [(rec["env_steps"], rec[key]) for rec in run["records"] if isinstance(rec.get(key), list) and rec[key]]
+    if rows:
+        width = max(len(v) for _, v in rows)
+        rows = [(s, v) for s, v in rows if len(v) == width]
+        env = run["config"].get("env") or {}
+        start = int(env.get("start_level", 0))
+        seeds = np.arange(start, start + width)
+        return (np.asarray([s for s, _ in rows], dtype=np.float64), seeds,
+                np.asarray([v for _, v in rows], dtype=np.float64), "metrics.jsonl")
+    from levelray.contracts import snapshot
+    from levelray.level_service.sampler import LevelSampler
+
+    steps, values, seeds = [], [], None
+    for ckpt in _checkpoint_dirs(run):
+        env_steps = _checkpoint_env_steps(ckpt)
+        if env_steps is None or not (ckpt / "levels.msgpack").exists():
+            continue
+        try:
+            sampler = LevelSampler.from_state_dict(snapshot.load(ckpt / "levels.msgpack"))
+        except (OSError, ValueError, KeyError, TypeError):
+            continue
+        row = sampler.sample_weights() if kind == "weights" else sampler.staleness()
+        if seeds is not None and len(row) != len(seeds):
+            continue
+        seeds = sampler.seeds
+        steps.append(env_steps)
+        values.append(np.asarray(row, dtype=np.float64))
+    if not steps:
+        return None
+    order = np.argsort(steps, kind="stable")
+    return (np.asarray(steps, dtype=np.float64)[order], seeds, np.stack(values)[order],
+            f"{len(steps)} checkpoints")
+
+
+def priority_histogram(run: dict) -> tuple[np.ndarray, np.ndarray, str] | None:
+    """(edges [n+1], counts [n], source) of the latest replay priority histogram; None without one."""
+    for rec in reversed(run["records"]):
+        hist = rec.get("replay_priority_hist")
+        if hist is None and isinstance(rec.get("replay"), dict):
+            hist = rec["replay"].get("priority_hist")
+        if isinstance(hist, dict) and hist.get("edges") and sum(hist.get("counts") or []) > 0:
+            return (np.asarray(hist["edges"], dtype=np.float64), np.asarray(hist["counts"], dtype=np.float64),
+                    "metrics.jsonl")
+    from levelray.contracts import snapshot
+
+    for ckpt in reversed(_checkpoint_dirs(run)):
+        path = ckpt / "replay.msgpack"
+        if not path.exists():
+            continue
+        try:
+            state = snapshot.load(path)
+            rs = state.get("replay", state)
+            raw = np.asarray(rs["raw_priorities"], dtype=np.float64)[np.asarray(rs["slot_ids"]) >= 0]
+        except (OSError, ValueError, KeyError, TypeError):
+            continue
+        if raw.size:
+            counts, edges = np.histogram(raw, bins=16)
+            return edges, counts.astype(np.float64), f"checkpoint {ckpt.name}"
+    return None
+
+
+def last_value(records: list[dict], key: str):
+    for rec in reversed(records):
+        v = rec.get(key)
+        if v is not None:
+            return v
+    return None
+
+
+def group_runs(runs: list[dict], path: str) -> dict[str, list[dict]]:
+    """{"<path>=<value>": runs} in the order the groups first appear. The level strategy is read as the
+    report labels it (`unbounded levels` for a run without a level set)."""
+    groups: dict[str, list[dict]] = {}
+    for run in runs:
+        if path == "levels.strategy":
+            value = run["strategy"]
+        else:
+            value = run["config"]
+            for part in path.split("."):
+                value = value.get(part) if isinstance(value, dict) else None
+        groups.setdefault(f"{path}={value}", []).append(run)
+    return groups
+
+
+def group_curve(runs: list[dict], key: str, x_key: str = "env_steps") -> dict[str, Any] | None:
+    """The group's mean curve and 95% t-interval half-widths on a common env-step grid: each run's series
+    is linearly interpolated onto `BAND_POINTS` steps spanning the range every run covers (no run is
+    extrapolated). None when fewer than one run has the series or the ranges do not overlap."""
+    series = [s for s in (record_series(r["records"], key, x_key=x_key) for r in runs) if s[0].size >= 2]
+    if not series:
+        return None
+    lo, hi = max(float(x[0]) for x, _ in series), min(float(x[-1]) for x, _ in series)
+    if hi <= lo:
+        return None
+    grid = np.linspace(lo, hi, BAND_POINTS)
+    curves = np.stack([np.interp(grid, x, y) for x, y in series])  # [runs, BAND_POINTS]
+    stats = [mean_ci(curves[:, j].tolist()) for j in range(grid.size)]
+    return {"steps": grid, "mean": np.array([m for m, _ in stats]), "half": np.array([h for _, h in stats]),
+            "runs": len(series)}
+
+
+def final_values(runs: list[dict], key: str) -> dict[str, Any]:
+    """Mean and 95% t-interval of the runs' last `key` (n: how many runs have one)."""
+    return ci_summary([last_value(r["records"], key) for r in runs])
