@@ -23,8 +23,13 @@ $(STAMP): pyproject.toml constraints.txt
 train: $(STAMP)
 	$(VENV)/bin/levelray train $(TRAIN_ARGS)
 
+# The package's folders, for vulture (dead code at 80% confidence; the suite also checks function and module
+# lengths, tests/test_code_shape.py).
+PACKAGE := actors contracts deploy learner level_service levelray policy replay_service
+
 test: $(STAMP)
 	$(VENV)/bin/ruff check .
+	$(VENV)/bin/vulture --min-confidence 80 $(PACKAGE)
 	sh deploy/setup/install-prometheus.sh
 	$(PY) -m pytest -q tests
 
@@ -32,6 +37,7 @@ test: $(STAMP)
 # rewrap 66 files without changing what they do, so the formatter is not enforced.
 lint: $(STAMP)
 	$(VENV)/bin/ruff check .
+	$(VENV)/bin/vulture --min-confidence 80 $(PACKAGE)
 
 clean:
 	rm -rf $(VENV) .pytest_cache
