@@ -136,10 +136,11 @@ class ChannelsLast(gym.ObservationWrapper):
         return np.ascontiguousarray(np.moveaxis(np.asarray(obs), 0, -1))
 
 
-def make(env_id: str, max_episode_steps: int | None = None) -> gym.Env:
-    """One preprocessed Atari env (see the module doc) for an id `gymnasium_id` accepts."""
+def make(env_id: str, max_episode_steps: int | None = None, render_mode: str | None = None) -> gym.Env:
+    """One preprocessed Atari env (see the module doc) for an id `gymnasium_id` accepts; `render_mode="rgb_array"`:
+    `render()` gives the emulator's colour screen `[210, 160, 3]` (the last of the skipped frames)."""
     gym_id = gymnasium_id(env_id)
-    base = gym.make(gym_id, frameskip=1, disable_env_checker=True)
+    base = gym.make(gym_id, frameskip=1, disable_env_checker=True, render_mode=render_mode)
     env = gym.wrappers.AtariPreprocessing(
         base,
         noop_max=NOOP_MAX,
@@ -161,12 +162,15 @@ class AtariVector(GymnasiumVector):
     `raw_rewards` keeps the game's own, from which episode returns are summed."""
 
     def __init__(
-        self, env_id: str, num_envs: int, cfg: EnvConfig, level_source: LevelSource | None = None, seed: int = 0
+        self, env_id: str, num_envs: int, cfg: EnvConfig, level_source: LevelSource | None = None, seed: int = 0,
+        render: bool = False,
     ):
         self.gym_id = gymnasium_id(env_id)
         self.game = game_name(self.gym_id)
+        mode = "rgb_array" if render else None
         super().__init__(self.gym_id, num_envs, cfg, level_source, seed,
-                         make_env=lambda: make(self.gym_id, cfg.max_episode_steps))
+                         make_env=lambda: make(self.gym_id, cfg.max_episode_steps, mode), render=render)
+        self.render_fps = 60.0 / FRAME_SKIP  # real time: the 2600 draws 60 frames a second, an agent step is 4
 
     def step(self, actions: np.ndarray) -> StepResult:
         step = super().step(actions)
@@ -185,8 +189,9 @@ def matches(env_id: str) -> bool:
     return (registered is None or "ale_py" in str(registered.entry_point)) and is_ale_id(env_id)
 
 
-def make_vector(cfg: EnvConfig, num_envs: int, level_source: LevelSource | None = None, seed: int = 0) -> AtariVector:
-    return AtariVector(cfg.id, num_envs, cfg, level_source, seed)
+def make_vector(cfg: EnvConfig, num_envs: int, level_source: LevelSource | None = None, seed: int = 0, *,
+                render: bool = False) -> AtariVector:
+    return AtariVector(cfg.id, num_envs, cfg, level_source, seed, render)
 
 
 def spec(cfg: EnvConfig) -> EnvSpec:

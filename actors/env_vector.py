@@ -5,6 +5,10 @@ An env vector steps K copies of one environment, each copy playing a level chose
 uniform draw from the training level set, `LevelChooser`). Every step reports the level each env really
 played. The families (`actors.procgen_env`, `minigrid_env`, `atari_env`, `gymnasium_env`) build on this
 module; `actors.envs` picks the family of an env id.
+
+A vector built with `render=True` (one env, for an episode video or a level's picture) also gives each env's
+current frame as a person sees it, `render(k)`: procgen's 512x512 rendering, MiniGrid's whole grid, Atari's
+screen, a gymnasium env's `rgb_array`. Only such a vector renders: rendering costs every step.
 """
 
 from __future__ import annotations
@@ -44,13 +48,18 @@ class StepResult:
         return self.rewards if self.raw_rewards is None else self.raw_rewards
 
 
+class CannotRender(ValueError):
+    """The env cannot give RGB frames (a gymnasium env without an `rgb_array` render mode); says which."""
+
+
 class EnvVector:
     """K envs of one id: `reset()` gives the first observations `[K, *obs_shape]`, `step(actions [K, ...])`
     a `StepResult` (an ended env is restarted on a new level within the same step), `current_levels()` the
-    level each env plays now `[K]`."""
+    level each env plays now `[K]`; built with `render=True`, `render(k)` (see the module doc)."""
 
     spec: EnvSpec
     num_envs: int
+    render_fps: float = 15.0  # the speed a recorded episode plays at: the game's own pace where it has one
 
     def reset(self) -> np.ndarray:
         raise NotImplementedError
@@ -61,8 +70,22 @@ class EnvVector:
     def current_levels(self) -> np.ndarray:
         raise NotImplementedError
 
+    def render(self, k: int = 0) -> np.ndarray:
+        """Env k's current frame as a person sees it, uint8 `[H, W, 3]` (a vector built with `render=True`)."""
+        raise NotImplementedError(f"{type(self).__name__} was built without render=True")
+
     def close(self) -> None:
         pass
+
+
+def rgb_frame(frame, env_id: str) -> np.ndarray:
+    """`frame` as a uint8 `[H, W, 3]` array (a copy); CannotRender naming `env_id` for anything else (a
+    gymnasium env asked for a render mode it lacks returns None)."""
+    array = None if frame is None else np.asarray(frame)
+    if array is None or array.ndim != 3 or array.shape[2] != 3 or array.dtype != np.uint8:
+        got = "nothing" if array is None else f"{array.dtype} {array.shape}"
+        raise CannotRender(f"{env_id} rendered {got}, not an RGB frame (uint8 [H, W, 3])")
+    return array.copy()
 
 
 class LevelChooser:

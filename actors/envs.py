@@ -9,12 +9,17 @@ An id no family takes is refused with the list of what exists.
 
 The family modules import their env library (procgen, minigrid, ale_py) only when they build an env, so
 asking which family an id belongs to costs nothing but gymnasium. The vectors share `actors.env_vector`.
+
+`level_frame(cfg, seed)` is the picture of one level (a report's gallery); episode videos play a vector built
+with `make_env_vector(..., render=True)`, whose `render(k)` gives the frames (see `actors.env_vector`).
 """
 
 from __future__ import annotations
 
 import difflib
 from typing import Protocol
+
+import numpy as np
 
 from levelray.actors.env_vector import EnvVector, LevelSource
 from levelray.contracts.config import EnvConfig
@@ -28,8 +33,9 @@ class EnvFamily(Protocol):
         """Whether this family builds `env_id` (it may still refuse it with a ValueError saying why)."""
 
     def make_vector(self, cfg: EnvConfig, num_envs: int, level_source: LevelSource | None = None,
-                    seed: int = 0) -> EnvVector:
-        """`num_envs` envs of `cfg.id`; ValueError saying why for an id it matches but cannot build."""
+                    seed: int = 0, *, render: bool = False) -> EnvVector:
+        """`num_envs` envs of `cfg.id`; ValueError saying why for an id it matches but cannot build
+        (`env_vector.CannotRender` where `render` is asked of an env that cannot draw frames)."""
 
     def spec(self, cfg: EnvConfig) -> EnvSpec:
         """The spec of `cfg.id` without keeping an env around."""
@@ -60,9 +66,24 @@ def available_env_ids() -> list[str]:
     return [env_id for family in families() for env_id in family.ids()]
 
 
-def make_env_vector(cfg: EnvConfig, num_envs: int, level_source: LevelSource | None = None, seed: int = 0) -> EnvVector:
-    """Build the env vector for `cfg.id`; an unknown id raises ValueError listing what exists."""
-    return family_of(cfg.id).make_vector(cfg, num_envs, level_source, seed)
+def make_env_vector(cfg: EnvConfig, num_envs: int, level_source: LevelSource | None = None, seed: int = 0, *,
+                    render: bool = False) -> EnvVector:
+    """Build the env vector for `cfg.id`; an unknown id raises ValueError listing what exists. `render`: the
+    vector also draws each env's frame for a person (`EnvVector.render`), at a cost every step."""
+    return family_of(cfg.id).make_vector(cfg, num_envs, level_source, seed, render=render)
+
+
+def level_frame(cfg: EnvConfig, seed: int) -> np.ndarray:
+    """The first frame of level `seed` as a person sees it, uint8 `[H, W, 3]`: procgen's 512x512 rendering
+    of the level's start, MiniGrid's whole grid after `reset(seed=seed)` (32 pixels a cell), Atari's screen,
+    a gymnasium env's `render()` after `reset(seed=seed)` (CartPole: 400x600). The same frame for the same
+    `cfg` and seed. `env_vector.CannotRender` (a ValueError) names an env that cannot draw frames."""
+    vec = make_env_vector(cfg, 1, lambda _k: int(seed), render=True)
+    try:
+        vec.reset()
+        return vec.render(0)
+    finally:
+        vec.close()
 
 
 def env_spec(cfg: EnvConfig) -> EnvSpec:

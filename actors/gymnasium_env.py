@@ -2,18 +2,29 @@
 
 K envs stepped in a loop (`GymnasiumVector`); the level is the `reset(seed=...)` seed, and the action space
 is seeded with it too. CartPole's K envs step as one NumPy array instead (`CartPoleVector`, the same episodes
-and levels) unless `env.native_vector` is off. The MiniGrid and Atari families build on `GymnasiumVector`.
+and levels) unless `env.native_vector` is off, or the vector renders (`render=True`: envs made with
+`render_mode="rgb_array"`, looped, since the NumPy CartPole draws nothing). The MiniGrid and Atari families
+build on `GymnasiumVector`.
 """
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable
 
 import gymnasium as gym
 import numpy as np
 from gymnasium import spaces
 
-from levelray.actors.env_vector import EnvVector, LevelChooser, LevelSource, StepResult, spec_of_one_env
+from levelray.actors.env_vector import (
+    CannotRender,
+    EnvVector,
+    LevelChooser,
+    LevelSource,
+    StepResult,
+    rgb_frame,
+    spec_of_one_env,
+)
 from levelray.contracts.config import EnvConfig
 from levelray.contracts.spec import EnvSpec
 
@@ -27,18 +38,30 @@ class GymnasiumVector(EnvVector):
         level_source: LevelSource | None = None,
         seed: int = 0,
         make_env: Callable[[], gym.Env] | None = None,
+        render: bool = False,
     ):
-        """`make_env`: builds one env copy (default: `gym.make(env_id)` with the config's time limit)."""
+        """`make_env`: builds one env copy (default: `gym.make(env_id)` with the config's time limit, and
+        `render_mode="rgb_array"` when `render`; a family's own `make_env` sets the render mode itself)."""
         if make_env is None:
             kwargs = {"disable_env_checker": True}  # the checker wraps every step; the spec is checked below
             if cfg.max_episode_steps is not None:
                 kwargs["max_episode_steps"] = cfg.max_episode_steps
+            if render:
+                kwargs["render_mode"] = "rgb_array"
 
             def make_env():
                 return gym.make(env_id, **kwargs)
 
+        if render:
+            check_rgb_array(env_id)
+            # rgb_array frames are drawn off screen (pygame surfaces: CartPole, the Box2D envs); SDL still looks for a
+            # display at pygame.init() and, on a headless machine, prints "XDG_RUNTIME_DIR is invalid" errors.
+            os.environ.setdefault("SDL_VIDEODRIVER", "dummy")
         self.envs = [make_env() for _ in range(num_envs)]
         self.num_envs = num_envs
+        self.env_id = env_id
+        if render:
+            self.render_fps = float(self.envs[0].metadata.get("render_fps") or self.render_fps)
         self._choose = LevelChooser(cfg, level_source, np.random.default_rng(seed))
         self._levels = np.zeros(num_envs, dtype=np.int64)
         self.spec = gymnasium_spec(self.envs[0], env_id)
@@ -89,6 +112,9 @@ class GymnasiumVector(EnvVector):
 
     def current_levels(self) -> np.ndarray:
         return self._levels.copy()
+
+    def render(self, k: int = 0) -> np.ndarray:
+        return rgb_frame(self.envs[k].render(), self.env_id)
 
     def close(self) -> None:
         for env in self.envs:
@@ -151,6 +177,20 @@ class CartPoleVector(EnvVector):
         return self._levels.copy()
 
 
+def check_rgb_array(env_id: str) -> None:
+    """CannotRender naming `env_id` where its env class lists no `rgb_array` render mode; read off the class,
+    before an env is made (`gym.make` would pass the render mode to a constructor that may not take one)."""
+    from gymnasium.envs.registration import load_env_creator
+
+    entry_point = gym.spec(env_id).entry_point
+    creator = entry_point if callable(entry_point) else load_env_creator(entry_point)
+    metadata = getattr(creator, "metadata", None)
+    modes = list(metadata.get("render_modes") or []) if isinstance(metadata, dict) else []
+    if "rgb_array" not in modes:
+        raise CannotRender(f"{env_id} cannot render RGB frames: its render modes are "
+                           f"{', '.join(map(str, modes)) or 'none'}, without rgb_array")
+
+
 def gymnasium_spec(env: gym.Env, env_id: str) -> EnvSpec:
     """The `EnvSpec` of a gymnasium env: a Box observation (uint8 `[H, W, C]` is an image, anything else
     float32) and a Discrete (from 0) or 1-d Box action space; ValueError for anything else."""
@@ -179,10 +219,11 @@ def matches(env_id: str) -> bool:
     return env_id in gym.envs.registry
 
 
-def make_vector(cfg: EnvConfig, num_envs: int, level_source: LevelSource | None = None, seed: int = 0) -> EnvVector:
-    if cfg.native_vector and cfg.id in CartPoleVector.IDS:
+def make_vector(cfg: EnvConfig, num_envs: int, level_source: LevelSource | None = None, seed: int = 0, *,
+                render: bool = False) -> EnvVector:
+    if cfg.native_vector and cfg.id in CartPoleVector.IDS and not render:
         return CartPoleVector(cfg.id, num_envs, cfg, level_source, seed)
-    return GymnasiumVector(cfg.id, num_envs, cfg, level_source, seed)
+    return GymnasiumVector(cfg.id, num_envs, cfg, level_source, seed, render=render)
 
 
 def spec(cfg: EnvConfig) -> EnvSpec:

@@ -85,13 +85,15 @@ class MiniGridVector(GymnasiumVector):
     (rather than adding a second time limit on top of it)."""
 
     def __init__(
-        self, name: str, num_envs: int, cfg: EnvConfig, level_source: LevelSource | None = None, seed: int = 0
+        self, name: str, num_envs: int, cfg: EnvConfig, level_source: LevelSource | None = None, seed: int = 0,
+        render: bool = False,
     ):
         from levelray.actors import minigrid_obs
 
         self.gym_id = gymnasium_id(name)
+        mode = "rgb_array" if render else None  # render(): the whole grid, as a person sees the level
         super().__init__(self.gym_id, num_envs, cfg, level_source, seed,
-                         make_env=lambda: minigrid_obs.make(self.gym_id, cfg.max_episode_steps))
+                         make_env=lambda: minigrid_obs.make(self.gym_id, cfg.max_episode_steps, mode), render=render)
         self.spec = dataclasses.replace(self.spec, obs_encoding=MINIGRID_OBS)
 
 
@@ -99,15 +101,15 @@ def matches(env_id: str) -> bool:
     return env_id.startswith((PREFIX, _GYM_PREFIX))
 
 
-def make_vector(cfg: EnvConfig, num_envs: int, level_source: LevelSource | None = None,
-                seed: int = 0) -> MiniGridVector:
+def make_vector(cfg: EnvConfig, num_envs: int, level_source: LevelSource | None = None, seed: int = 0, *,
+                render: bool = False) -> MiniGridVector:
     """ValueError for a bare `MiniGrid-...` id: levelray encodes MiniGrid's dict observation only under the
     `minigrid:` name."""
     if cfg.id.startswith(_GYM_PREFIX):
         name = canonical_name(gymnasium_id(cfg.id[len(_GYM_PREFIX):]))
         raise ValueError(f"{cfg.id!r} is a MiniGrid env: use --env {name} (levelray encodes MiniGrid's dict "
                          f"observation into one array only under that name)")
-    return MiniGridVector(cfg.id[len(PREFIX):], num_envs, cfg, level_source, seed)
+    return MiniGridVector(cfg.id[len(PREFIX):], num_envs, cfg, level_source, seed, render)
 
 
 def spec(cfg: EnvConfig) -> EnvSpec:

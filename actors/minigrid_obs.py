@@ -49,8 +49,11 @@ class MiniGridObs(gym.Wrapper):
         return self._encode(obs), reward, terminated, truncated, info
 
 
-def make(env_id: str, max_steps: int | None = None) -> gym.Env:
+def make(env_id: str, max_steps: int | None = None, render_mode: str | None = None) -> gym.Env:
     """One wrapped MiniGrid env of a gymnasium id; `max_steps` overrides MiniGrid's own time limit
-    (`--max-episode-steps`)."""
+    (`--max-episode-steps`); `render_mode="rgb_array"`: `render()` draws the whole grid (the agent's view
+    shaded), not the agent's 7x7 view."""
     kwargs = {} if max_steps is None else {"max_steps": max_steps}
+    if render_mode is not None:
+        kwargs["render_mode"] = render_mode
     return MiniGridObs(gym.make(env_id, disable_env_checker=True, **kwargs))

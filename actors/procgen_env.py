@@ -5,6 +5,9 @@ injecting its start state into that env's slot (`get_state`/`set_state`, ~2 ms p
 here). Start states are cached by seed; a seed never seen is built once with a 1-env
 `ProcgenGym3Env(num_levels=1, start_level=seed)`. Envs are never re-created per episode. Each step reports
 procgen's own `level_seed` as the level played, and `prev_level_complete` as an ended episode's success.
+A vector built with `render=True` asks procgen for its human view (`render_mode="rgb_array"`: each step also
+draws the 512x512 frame into `info["rgb"]`, which `render(k)` returns; an injected start state is drawn there
+too).
 
 procgen itself is imported only when a vector is built.
 """
@@ -16,7 +19,7 @@ from collections import OrderedDict
 
 import numpy as np
 
-from levelray.actors.env_vector import EnvVector, LevelChooser, LevelSource, StepResult
+from levelray.actors.env_vector import EnvVector, LevelChooser, LevelSource, StepResult, rgb_frame
 from levelray.contracts.config import EnvConfig
 from levelray.contracts.spec import EnvSpec
 
@@ -43,6 +46,31 @@ PROCGEN_GAMES = (
 SPEC = EnvSpec(obs_shape=(64, 64, 3), obs_dtype="uint8", discrete=True, num_actions=15)
 
 
+def import_procgen():
+    """The `procgen` module, imported without the notice of the old `gym` package (procgen registers its envs
+    with it): `import gym` prints `gym_notices.notices[gym.__version__]` ("Gym has been unmaintained since
+    2022 ...") to stderr, a print and not a warning, in every process that imports procgen (Ray workers too).
+    That one entry is taken out of `gym_notices` for the import only: whatever else gym or procgen print or
+    raise still shows."""
+    import sys
+
+    if "procgen" in sys.modules:
+        return sys.modules["procgen"]
+    try:
+        import gym_notices.notices as gym_notices
+    except ImportError:  # no notices to print
+        gym_notices = None
+    saved = getattr(gym_notices, "notices", None)
+    if isinstance(saved, dict):
+        gym_notices.notices = {}
+    try:
+        import procgen
+    finally:
+        if isinstance(saved, dict):
+            gym_notices.notices = saved
+    return procgen
+
+
 class ProcgenVector(EnvVector):
     def __init__(
         self,
@@ -52,22 +80,23 @@ class ProcgenVector(EnvVector):
         level_source: LevelSource | None = None,
         seed: int = 0,
         max_cached_levels: int = 1024,
+        render: bool = False,
     ):
-        from procgen import ProcgenGym3Env
-
-        self._make = ProcgenGym3Env
+        self._make = import_procgen().ProcgenGym3Env
         self.game = game
         self.num_envs = num_envs
         self.distribution_mode = cfg.distribution_mode
         self._choose = LevelChooser(cfg, level_source, np.random.default_rng(seed))
-        self.env = ProcgenGym3Env(
+        self.env = self._make(
             num=num_envs,
             env_name=game,
             num_levels=max(cfg.num_levels, 0),
             start_level=cfg.start_level,
             distribution_mode=cfg.distribution_mode,
             rand_seed=seed,
+            **({"render_mode": "rgb_array"} if render else {}),
         )
+        self._render = render
         self.spec = SPEC
         self._start_states: OrderedDict[int, bytes] = OrderedDict()
         self._max_cached = max_cached_levels
@@ -139,6 +168,11 @@ class ProcgenVector(EnvVector):
     def current_levels(self) -> np.ndarray:
         return self._levels.copy()
 
+    def render(self, k: int = 0) -> np.ndarray:
+        if not self._render:
+            return super().render(k)
+        return rgb_frame(self.env.get_info()[k]["rgb"], PREFIX + self.game)
+
 
 def _game(env_id: str) -> str:
     """`procgen:coinrun` -> `coinrun`; ValueError with close matches for a game procgen does not have."""
@@ -154,8 +188,9 @@ def matches(env_id: str) -> bool:
     return env_id.startswith(PREFIX)
 
 
-def make_vector(cfg: EnvConfig, num_envs: int, level_source: LevelSource | None = None, seed: int = 0) -> ProcgenVector:
-    return ProcgenVector(_game(cfg.id), num_envs, cfg, level_source, seed)
+def make_vector(cfg: EnvConfig, num_envs: int, level_source: LevelSource | None = None, seed: int = 0, *,
+                render: bool = False) -> ProcgenVector:
+    return ProcgenVector(_game(cfg.id), num_envs, cfg, level_source, seed, render=render)
 
 
 def spec(cfg: EnvConfig) -> EnvSpec:

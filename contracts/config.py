@@ -300,6 +300,11 @@ class EvalConfig(_Section):
     episodes: int = field(default=32, metadata=_flag("--eval-episodes", "episodes per evaluation", min=1))
     num_envs: int = field(default=8, metadata=_flag("--eval-envs", "environments per evaluation worker", min=1))
     greedy: bool = field(default=False, metadata=_flag("--eval-greedy", "argmax actions instead of sampling"))
+    video_interval: int = field(
+        default=0,
+        metadata=_flag("--video-interval", "record one held-out episode with every Nth periodic evaluation into "
+                       "RUN_DIR/videos/ (0: off)", min=0),
+    )
 
 
 @dataclass(frozen=True)

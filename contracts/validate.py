@@ -17,7 +17,8 @@ problem named by the dotted paths of its fields:
   `learner.clip_c` < 0 (0 is allowed: c-bar = 0 cuts every trace, the one-step targets lambda = 0 also
   gives), `learner.grad_clip` = 0 unless `learner.grad_clip_type` is none.
 - Intervals below a floor: the report interval on the Ray backend, the level and replay service snapshot
-  intervals (see the constants below for why those floors).
+  intervals (see the constants below for why those floors). `eval.video_interval` without periodic evaluation
+  (`eval.interval_updates` 0): its videos are recorded with the evaluations, so there would be none.
 - `replay.min_size` above `replay.capacity` while replay is on (replayed unrolls, or the model loss): the
   buffer could never be sampled.
 - The model loss (`model_loss.loss muzero`): `model_loss.num_unroll_steps` >= `actors.unroll_length` (a K-step window
@@ -254,13 +255,24 @@ def _interval_problems(cfg: RunConfig) -> list[Problem]:
     return found
 
 
+def _video_problems(cfg: RunConfig) -> list[Problem]:
+    if cfg.eval.video_interval > 0 and cfg.eval.interval_updates <= 0:
+        return [Problem(
+            ("eval.video_interval", "eval.interval_updates"),
+            f"eval.video_interval = {cfg.eval.video_interval} records a video with every Nth periodic held-out "
+            f"evaluation, but eval.interval_updates = {cfg.eval.interval_updates} turns those off; add "
+            f"--eval-interval M (learner updates between evaluations) or drop --video-interval",
+        )]
+    return []
+
+
 def problems(cfg: RunConfig) -> list[Problem]:
     """Everything wrong with `cfg`; leaf problems alone when there are any (the rest assume sound leaves)."""
     found = _leaf_problems(cfg)
     if found:
         return found
     return [*_replay_problems(cfg), *_model_problems(cfg), *_device_problems(cfg), *_clip_problems(cfg),
-            *_interval_problems(cfg)]
+            *_interval_problems(cfg), *_video_problems(cfg)]
 
 
 def validate(cfg: RunConfig, *, fixed: Collection[str] = ()) -> list[Problem]:

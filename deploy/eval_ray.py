@@ -1,7 +1,9 @@
 """Evaluation fanned out over Ray tasks: `levelray evaluate --backend ray` and the periodic held-out
 evaluation of a Ray job. Each task plays its share of the episodes with `deploy.episodes.play_episodes` (one
 CPU, one torch thread) and the shares are merged in episode order, so the result is the one `evaluate_policy`
-would give for the same seeds."""
+would give for the same seeds. A periodic evaluation's video (`--video-interval`) is one more task, which
+returns the MP4's bytes for the driver to write into the run directory (on the driver's machine, which a task
+on another node cannot reach)."""
 
 from __future__ import annotations
 
@@ -24,6 +26,16 @@ def _eval_episodes(cfg: RunConfig, weights, seeds, episodes, greedy, num_envs, s
     return play_episodes(cfg, weights, seeds, episodes, greedy=greedy, num_envs=num_envs, seed=seed)
 
 
+@ray.remote(num_cpus=1)
+def _record_video(cfg: RunConfig, weights, level_seed, greedy, seed) -> tuple[dict[str, Any], bytes]:
+    import torch
+
+    from levelray.deploy.video import record_to_bytes
+
+    torch.set_num_threads(1)
+    return record_to_bytes(cfg, weights, level_seed, greedy=greedy, seed=seed)
+
+
 def split_episodes(episodes: int, parts: int) -> list[tuple[int, int]]:
     """(first episode, count) of each part: episodes split as evenly as possible."""
     parts = max(1, min(parts, episodes))
@@ -38,10 +50,12 @@ def split_episodes(episodes: int, parts: int) -> list[tuple[int, int]]:
 
 def eval_workers(cfg: RunConfig) -> int:
     """Ray tasks (one CPU each) a periodic evaluation of `cfg` runs at once; 0 when it is off. A local Ray
-    sized for the actors and the learner only has no CPU left for them: add these when sizing it."""
+    sized for the actors and the learner only has no CPU left for them: add these when sizing it. With
+    `eval.video_interval`, one more for the video's task."""
     if cfg.eval.interval_updates <= 0:
         return 0
-    return max(1, math.ceil(cfg.eval.episodes / max(1, cfg.eval.num_envs)))
+    video = 1 if cfg.eval.video_interval > 0 else 0
+    return max(1, math.ceil(cfg.eval.episodes / max(1, cfg.eval.num_envs))) + video
 
 
 def start_on_ray(cfg: RunConfig, weights_or_ref, seeds: np.ndarray, episodes: int, *, greedy: bool,
@@ -58,6 +72,24 @@ def start_on_ray(cfg: RunConfig, weights_or_ref, seeds: np.ndarray, episodes: in
         part = seeds[(first + np.arange(n)) % seeds.size]  # this worker's episodes keep their seeds
         refs.append(fn.remote(cfg, ref, part, n, greedy, num_envs, seed * 1009 + i))
     return refs
+
+
+def start_video(cfg: RunConfig, weights_or_ref, level_seed: int, *, greedy: bool, seed: int,
+                num_cpus: float = 1.0) -> ray.ObjectRef:
+    """Start the task that records one episode of `level_seed` (non-blocking); its value is
+    `(deploy.video.record_episode's result, the MP4's bytes)`."""
+    return _record_video.options(num_cpus=num_cpus).remote(cfg, weights_or_ref, int(level_seed), greedy, seed)
+
+
+def ready(ref: ray.ObjectRef) -> bool:
+    """Whether the task of `ref` has finished (non-blocking)."""
+    done, _ = ray.wait([ref], timeout=0)
+    return bool(done)
+
+
+def video_result(ref: ray.ObjectRef) -> tuple[dict[str, Any], bytes]:
+    """The finished video task's `(record_episode's result, MP4 bytes)`; the task's error is raised."""
+    return ray.get(ref)
 
 
 def finished(refs: list[ray.ObjectRef]) -> dict[str, list] | None:

@@ -4,7 +4,8 @@ The command's arguments, the checkpoint-wide result (`levelray evaluate --json`,
 its table. The parts it is made of each live apart: which seeds a level set plays (`deploy.level_sets`),
 playing episodes in this process (`deploy.episodes`), the same split over Ray tasks (`deploy.eval_ray`),
 and the checkpoint it loads (`deploy.rundir.resolve_checkpoint`). The training-time held-out evaluation
-is `deploy.periodic_eval.PeriodicEvaluator`.
+is `deploy.periodic_eval.PeriodicEvaluator`. `--video DIR` adds episode videos (`deploy.video`), played in
+this process apart from the statistics' episodes, so the results are the same with or without them.
 """
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -24,11 +26,10 @@ from levelray.deploy.rundir import checkpoint_weights, resolve_checkpoint
 
 
 def _evaluate_sets(
-    cfg: RunConfig, weights: dict[str, np.ndarray], level_sets: list[str], *, episodes: int, greedy: bool,
-    num_envs: int, seed: int, backend: str, address: str | None, num_workers: int | None,
+    cfg: RunConfig, weights: dict[str, np.ndarray], seeds_by_set: dict[str, np.ndarray], *, episodes: int,
+    greedy: bool, num_envs: int, seed: int, backend: str, address: str | None, num_workers: int | None,
 ) -> dict[str, dict[str, Any]]:
     """The `evaluate_policy` result of each level set, in this process or over Ray tasks."""
-    seeds_by_set = {which: level_set_seeds(cfg, which, episodes, seed) for which in level_sets}
     if backend == "ray":
         from levelray.deploy.eval_ray import evaluate_sets_on_ray
 
@@ -41,15 +42,22 @@ def _evaluate_sets(
 def evaluate_checkpoint(
     checkpoint: str | os.PathLike, level_sets: list[str], *, episodes: int | None = None, greedy: bool = False,
     num_envs: int | None = None, seed: int = 0, backend: str = "inline", address: str | None = None,
-    num_workers: int | None = None,
+    num_workers: int | None = None, video_dir: str | os.PathLike | None = None, video_episodes: int = 1,
 ) -> dict[str, Any]:
-    """Evaluate CHECKPOINT on each level set; the result of `levelray evaluate --json`."""
+    """Evaluate CHECKPOINT on each level set; the result of `levelray evaluate --json`. With `video_dir`,
+    also `video_episodes` videos per level set there (`deploy.video`), listed under `videos`."""
     ckpt = resolve_checkpoint(checkpoint)
     cfg: RunConfig = ckpt["cfg"]
+    if video_dir is not None:
+        from levelray.deploy.video import check_renders
+
+        check_renders(cfg.env, "--video")  # an env that cannot draw frames is refused before anything runs
     episodes = episodes or cfg.eval.episodes
     num_envs = num_envs or cfg.eval.num_envs
     game = atari_game(cfg.env.id)
-    results = _evaluate_sets(cfg, checkpoint_weights(ckpt), level_sets, episodes=episodes, greedy=greedy,
+    weights = checkpoint_weights(ckpt)
+    seeds_by_set = {which: level_set_seeds(cfg, which, episodes, seed) for which in level_sets}
+    results = _evaluate_sets(cfg, weights, seeds_by_set, episodes=episodes, greedy=greedy,
                              num_envs=num_envs, seed=seed, backend=backend, address=address,
                              num_workers=num_workers)
     results = {which: add_human_normalized(res, game) for which, res in results.items()}
@@ -72,6 +80,11 @@ def evaluate_checkpoint(
     }
     if "train" in results and "test" in results and train is not None:
         out["generalization_gap"] = results["train"]["return_mean"] - results["test"]["return_mean"]
+    if video_dir is not None:
+        from levelray.deploy.video import write_level_set_videos
+
+        out["videos"] = write_level_set_videos(cfg, weights, seeds_by_set, video_dir, video_episodes,
+                                               greedy=greedy, seed=seed)
     return out
 
 
@@ -97,6 +110,9 @@ def format_result(out: dict[str, Any]) -> str:
                          f"{r['human_normalized_score']:.3f}")
     if out["generalization_gap"] is not None:
         lines.append(f"generalisation gap (train mean - test mean): {out['generalization_gap']:.3f}")
+    for video in out.get("videos", []):
+        lines.append(f"video ({video['level_set']}, seed {video['seed']}, return {video['return']:.2f}, "
+                     f"{video['frames']} frames): {video['path']}")
     return "\n".join(lines)
 
 
@@ -114,6 +130,10 @@ def add_evaluate_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--workers", type=int, default=None,
                    help="Ray tasks per level set (default: episodes / num-envs, rounded up)")
     p.add_argument("--json", action="store_true", help="print one JSON object")
+    p.add_argument("--video", metavar="DIR", default=None,
+                   help="also write MP4 videos (H.264) of episodes into DIR, named by level set, seed and return")
+    p.add_argument("--video-episodes", type=int, default=None, metavar="N",
+                   help="videos per level set with --video (default 1)")
 
 
 def cmd_evaluate(args: argparse.Namespace) -> int:
@@ -122,9 +142,16 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
         raise ConfigError(f"--episodes: must be >= 1, got {args.episodes}")
     if args.num_envs is not None and args.num_envs < 1:
         raise ConfigError(f"--num-envs: must be >= 1, got {args.num_envs}")
+    if args.video_episodes is not None and args.video is None:
+        raise ConfigError("--video-episodes: needs --video DIR (where the videos go)")
+    if args.video_episodes is not None and args.video_episodes < 1:
+        raise ConfigError(f"--video-episodes: must be >= 1, got {args.video_episodes}")
+    if args.video is not None and Path(args.video).exists() and not Path(args.video).is_dir():
+        raise ConfigError(f"--video: expected a directory, {args.video} is a file")
     out = evaluate_checkpoint(
         args.checkpoint, level_sets, episodes=args.episodes, greedy=args.greedy, num_envs=args.num_envs,
         seed=args.seed, backend=args.backend, address=args.address, num_workers=args.workers,
+        video_dir=args.video, video_episodes=args.video_episodes or 1,
     )
     print(json.dumps(out) if args.json else format_result(out), flush=True)
     return 0

@@ -86,11 +86,14 @@ def evaluate(
     greedy: bool = False,
     seed: int = 0,
     backend: str = "inline",
+    video_dir: str | None = None,
+    video_episodes: int = 1,
 ) -> dict[str, Any]:
     """`levelray evaluate` from Python: returns on each level set of a checkpoint or run directory
-    (`levels`: `train`, `test`, `A-B` ranges, comma separated), the dict `--json` prints."""
+    (`levels`: `train`, `test`, `A-B` ranges, comma separated), the dict `--json` prints. With `video_dir`,
+    `video_episodes` MP4 files per level set are written there too (`--video DIR --video-episodes N`)."""
     from levelray.deploy.evaluate import evaluate_checkpoint
     from levelray.deploy.level_sets import parse_level_sets
 
     return evaluate_checkpoint(checkpoint, parse_level_sets(levels), episodes=episodes, greedy=greedy, seed=seed,
-                               backend=backend)
+                               backend=backend, video_dir=video_dir, video_episodes=video_episodes)
