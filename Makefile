@@ -31,6 +31,7 @@ test: $(STAMP)
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/vulture --min-confidence 80 $(PACKAGE)
 	sh deploy/setup/install-prometheus.sh
+	sh deploy/setup/install-chromium.sh
 	$(PY) -m pytest -q tests
 
 # `ruff check` only, as in `make test`: the code is wrapped by hand at 120 columns, and `ruff format` would

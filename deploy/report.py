@@ -16,6 +16,11 @@ Reads each run's `config.yaml`, `metrics.jsonl` and checkpoints, and writes (mat
                            value (the arms of a comparison, one run per seed), each group's mean train and
                            held-out return against env steps with its 95% Student-t confidence band; the
                            groups' final returns with intervals go into summary.md
+    level_gallery_run<i>_<env steps>.png
+                           each PLR run's levels: the first frame of the 16 most and 16 least likely levels at
+                           the end of the run and at up to 3 earlier checkpoints (`deploy.report_gallery`)
+    index.html             one page with all of the above, the runs' configs side by side and the videos found
+                           in the run directories, copied into videos/ (`deploy.report_html`)
 
 Level heat maps come from the `level_weights` / `level_staleness` vectors of `metrics.jsonl` records
 where present, else from the level sampler states saved in the run's checkpoints (one row per kept
@@ -24,7 +29,7 @@ checkpoint). The replay histogram comes from `replay_priority_hist` (or `replay.
 with the reason in the returned dict and in summary.md.
 
 This module writes summary.md and runs the command; reading the runs is `deploy.report_runs`, drawing the
-figures `deploy.report_figures`.
+figures `deploy.report_figures`, the level gallery `deploy.report_gallery`, the page `deploy.report_html`.
 """
 
 from __future__ import annotations
@@ -47,6 +52,8 @@ from levelray.deploy.report_figures import (
     priorities_figure,
     returns_figure,
 )
+from levelray.deploy.report_gallery import gallery_figure
+from levelray.deploy.report_html import write_page
 from levelray.deploy.report_runs import label_runs, last_value, load_run
 
 
@@ -101,37 +108,55 @@ def run_summary(run: dict) -> dict[str, Any]:
     }
 
 
+RUNS_NOTE = ("Train return: mean of the last 100 training episodes at the last report. Test return: the last "
+             "held-out evaluation (`--eval-interval`), n/a when the run had none.")
+GROUPS_NOTE = "Mean of the runs' last values, ± the 95% Student-t half-width (n: runs)."
+
+
+def runs_table(rows: list[dict]) -> tuple[list[str], list[list[str]]]:
+    """(columns, cells) of the per-run summary table; `rows` are `run_summary` dicts."""
+    columns = ["run", "env", "levels", "strategy", "replay ratio", "env steps", "train return", "test return",
+               "steps/s", "policy lag"]
+    cells = [[s["label"], f"{s['env']} ({s['distribution_mode']})", str(s["num_levels"]), str(s["level_strategy"]),
+              str(s["replay_ratio"]), _fmt(s["env_steps"], ",d"), _fmt(s["train_return"]), _fmt(s["test_return"]),
+              _fmt(s["steps_per_second_mean"], ",.0f"), _fmt(s["policy_lag_mean"])] for s in rows]
+    return columns, cells
+
+
+def groups_table(figures: dict[str, dict]) -> tuple[list[str], list[list[str]]] | None:
+    """(columns, cells) of the `--group-by` groups' final values with 95% intervals; None without groups."""
+    groups = (figures.get("return_bands") or {}).get("groups")
+    if not groups:
+        return None
+    cells = [[name, str(len(g["runs"]))] + [_fmt_ci(g[k]) for k in ("final_env_steps", "final_train_return",
+                                                                     "final_test_return")]
+             for name, g in groups.items()]
+    return ["group", "n", "env steps", "train return", "test return"], cells
+
+
+def _markdown_table(columns: list[str], cells: list[list[str]]) -> list[str]:
+    return (["| " + " | ".join(columns) + " |", "|" + "---|" * len(columns)]
+            + ["| " + " | ".join(row) + " |" for row in cells])
+
+
 def summary_markdown(runs: list[dict], figures: dict[str, dict]) -> str:
     rows = [run_summary(r) for r in runs]
-    lines = ["# levelray report", "", f"{len(runs)} run(s).", "",
-             "| run | env | levels | strategy | replay ratio | env steps | train return | test return "
-             "| steps/s | policy lag |",
-             "|---|---|---|---|---|---|---|---|---|---|"]
-    for s in rows:
-        lines.append(
-            f"| {s['label']} | {s['env']} ({s['distribution_mode']}) | {s['num_levels']} | {s['level_strategy']} "
-            f"| {s['replay_ratio']} | {_fmt(s['env_steps'], ',d')} | {_fmt(s['train_return'])} "
-            f"| {_fmt(s['test_return'])} | {_fmt(s['steps_per_second_mean'], ',.0f')} "
-            f"| {_fmt(s['policy_lag_mean'])} |")
-    lines += ["", "Train return: mean of the last 100 training episodes at the last report. Test return: the last "
-              "held-out evaluation (`--eval-interval`), n/a when the run had none.", ""]
+    lines = ["# levelray report", "", f"{len(runs)} run(s). All of it on one page, with the level gallery and the "
+             "runs' videos: [index.html](index.html).", "", *_markdown_table(*runs_table(rows)), "",
+             RUNS_NOTE, ""]
     for s in rows:
         lines += [f"## {s['label']}", "", f"- directory: `{s['path']}`", f"- backend: {s['backend']}, "
                   f"actors: {s['actors']}, learning rate {s['learning_rate']}",
                   f"- {s['reports']} reports, final env steps {_fmt(s['env_steps'], ',d')}, learner version "
                   f"{s['learner_version']}", ""]
-    bands = figures.get("return_bands") or {}
-    if bands.get("groups"):
-        lines += ["## Groups", "", "Mean of the runs' last values, ± the 95% Student-t half-width (n: runs).", "",
-                  "| group | n | env steps | train return | test return |", "|---|---|---|---|---|"]
-        for name, g in bands["groups"].items():
-            cells = [_fmt_ci(g[k]) for k in ("final_env_steps", "final_train_return", "final_test_return")]
-            lines.append(f"| {name} | {len(g['runs'])} | {' | '.join(cells)} |")
-        lines.append("")
+    groups = groups_table(figures)
+    if groups is not None:
+        lines += ["## Groups", "", GROUPS_NOTE, "", *_markdown_table(*groups), ""]
     lines += ["## Figures", ""]
     for name, fig in figures.items():
         if fig.get("path"):
-            lines.append(f"- [{name}]({Path(fig['path']).name}): {', '.join(fig['series'])}")
+            files = ", ".join(f"[{Path(p).name}]({Path(p).name})" for p in fig.get("paths", [fig["path"]]))
+            lines.append(f"- {name}: {files}: {', '.join(fig['series'])}")
         else:
             lines.append(f"- {name}: skipped ({fig.get('skipped')})")
     return "\n".join(lines) + "\n"
@@ -163,9 +188,17 @@ def make_report(run_dirs: list[Path], out_dir: Path, group_by: str | None = None
     }
     if group_by is not None:
         figures["return_bands"] = bands_figure(runs, out_dir / "return_bands.png", group_by)
+    figures["level_gallery"] = gallery_figure(runs, out_dir)
     summary = out_dir / "summary.md"
     summary.write_text(summary_markdown(runs, figures))
-    figures["summary"] = {"path": str(summary), "series": [r["label"] for r in runs]}
+    tables = [("Runs", RUNS_NOTE, *runs_table([run_summary(r) for r in runs]))]
+    groups = groups_table(figures)
+    if groups is not None:
+        tables.append((f"Groups ({group_by})", GROUPS_NOTE, *groups))
+    page = write_page(runs, figures, tables, out_dir)
+    labels = [r["label"] for r in runs]
+    figures["summary"] = {"path": str(summary), "series": labels}
+    figures["page"] = {"path": str(page), "series": labels}
     return figures
 
 
@@ -188,7 +221,8 @@ def cmd_report(args: argparse.Namespace) -> int:
     print(f"levelray: report in {out}", flush=True)
     for name, fig in figures.items():
         if fig.get("path"):
-            print(f"  {name:<18} {fig['path']}", flush=True)
+            more = len(fig.get("paths", [])) - 1
+            print(f"  {name:<18} {fig['path']}" + (f" (and {more} more)" if more > 0 else ""), flush=True)
         else:
             print(f"  {name:<18} skipped: {fig['skipped']}", flush=True)
     return 0

@@ -69,14 +69,16 @@ def record_series(records: list[dict], key: str, sub: str | None = None,
     return np.asarray(xs, dtype=np.float64), np.asarray(ys, dtype=np.float64)
 
 
-def _checkpoint_dirs(run: dict) -> list[Path]:
+def checkpoint_dirs(run: dict) -> list[Path]:
+    """The run's kept checkpoint directories, oldest first (their names hold the zero-padded version)."""
     ckpts = run["path"] / "checkpoints"
     if not ckpts.is_dir():
         return []
     return sorted(p for p in ckpts.iterdir() if p.is_dir() and p.name.startswith("ckpt-"))
 
 
-def _checkpoint_env_steps(ckpt: Path) -> int | None:
+def checkpoint_env_steps(ckpt: Path) -> int | None:
+    """The env steps a checkpoint's `meta.json` records; None when it cannot be read."""
     try:
         meta = json.loads((ckpt / "meta.json").read_text())
         return int(meta["counters"]["env_steps"])
@@ -101,8 +103,8 @@ def level_matrix(run: dict, kind: str) -> tuple[np.ndarray, np.ndarray, np.ndarr
     from levelray.level_service.sampler import LevelSampler
 
     steps, values, seeds = [], [], None
-    for ckpt in _checkpoint_dirs(run):
-        env_steps = _checkpoint_env_steps(ckpt)
+    for ckpt in checkpoint_dirs(run):
+        env_steps = checkpoint_env_steps(ckpt)
         if env_steps is None or not (ckpt / "levels.msgpack").exists():
             continue
         try:
@@ -133,7 +135,7 @@ def priority_histogram(run: dict) -> tuple[np.ndarray, np.ndarray, str] | None:
                     "metrics.jsonl")
     from levelray.contracts import snapshot
 
-    for ckpt in reversed(_checkpoint_dirs(run)):
+    for ckpt in reversed(checkpoint_dirs(run)):
         path = ckpt / "replay.msgpack"
         if not path.exists():
             continue

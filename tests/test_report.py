@@ -65,6 +65,9 @@ def test_report_from_real_runs(runs, tmp_path):
         rows, levels = figs[name]["shape"]
         assert levels == 200 and rows >= 4
     assert series["replay_priorities"] == [CP]  # the only run with replay
+    # the level gallery draws the PLR run's procgen levels (512x512 first frames), not the uniform run's
+    assert series["level_gallery"] == [PLR] and all(_is_png(p) for p in figs["level_gallery"]["paths"])
+    assert [g["label"] for g in figs["level_gallery"]["galleries"]] == [PLR]
     assert figs["model_loss"]["path"] is None and "--model-loss muzero" in figs["model_loss"]["skipped"]
     summary = (out / "summary.md").read_text()
     assert figs["summary"]["series"] == [PLR, UNI, CP]

@@ -1,0 +1,200 @@
+"""The report's level gallery: what the levels of a PLR run look like, and which of them PLR favours.
+
+For each run with a scored level set (a PLR strategy; a uniform baseline or a run with `--num-levels 0` has no
+level priorities to show) it draws, at the end of the run and at up to `EARLIER_POINTS` kept checkpoints before,
+
+    level_gallery_run<i>_<env steps>.png   left: the first frame of the 16 most likely levels under the replay
+                                           distribution, right: the 16 least likely, each captioned with its
+                                           seed, score, staleness and replay probability P
+
+The sampler states are the `levels.msgpack` of the run's checkpoints (their `meta.json` gives the env steps; the
+last one is written when the run ends) and, where it is newer than the latest checkpoint, the level service's own
+snapshot `RUN_DIR/services/levels.msgpack` (Ray backend). P is `LevelSampler.sample_weights()`.
+
+The least likely levels are taken among the *seen* levels, and never repeat one of the most likely: an unseen
+level has P = 0 until its first episode is scored (PLR then draws it as a new level, not as a replay), so listing
+unseen levels would show arbitrary seeds rather than the levels PLR has scored and puts off.
+
+Frames come from `actors.envs.level_frame` (procgen's rgb render of the level's first observation, MiniGrid's and
+the maze family's full grid), rendered once per (env config, seed) for all points and runs.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from levelray.contracts.config import ConfigError, EnvConfig, from_dict
+from levelray.contracts.levels import STRATEGIES, UNSCORED_STRATEGIES
+from levelray.deploy.report_runs import checkpoint_dirs, checkpoint_env_steps
+
+GALLERY_LEVELS = 16  # levels per side: the most and the least likely
+EARLIER_POINTS = 3  # checkpoints before the end that get a gallery too (evenly spaced over the kept ones)
+_GRID = 4  # each side is a 4 x 4 grid of frames
+
+
+def _load_sampler(path: Path):
+    """The `LevelSampler` saved at `path`, or None when the file cannot be read as one."""
+    from levelray.contracts import snapshot
+    from levelray.level_service.sampler import LevelSampler
+
+    try:
+        return LevelSampler.from_state_dict(snapshot.load(path))
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+
+
+def sampler_points(run: dict) -> list[dict[str, Any]]:
+    """The sampler states the gallery draws, the end of the run first, then up to `EARLIER_POINTS` earlier
+    ones, newest first: [{env_steps (None for the service snapshot), source, sampler}]. States that have seen no
+    level yet (all P = 0) are left out."""
+    points = []
+    for ckpt in checkpoint_dirs(run):
+        env_steps = checkpoint_env_steps(ckpt)
+        if env_steps is None or not (ckpt / "levels.msgpack").exists():
+            continue
+        sampler = _load_sampler(ckpt / "levels.msgpack")
+        if sampler is not None and sampler.num_seen > 0:
+            points.append({"env_steps": env_steps, "source": f"checkpoint {ckpt.name}", "sampler": sampler,
+                           "mtime": (ckpt / "levels.msgpack").stat().st_mtime})
+    points.sort(key=lambda p: p["env_steps"])
+    service = run["path"] / "services" / "levels.msgpack"
+    if service.exists() and (not points or service.stat().st_mtime > points[-1]["mtime"]):
+        sampler = _load_sampler(service)
+        if sampler is not None and sampler.num_seen > 0:
+            points.append({"env_steps": None, "source": "level service snapshot (after the last checkpoint)",
+                           "sampler": sampler, "mtime": service.stat().st_mtime})
+    if not points:
+        return []
+    end, before = points[-1], points[:-1]
+    if len(before) > EARLIER_POINTS:
+        picks = np.unique(np.linspace(0, len(before) - 1, EARLIER_POINTS).round().astype(int))
+        before = [before[i] for i in picks]
+    return [end, *reversed(before)]
+
+
+def choose_levels(sampler, k: int = GALLERY_LEVELS) -> tuple[list[dict], list[dict]]:
+    """(most, least): the `k` seen levels with the highest replay probability, most likely first, and the `k`
+    with the lowest among the rest, least likely first; each {seed, score, staleness, p}. Ties go to the lower
+    seed."""
+    p = np.asarray(sampler.sample_weights(), dtype=np.float64)
+    seeds, scores, stale = sampler.seeds, sampler.scores(), sampler.staleness()
+    seen = np.flatnonzero(sampler.seen())
+    order = seen[np.lexsort((seeds[seen], -p[seen]))]  # P descending, then seed ascending
+
+    def row(i: int) -> dict:
+        return {"seed": int(seeds[i]), "score": float(scores[i]), "staleness": int(stale[i]), "p": float(p[i])}
+
+    most = [row(i) for i in order[:k]]
+    rest = order[k:]
+    least = [row(i) for i in rest[np.lexsort((seeds[rest], p[rest]))][:k]]
+    return most, least
+
+
+def _caption(level: dict) -> str:
+    return (f"seed {level['seed']}\nscore {level['score']:.3g}  stale {level['staleness']}\n"
+            f"P {100 * level['p']:.3g}%")
+
+
+def _draw_side(subfig, rows: int, title: str, levels: list[dict], frames: dict[int, np.ndarray]) -> None:
+    axes = subfig.subplots(rows, _GRID, squeeze=False).ravel()
+    for ax in axes:
+        ax.set_axis_off()
+    for ax, level in zip(axes, levels, strict=False):
+        ax.imshow(frames[level["seed"]], interpolation="nearest")
+        ax.set_title(_caption(level), fontsize=8, linespacing=1.1)
+    subfig.suptitle(title, fontsize=12)
+
+
+def draw_gallery(out: Path, title: str, most: list[dict], least: list[dict], frames: dict[int, np.ndarray]) -> None:
+    """One PNG: the most likely levels' frames on the left, the least likely on the right (4 columns each, up to
+    4 rows).
+    `frames`: seed -> uint8 [H, W, 3]."""
+    from matplotlib.figure import Figure
+
+    rows = max(1, -(-max(len(most), len(least)) // _GRID))  # as many rows as the longer side fills
+    fig = Figure(figsize=(16, 0.8 + 2.45 * rows), layout="constrained")
+    left, right = fig.subfigures(1, 2, wspace=0.03)
+    _draw_side(left, rows, f"{len(most)} most likely levels", most, frames)
+    _draw_side(right, rows, f"{len(least)} least likely levels (of the other seen ones)" if least
+               else "least likely: no seen level beyond the most likely ones", least, frames)
+    fig.suptitle(title, fontsize=13)
+    fig.savefig(out, dpi=100)
+
+
+def _scored(run: dict) -> bool:
+    return run["strategy"] in STRATEGIES and run["strategy"] not in UNSCORED_STRATEGIES
+
+
+class _Frames:
+    """First frames by (env config, seed), each rendered once."""
+
+    def __init__(self):
+        self._cache: dict[tuple[EnvConfig, int], np.ndarray] = {}
+
+    def get(self, cfg: EnvConfig, seeds: list[int]) -> dict[int, np.ndarray]:
+        from levelray.actors.envs import level_frame
+
+        for seed in seeds:
+            if (cfg, seed) not in self._cache:
+                frame = np.asarray(level_frame(cfg, seed))
+                if frame.dtype != np.uint8 or frame.ndim != 3 or frame.shape[2] != 3:
+                    raise ValueError(f"level_frame({cfg.id!r}, {seed}) gave {frame.dtype} {frame.shape}, "
+                                     "not uint8 [H, W, 3]")
+                self._cache[(cfg, seed)] = frame
+        return {seed: self._cache[(cfg, seed)] for seed in seeds}
+
+
+def _run_gallery(run: dict, index: int, out_dir: Path, frames: _Frames) -> dict[str, Any]:
+    """{label, points: [{env_steps, source, path, num_seen, num_levels, most, least}]} of one run, or
+    {label, skipped: reason}."""
+    label = run["label"]
+    points = sampler_points(run)
+    if not points:
+        return {"label": label, "skipped": "no checkpoint (or level service snapshot) with a level sampler state "
+                                           "that has scored a level"}
+    try:
+        env_cfg = from_dict(run["config"].get("env") or {}, EnvConfig, "env.")
+    except ConfigError as exc:
+        return {"label": label, "skipped": f"config.yaml: {exc}"}
+    drawn = []
+    for point in points:
+        sampler = point["sampler"]
+        most, least = choose_levels(sampler)
+        try:
+            images = frames.get(env_cfg, [lv["seed"] for lv in most + least])
+        except (ImportError, ValueError, RuntimeError, OSError) as exc:  # e.g. the report is made on a machine
+            # without this env's package: the gallery is skipped with the reason, the rest of the report is not
+            return {"label": label, "skipped": f"cannot render {env_cfg.id} levels here: "
+                                               f"{type(exc).__name__}: {exc}"}
+        steps = point["env_steps"]
+        when = "end of run" if steps is None else f"{steps:,} env steps"
+        name = f"level_gallery_run{index}_{'final' if steps is None else steps}.png"
+        title = (f"{label}: levels under PLR at {when} ({sampler.num_seen} of {sampler.num_levels} levels seen; "
+                 f"from {point['source']})")
+        draw_gallery(out_dir / name, title, most, least, images)
+        drawn.append({"env_steps": steps, "source": point["source"], "path": str(out_dir / name),
+                      "num_seen": int(sampler.num_seen), "num_levels": int(sampler.num_levels),
+                      "most": most, "least": least})
+    return {"label": label, "points": drawn}
+
+
+def gallery_figure(runs: list[dict], out_dir: Path) -> dict[str, Any]:
+    """The galleries of every run with a scored level set. Returns {path (the first run's end-of-run gallery),
+    paths, series (run labels), galleries: [per run, see `_run_gallery`]}, or {path: None, series: [],
+    skipped: reason} when no run has one."""
+    scored = [(i, r) for i, r in enumerate(runs, start=1) if _scored(r)]
+    if not scored:
+        return {"path": None, "series": [], "skipped": "no run has a scored level set: runs with --num-levels 0 "
+                                                       "or a uniform strategy (random, sequential) have no level "
+                                                       "priorities to draw"}
+    frames = _Frames()
+    galleries = [_run_gallery(run, i, Path(out_dir), frames) for i, run in scored]
+    paths = [p["path"] for g in galleries for p in g.get("points", [])]
+    if not paths:
+        return {"path": None, "series": [], "galleries": galleries,
+                "skipped": "; ".join(f"{g['label']}: {g['skipped']}" for g in galleries)}
+    return {"path": paths[0], "paths": paths, "series": [g["label"] for g in galleries if g.get("points")],
+            "galleries": galleries}
