@@ -27,6 +27,7 @@ from levelray.contracts.config import (
     replace_paths,
 )
 from levelray.deploy.errors import JobFailed
+from levelray.deploy.progress import end_line, say
 
 
 def _default_text(value) -> str:
@@ -127,22 +128,28 @@ def cmd_train(args: argparse.Namespace, dests: dict[str, str]) -> int:
     def on_sigint(_signum, _frame):
         if stop.is_set():
             raise KeyboardInterrupt
-        print("\nlevelray: stopping (final checkpoint); Ctrl-C again to abort", file=sys.stderr, flush=True)
+        end_line(sys.stderr)
+        print("levelray: stopping (final checkpoint); Ctrl-C again to abort", file=sys.stderr, flush=True)
         stop.set()
 
     signal.signal(signal.SIGINT, on_sigint)
     signal.signal(signal.SIGTERM, on_sigint)
     record = train(cfg, run_dir, resume=bool(args.resume), stop=stop, quiet=args.quiet)
-    print(
-        "levelray: done "
-        + json.dumps({k: record.get(k) for k in ("env_steps", "episode_return_mean", "learner_version")}),
-        flush=True,
-    )
+    say("levelray: done " + json.dumps({k: record.get(k) for k in ("env_steps", "episode_return_mean",
+                                                                    "learner_version")}))
     return 0
+
+
+def _end_progress_line(_record: logging.LogRecord) -> bool:
+    """A log message starts on its own line, not after an in-place progress line (a logging filter)."""
+    end_line(sys.stderr)
+    return True
 
 
 def main(argv: list[str] | None = None) -> int:
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    for handler in logging.getLogger().handlers:
+        handler.addFilter(_end_progress_line)
     parser, dests = _parser()
     args = parser.parse_args(argv)
     try:

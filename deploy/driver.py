@@ -29,7 +29,7 @@ from levelray.contracts.config import RunConfig, replace_path
 from levelray.contracts.status import StatusSnapshot, actor_counts
 from levelray.deploy.errors import JobFailed
 from levelray.deploy.periodic_eval import PeriodicEvaluator
-from levelray.deploy.progress import progress_line, reached_return
+from levelray.deploy.progress import ProgressPrinter, reached_return, say
 from levelray.deploy.rundir import RunDir
 from levelray.learner.core import TrainingDiverged, monotone_counters
 
@@ -158,11 +158,10 @@ def write_final_checkpoint(backend: Backend, run_dir: RunDir, cfg: RunConfig) ->
         version = write_checkpoint(backend, run_dir, cfg)
     except Exception as exc:
         latest = run_dir.list_checkpoints()
-        print(f"levelray: could not write a final checkpoint ({type(exc).__name__}: {exc}); the latest "
-              f"is {latest[-1] if latest else 'none'}; resume with: levelray train --resume "
-              f"{run_dir.path}", flush=True)
+        say(f"levelray: could not write a final checkpoint ({type(exc).__name__}: {exc}); the latest "
+            f"is {latest[-1] if latest else 'none'}; resume with: levelray train --resume {run_dir.path}")
         raise
-    print(f"levelray: final checkpoint at version {version}", flush=True)
+    say(f"levelray: final checkpoint at version {version}")
     return version
 
 
@@ -304,7 +303,7 @@ RESUMABLE_KEYS = frozenset({
     "env.native_vector", "actors.num_actors", "actors.seed_prefetch", "actors.unrolls_per_submit", "actors.num_cpus",
     "actors.max_restarts", "learner.device", "learner.queue_size", "learner.max_nonfinite_updates",
     "levels.snapshot_interval_s", "replay.snapshot_interval_s", "replay.snapshot_max_item_bytes",
-    "eval.interval_updates", "eval.episodes", "eval.num_envs", "eval.greedy",
+    "eval.interval_updates", "eval.episodes", "eval.num_envs", "eval.greedy", "eval.video_interval",
 })
 
 
@@ -324,7 +323,8 @@ def check_resume_overrides(saved: RunConfig, new: RunConfig) -> None:
 def prepare_run_dir(
     cfg: RunConfig, *, resume: bool = False, overwrite: bool = False, saved: RunConfig | None = None
 ) -> RunDir:
-    """Check the whole config (`contracts.validate`) and that the env exists, claim the run directory (see
+    """Check the whole config (`contracts.validate`), that the env exists and that the metrics port can be
+    served (`deploy.metrics.check_metrics_port`), claim the run directory (see
     `RunDir.start`) and write the resolved config into it: the one place both the command line and
     `levelray.train` pass through before anything starts, whichever the backend. On resume, `saved` is the
     run's own config: overrides are checked against it, and the directory must hold a checkpoint, before
@@ -350,6 +350,11 @@ def prepare_run_dir(
         raise ConfigError(f"model_loss.loss = {cfg.model_loss.loss!r} needs discrete actions (its dynamics takes a "
                           f"one-hot action and its policy head is categorical), but env.id {cfg.env.id!r} has "
                           f"continuous ones; use --model-loss none")
+    if cfg.eval.video_interval > 0:  # an env that cannot draw frames is refused before the directory exists
+        from levelray.deploy.video import check_renders
+
+        check_renders(cfg.env, "--video-interval")
+    from levelray.deploy.metrics import check_metrics_port
     from levelray.deploy.rundir import RunDirInUse
 
     if resume and not RunDir(cfg.run_dir).list_checkpoints():
@@ -357,6 +362,9 @@ def prepare_run_dir(
             f"--resume: {cfg.run_dir} holds no checkpoint (the run stopped before its first one); "
             f"start it again with --overwrite"
         )
+    # A port taken (say, by a run still going) is refused here, before the directory is claimed: a retry
+    # with the same --run-dir then works. `train` binds it seconds later; losing that race is the same error.
+    check_metrics_port(cfg.metrics_host, cfg.metrics_port)
     try:
         run_dir = RunDir.start(cfg.run_dir or default_run_dir(), resume=resume, overwrite=overwrite)
     except RunDirInUse as exc:
@@ -392,8 +400,7 @@ def train(
             from levelray.deploy.ray_backend import RayJob
 
             backend = RayJob.start(cfg, run_dir, resume_state=resume_state)
-        return run(cfg, run_dir, backend, stop=stop, metrics=metrics,
-                   on_report=None if quiet else lambda r: print(progress_line(r), flush=True))
+        return run(cfg, run_dir, backend, stop=stop, metrics=metrics, on_report=None if quiet else ProgressPrinter())
     finally:
         if metrics is not None:
             metrics.close()

@@ -9,12 +9,14 @@ for counters.
 
 from __future__ import annotations
 
+import errno
+import socket
 import threading
 
 from prometheus_client import CollectorRegistry, start_http_server
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily
 
-from levelray.contracts.config import MODEL_LOSS_TERMS
+from levelray.contracts.config import MODEL_LOSS_TERMS, ConfigError
 from levelray.contracts.status import StatusSnapshot, actor_counts
 from levelray.learner.core import LAG_BUCKETS
 from levelray.replay_service.service import PRIORITY_HIST_EDGES
@@ -217,14 +219,44 @@ class JobCollector:
         yield _priorities(replay)
 
 
+def port_error(host: str, port: int, exc: OSError) -> ConfigError:
+    """The one-line error for an endpoint that cannot be served on `host:port`, saying what to do instead."""
+    if exc.errno == errno.EADDRINUSE:
+        return ConfigError(f"--metrics-port {port} is in use ({host}:{port}: another levelray run, or another "
+                           f"program, listens there): pass --metrics-port 0 for none, or another port")
+    return ConfigError(f"--metrics-port {port} on --metrics-host {host} cannot be served ({exc.strerror or exc}): "
+                       f"pass --metrics-port 0 for none, or another port or host")
+
+
+def check_metrics_port(host: str, port: int) -> None:
+    """Raise `port_error` when `MetricsServer(host, port)` could not bind now (port 0: no endpoint, nothing to
+    check). The probe binds the way the server does (address family from `getaddrinfo`, SO_REUSEADDR as
+    `http.server` sets it) and closes at once, so it fails exactly where the server would: a port another
+    process listens on, a port below 1024 without the right, a host that is not this machine's."""
+    if not port:
+        return
+    try:
+        family, _type, _proto, _name, sockaddr = socket.getaddrinfo(
+            host, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)[0]
+        with socket.socket(family, socket.SOCK_STREAM) as probe:
+            probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            probe.bind(sockaddr)
+    except OSError as exc:
+        raise port_error(host, port, exc) from None
+
+
 class MetricsServer:
-    """One HTTP endpoint (`/metrics`) for the job; bound to 127.0.0.1 unless asked otherwise."""
+    """One HTTP endpoint (`/metrics`) for the job; bound to 127.0.0.1 unless asked otherwise. A port that
+    cannot be bound raises `port_error` (a `ConfigError`), not the bare OSError."""
 
     def __init__(self, host: str, port: int):
         self.registry = CollectorRegistry()
         self.collector = JobCollector()
         self.registry.register(self.collector)
-        self.server, _thread = start_http_server(port, addr=host, registry=self.registry)
+        try:
+            self.server, _thread = start_http_server(port, addr=host, registry=self.registry)
+        except OSError as exc:
+            raise port_error(host, port, exc) from None
         self.port = self.server.server_port
 
     def update(self, snapshot: dict) -> None:
