@@ -149,17 +149,3 @@ def apply_preset(cfg: RunConfig, explicit: set[str]) -> RunConfig:
     values = {path: value() if callable(value) else value for path, value in PRESETS.get(name, {}).items()
               if path not in explicit}
     return replace_paths(cfg, {**values, "preset": name})
-
-
-def preset_table() -> list[dict[str, Any]]:
-    """Rows for README's presets table: every key a preset sets, with each preset's value."""
-    keys = sorted({k for p in PRESETS.values() for k in p})
-    rows = []
-    for key in keys:
-        row = {"key": key}
-        for name, values in PRESETS.items():
-            v = values.get(key, "-")
-            row[name] = "cores" if callable(v) else v
-        rows.append(row)
-    return rows
-

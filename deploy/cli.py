@@ -1,4 +1,4 @@
-"""The `levelray` command line: train, scale, status.
+"""The `levelray` command line: train, scale, status, evaluate, report.
 
 Every config leaf has a flag (see `contracts.config`); `--config run.yaml` fills the tree first and
 flags override it. `levelray train --help` lists them all.
@@ -89,11 +89,11 @@ def _parser() -> tuple[argparse.ArgumentParser, dict[str, str]]:
     dests = _add_config_flags(train)
 
     scale = sub.add_parser("scale", help="change the running job's number of actors")
-    scale.add_argument("--num-actors", type=int, required=True)
-    scale.add_argument("--address", default="auto")
+    scale.add_argument("--num-actors", type=int, required=True, help="the actor count to scale to (up or down)")
+    scale.add_argument("--address", default="auto", help="the job's Ray cluster: auto or HOST:PORT")
 
     status = sub.add_parser("status", help="show the running job")
-    status.add_argument("--address", default="auto")
+    status.add_argument("--address", default="auto", help="the job's Ray cluster: auto or HOST:PORT")
     status.add_argument("--json", action="store_true", help="machine-readable output")
 
     from levelray.deploy.evaluate import add_evaluate_arguments
