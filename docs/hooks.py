@@ -329,9 +329,14 @@ def write_if_changed(path: Path, text: str) -> None:
         path.write_text(text)
 
 
+# The two pages that are one wide table each: without the right-hand table of contents the table fits a
+# 1280-pixel screen instead of scrolling sideways (the config page links its sections at the top).
+WIDE = "---\nhide:\n  - toc\n---\n\n"
+
+
 def generate(docs_dir: Path) -> None:
-    pages = {"reference/commands.md": commands_page, "reference/config.md": config_page,
-             "reference/metrics.md": metrics_page, "reference/trajectory.md": trajectory_page,
+    pages = {"reference/commands.md": commands_page, "reference/config.md": lambda: WIDE + config_page(),
+             "reference/metrics.md": lambda: WIDE + metrics_page(), "reference/trajectory.md": trajectory_page,
              "results/RESULTS.md": lambda: (ROOT / "benchmarks" / "RESULTS.md").read_text()}
     assert tuple(pages) == GENERATED
     for name, make in pages.items():
