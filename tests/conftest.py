@@ -25,3 +25,14 @@ def ray_session():
         )
     yield ray
     ray.shutdown()
+
+
+@pytest.fixture(scope="module")
+def one_thread():
+    """Tiny batches: one torch thread is as fast, and spinning threads crawl on a loaded machine."""
+    import torch
+
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)

@@ -6,6 +6,11 @@ import socket
 import time
 from collections.abc import Callable
 
+# `levelray train` flags of the smallest inline run: one actor of two envs, unrolls of 8, batches of 1, no
+# metrics port, a record after every update.
+TINY_INLINE_RUN = ["--backend", "inline", "--num-actors", "1", "--envs-per-actor", "2", "--unroll-length", "8",
+                   "--batch-size", "1", "--metrics-port", "0", "--report-interval", "0", "--quiet"]
+
 
 def free_port() -> int:
     """A TCP port on the loopback address that nothing listens on right now."""

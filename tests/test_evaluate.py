@@ -6,7 +6,6 @@ import time
 
 import numpy as np
 import pytest
-import torch
 
 from levelray.contracts.config import ConfigError, RunConfig, replace_paths
 from levelray.deploy.cli import main
@@ -16,19 +15,8 @@ from levelray.deploy.evaluate import evaluate_checkpoint
 from levelray.deploy.level_sets import level_set_seeds, parse_level_sets
 from levelray.deploy.periodic_eval import PeriodicEvaluator
 from levelray.deploy.rundir import checkpoint_weights, resolve_checkpoint
+from tests.support import TINY_INLINE_RUN as TINY
 from tests.support import json_output
-
-TINY = ["--backend", "inline", "--num-actors", "1", "--envs-per-actor", "2", "--unroll-length", "8",
-        "--batch-size", "1", "--metrics-port", "0", "--report-interval", "0", "--quiet"]
-
-
-@pytest.fixture(scope="module")
-def one_thread():
-    """Tiny batches: one torch thread is as fast, and spinning threads crawl on a loaded machine."""
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
 
 
 @pytest.fixture(scope="module")

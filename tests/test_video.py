@@ -13,7 +13,6 @@ import gymnasium as gym
 import imageio.v3 as iio
 import numpy as np
 import pytest
-import torch
 
 from levelray.actors.envs import level_frame
 from levelray.contracts.config import EnvConfig, replace_paths
@@ -22,10 +21,9 @@ from levelray.deploy.level_sets import level_set_seeds
 from levelray.deploy.periodic_eval import PeriodicEvaluator
 from levelray.deploy.rundir import checkpoint_weights, resolve_checkpoint
 from levelray.deploy.video import watchable
+from tests.support import TINY_INLINE_RUN as TINY
 from tests.support import json_output
 
-TINY = ["--backend", "inline", "--num-actors", "1", "--envs-per-actor", "2", "--unroll-length", "8",
-        "--batch-size", "1", "--metrics-port", "0", "--report-interval", "0", "--quiet"]
 NO_RENDER_ID = "levelray-test/NoRender-v0"
 
 
@@ -44,14 +42,6 @@ class NoRenderEnv(gym.Env):
     def step(self, action):
         self.t += 1
         return np.zeros(4, np.float32), 1.0, self.t >= 5, False, {}
-
-
-@pytest.fixture(scope="module")
-def one_thread():
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
 
 
 def _train(run: Path, env: str, *extra: str) -> Path:
