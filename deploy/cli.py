@@ -30,7 +30,8 @@ from levelray.deploy.errors import JobFailed
 from levelray.deploy.progress import end_line, say
 
 
-def _default_text(value) -> str:
+def value_text(value) -> str:
+    """A config value as the command line writes it (lists comma-separated, None as none)."""
     if isinstance(value, (list, tuple)):
         return ",".join(map(str, value)) or "none"
     return "none" if value is None else str(value)
@@ -49,7 +50,7 @@ def _add_config_flags(parser: argparse.ArgumentParser) -> dict[str, str]:
         help_text = meta.get("help", "")
         if "choices" in meta:
             help_text += f" ({'|'.join(map(str, meta['choices']))})"
-        help_text += f" (default: {_default_text(get_path(defaults, path))})".replace("%", "%%")
+        help_text += f" (default: {value_text(get_path(defaults, path))})".replace("%", "%%")
         parser.add_argument(name, dest=dest, default=argparse.SUPPRESS, metavar=path.split(".")[-1].upper(),
                             help=help_text)
         dests[dest] = path

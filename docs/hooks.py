@@ -24,6 +24,8 @@ from pathlib import Path
 
 from mkdocs.plugins import event_priority
 
+from levelray.deploy.cli import value_text
+
 ROOT = Path(__file__).resolve().parents[1]
 GENERATED = ("reference/commands.md", "reference/config.md", "reference/metrics.md", "reference/trajectory.md",
              "results/RESULTS.md")
@@ -99,13 +101,6 @@ def table(header: list[str], rows: list[list[str]]) -> str:
     lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
     lines += ["| " + " | ".join(row) + " |" for row in rows]
     return "\n".join(lines) + "\n"
-
-
-def value_text(value) -> str:
-    """A default as the command line writes it (as `levelray train --help` shows it)."""
-    if isinstance(value, (list, tuple)):
-        return ",".join(map(str, value)) or "none"
-    return "none" if value is None else str(value)
 
 
 # --- commands ---------------------------------------------------------------------------------------------------
