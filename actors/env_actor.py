@@ -19,28 +19,30 @@ import os
 import threading
 from collections import deque
 
+from levelray.actors.env_vector import LevelDraws
 from levelray.contracts.config import RunConfig
 
 
-class SeedPrefetcher:
-    """A local buffer of level seeds, refilled from the level service before it runs dry.
+class SeedPrefetcher(LevelDraws):
+    """A local buffer of levels, `(seed, replayed)` pairs, refilled from the level service before it runs dry.
 
-    Holds about `per_env * num_envs` seeds; asks for more when under half full. Seeds are handed out
-    in the order the service gave them, to envs in the order they ask.
+    Holds about `per_env * num_envs` levels; asks for more when under half full. Levels are handed out in
+    the order the service gave them, to envs in the order they ask.
 
     Only `fill` (once, when the actor starts) waits for the service. During the step loop nothing does:
     a slow or restarting service would otherwise stall every env of the actor at each episode end. When
     the buffer is empty the env gets None (a uniform draw from the level set, as PLR's own exploration
-    would) and the fallback is counted, visible in `levelray status`.
+    would, and a new level for Robust PLR) and the fallback is counted, visible in `levelray status`.
     """
 
     def __init__(self, level_service, num_envs: int, per_env: int):
         import ray
 
+        super().__init__(num_envs)
         self._ray = ray
         self.service = level_service
         self.capacity = max(2, per_env * num_envs)
-        self.buffer: deque[int] = deque()
+        self.buffer: deque[tuple[int, bool]] = deque()
         self.pending = None
         self.requests = 0
         self.uniform_fallbacks = 0
@@ -49,7 +51,7 @@ class SeedPrefetcher:
 
     def _request(self) -> None:
         if self.pending is None:
-            self.pending = self.service.sample_seeds.remote(self.capacity - len(self.buffer))
+            self.pending = self.service.sample_levels.remote(self.capacity - len(self.buffer))
             self.requests += 1
 
     def _collect(self, timeout_s: float) -> None:
@@ -58,28 +60,29 @@ class SeedPrefetcher:
         ready, _ = self._ray.wait([self.pending], timeout=timeout_s)
         if ready:
             try:
-                self.buffer.extend(int(s) for s in self._ray.get(self.pending))
+                seeds, replayed = self._ray.get(self.pending)
+                self.buffer.extend(zip((int(s) for s in seeds), (bool(r) for r in replayed), strict=True))
             except self._ray.exceptions.RayError as exc:  # the service is restarting
                 self.service_errors += 1
                 self.last_error = f"{type(exc).__name__}"
             self.pending = None
 
     def fill(self, timeout_s: float = 10.0) -> None:
-        """Wait (at most `timeout_s`) for a first buffer, so the first episodes play the service's seeds."""
+        """Wait (at most `timeout_s`) for a first buffer, so the first episodes play the service's levels."""
         self._request()
         self._collect(timeout_s)
 
-    def __call__(self, env_index: int) -> int | None:
-        """The next seed; None (a uniform draw from the level set) when none is buffered."""
+    def next_level(self) -> tuple[int, bool] | None:
+        """The next level; None (a uniform draw from the level set) when none is buffered."""
         self._collect(0)
         if not self.buffer:
             self._request()
             self.uniform_fallbacks += 1
             return None
-        seed = self.buffer.popleft()
+        level = self.buffer.popleft()
         if len(self.buffer) < self.capacity // 2:
             self._request()
-        return seed
+        return level
 
 
 class EnvActor:
@@ -118,6 +121,7 @@ class EnvActor:
             actor_id=actor_id,
             env_id_offset=actor_id * K,
             seed=seed,
+            level_draws=self.prefetcher,
         )
         self.unrolls_per_submit = cfg.actors.unrolls_per_submit
         self._stop = threading.Event()

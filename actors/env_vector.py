@@ -88,6 +88,26 @@ def rgb_frame(frame, env_id: str) -> np.ndarray:
     return array.copy()
 
 
+class LevelDraws:
+    """A level source fed by the level service, that remembers whether each env's current level is a replay.
+
+    The service hands out `(seed, replayed)` pairs; `replayed [K]` holds the flag of the level each env plays
+    now, so a rollout reads it before a step to know the flag of that step's level (an env whose episode ends
+    in the step asks for its next level inside it). Robust PLR trains only on replayed steps; a level this
+    source could not give (None: a uniform draw) counts as new. Subclasses say where the pairs come from."""
+
+    def __init__(self, num_envs: int):
+        self.replayed = np.zeros(num_envs, dtype=bool)
+
+    def next_level(self) -> tuple[int, bool] | None:
+        raise NotImplementedError
+
+    def __call__(self, env_index: int) -> int | None:
+        drawn = self.next_level()
+        self.replayed[env_index] = drawn is not None and drawn[1]
+        return None if drawn is None else drawn[0]
+
+
 class LevelChooser:
     """The next level of env k: `level_source(k)`, or, where there is no source or it returns None, a
     uniform draw from the config's level set (`start_level` + `[0, num_levels)`; `num_levels` 0: any seed)."""

@@ -9,7 +9,7 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from levelray.actors.env_vector import EnvVector
+from levelray.actors.env_vector import EnvVector, LevelDraws
 from levelray.contracts.spec import EnvSpec
 from levelray.policy import distributions
 from levelray.policy.models import build_model
@@ -37,8 +37,12 @@ class RolloutWorker:
         actor_id: int = 0,
         env_id_offset: int = 0,
         seed: int = 0,
+        level_draws: LevelDraws | None = None,
     ):
+        """`level_draws`: the envs' level source when the level service feeds them (it knows which levels are
+        replays); without one every step's `level_replayed` flag is False."""
         self.envs = envs
+        self._level_draws = level_draws
         self.spec: EnvSpec = envs.spec
         self.T = unroll_length
         self.actor_id = actor_id
@@ -95,12 +99,15 @@ class RolloutWorker:
         terminated = np.empty((T, K), dtype=bool)
         truncated = np.empty((T, K), dtype=bool)
         seeds = np.empty((T, K), dtype=np.int64)
+        replayed = np.zeros((T, K), dtype=bool)
         final_obs, final_index = [], []
         ep_returns, ep_lengths, ep_seeds = [], [], []
         version = self.policy_version
         for t in range(T):
             obs[t] = self._obs
             actions[t], dist_params[t] = self.act(self._obs)
+            if self._level_draws is not None:  # read before the step: an env that ends in it draws its next level
+                replayed[t] = self._level_draws.replayed
             step = self.envs.step(actions[t])
             rewards[t], terminated[t], truncated[t], seeds[t] = (
                 step.rewards,
@@ -132,6 +139,7 @@ class RolloutWorker:
             "truncated": truncated,
             "behaviour_params": dist_params,
             "level_seeds": seeds,
+            "level_replayed": replayed,
             "final_obs": (np.stack(final_obs) if final_obs else np.empty((0, *spec.obs_shape), dtype=obs.dtype)),
             "final_obs_index": np.asarray(final_index, dtype=np.int64).reshape(-1, 2),
             "env_ids": self.env_ids.copy(),

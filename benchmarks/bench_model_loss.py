@@ -47,7 +47,8 @@ def make_unroll(spec: EnvSpec, T: int, K: int, rng: np.random.Generator, actor: 
     """One actor's unroll as the replay service stores it (MiniGrid-sized symbol ids below 11)."""
     unroll = make_batch(spec, T, K, rng, obs_high=11)
     unroll["terminated"] = rng.random((T, K)) < 0.02
-    return {**unroll, "level_seeds": np.zeros((T, K), dtype=np.int64), "env_ids": np.arange(K, dtype=np.int64),
+    return {**unroll, "level_seeds": np.zeros((T, K), dtype=np.int64),
+            "level_replayed": np.zeros((T, K), dtype=bool), "env_ids": np.arange(K, dtype=np.int64),
             "policy_version": 0, "actor_id": actor}
 
 

@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from levelray.contracts.config_values import ConfigError, coerce_value, field_types
-from levelray.contracts.levels import SCHEDULES, STRATEGIES, TRANSFORMS
+from levelray.contracts.levels import SCHEDULES, STRATEGIES, TRANSFORMS, UNSCORED_STRATEGIES
 
 
 def _flag(name: str, help: str, **kw) -> dict:
@@ -181,6 +181,23 @@ class LevelConfig(_Section):
     )
     snapshot_interval_s: float = field(
         default=60.0, metadata=_flag("--level-snapshot-interval", "level service snapshot period (s)", min=0.0)
+    )
+    # An unbounded level space (--num-levels 0) with a scored strategy: DCD's level buffer (Jiang et al. 2021b).
+    buffer_size: int = field(
+        default=4000,
+        metadata=_flag("--level-buffer-size", "unbounded levels (--num-levels 0): the most levels PLR keeps, the "
+                                              "highest-scoring ones (DCD's level_replay_seed_buffer_size)", min=0),
+    )
+    replay_prob: float = field(
+        default=0.5,
+        metadata=_flag("--level-replay-prob", "unbounded levels: P(an episode replays a buffered level) once "
+                                              "rho x buffer size levels are buffered, else a new level (DCD's "
+                                              "level_replay_prob)", min=0.0, max=1.0),
+    )
+    robust: bool = field(
+        default=False,
+        metadata=_flag("--level-robust", "Robust PLR (PLR-perp): steps on new levels are scored but not trained "
+                                         "on; only replayed levels carry gradient"),
     )
 
 
@@ -446,6 +463,12 @@ def uses_replay(cfg: RunConfig) -> bool:
     (which come from replay even when `replay.replay_ratio` is 0)."""
     return cfg.replay.replay_ratio > 0 or cfg.model_loss.loss != "none"
 
+
+def uses_level_service(cfg: RunConfig) -> bool:
+    """Whether the run has a level service: a fixed training set (PLR over it, or its uniform and sequential
+    baselines), or a scored strategy on an unbounded space (PLR's level buffer). Domain randomisation on an
+    unbounded space (`random`) needs none: each env draws a fresh seed itself."""
+    return cfg.env.num_levels > 0 or cfg.levels.strategy not in UNSCORED_STRATEGIES
 
 
 def is_atari(env_id: str) -> bool:

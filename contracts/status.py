@@ -18,6 +18,7 @@ class LearnerCoreStats(TypedDict):
     learner_version: int
     env_steps: int
     episodes: int
+    episodes_replayed: int  # of those, episodes on a level the level service replayed (Robust PLR trains on these)
     unrolls_received: int
     samples_trained: int
     episode_return_mean: float | None  # over the last 100 episodes; None before the first
@@ -89,6 +90,7 @@ class StatusSnapshot(TypedDict):
     supervisor_restarts: NotRequired[int]  # Ray: supervisors replaced
     # Added by the driver loop before the snapshot goes to Prometheus:
     env_steps_per_second: NotRequired[float]
+    levels_replay_fraction: NotRequired[float | None]  # `deploy.driver.ReplayFraction`
     test_return_mean: NotRequired[float]  # the last successful held-out evaluation
 
 
@@ -117,4 +119,7 @@ def actor_counts(snap: StatusSnapshot) -> ActorCounts:
 
 
 # The learner's fields `levelray status` shows beside the supervisor's.
+# What the driver hands the supervisor of each record, for `levelray status` (the rate and the level counters are
+# computed by the driver, or read from the level service, not by the learner).
+PUBLISHED_KEYS = ("env_steps_per_second", "time", "levels_buffered", "levels_replay_fraction", "levels_evicted")
 STATUS_LEARNER_KEYS = ("learner_version", "env_steps", "episode_return_mean", "policy_lag_mean", "queue_depth")

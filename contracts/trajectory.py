@@ -9,6 +9,8 @@ An unroll of `T` steps from `K` environments is a dict of NumPy arrays (time-maj
     truncated         [T, K] bool            a time limit cut the episode after step t
     behaviour_params  [T, K, P] float32      logits, or (mean, log-std) for continuous actions
     level_seeds       [T, K] int64           the level each env really played at step t
+    level_replayed    [T, K] bool            that level was a replay, chosen by the level service from its
+                                             scored levels (False: a new level); Robust PLR trains on these only
     final_obs         [M, *obs_shape]        final observation of each truncated step (to bootstrap)
     final_obs_index   [M, 2] int64           (t, k) of each row of final_obs
     env_ids           [K] int64              globally unique env column ids (PLR stitches episodes by them)
@@ -42,6 +44,7 @@ class Unroll(TypedDict):
     truncated: np.ndarray
     behaviour_params: np.ndarray
     level_seeds: np.ndarray
+    level_replayed: np.ndarray
     final_obs: NotRequired[np.ndarray]
     final_obs_index: NotRequired[np.ndarray]
     env_ids: np.ndarray
@@ -55,7 +58,7 @@ class Unroll(TypedDict):
     # episode ended (validate_unroll checks each one that is there).
 
 
-STEP_KEYS = ("actions", "rewards", "terminated", "truncated", "behaviour_params", "level_seeds")
+STEP_KEYS = ("actions", "rewards", "terminated", "truncated", "behaviour_params", "level_seeds", "level_replayed")
 EPISODE_KEYS = ("episode_returns", "episode_lengths", "episode_seeds")
 
 
@@ -99,11 +102,12 @@ def validate_unroll(
     _check_actions(unroll, spec, T, K)
     rewards = _array(unroll, "rewards", (T, K), "f", "float")
     _expect(bool(np.isfinite(rewards).all()), "rewards", "finite values", "NaN or inf")
-    _array(unroll, "terminated", (T, K), "b", "bool")
+    terminated = _array(unroll, "terminated", (T, K), "b", "bool")
     truncated = _array(unroll, "truncated", (T, K), "b", "bool")
     dist_params = _array(unroll, "behaviour_params", (T, K, spec.policy_params), "f", "float")
     _expect(bool(np.isfinite(dist_params).all()), "behaviour_params", "finite values", "NaN or inf")
     _check_level_seeds(_array(unroll, "level_seeds", (T, K), "iu", "integer"), level_range)
+    _check_replay_flags(_array(unroll, "level_replayed", (T, K), "b", "bool"), terminated | truncated)
     _check_ids_and_version(unroll, K, current_version)
     _check_final_obs(unroll, spec, truncated)
     obs = unroll["obs"]
@@ -173,6 +177,15 @@ def _check_level_seeds(seeds: np.ndarray, level_range: tuple[int, int] | None) -
         )
     else:
         _expect(bool((seeds >= 0).all()), "level_seeds", "non-negative seeds", lambda: f"min {seeds.min()}")
+
+
+def _check_replay_flags(replayed: np.ndarray, dones: np.ndarray) -> None:
+    """A level's flag is its episode's: within an unroll it changes only where the episode (and level) does."""
+    changed = (replayed[1:] != replayed[:-1]) & ~dones[:-1]
+    if changed.any():
+        t, k = np.argwhere(changed)[0]
+        _expect(False, "level_replayed", "one flag per episode (a change only after a terminated or truncated step)",
+                f"a change at step {int(t) + 1} of env {int(k)} within an episode")
 
 
 def _check_ids_and_version(unroll: Unroll, K: int, current_version: int | None) -> None:

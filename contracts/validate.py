@@ -42,6 +42,7 @@ from collections.abc import Collection
 from dataclasses import dataclass
 
 from levelray.contracts.config import ConfigError, RunConfig, coerce_value, get_path, leaves, uses_replay
+from levelray.contracts.levels import UNSCORED_STRATEGIES
 
 # The Ray driver never polls the job more often than this (`deploy.ray_backend` waits at least this long
 # between polls: each one is a remote call to the learner, the supervisor and both services), so a shorter
@@ -266,13 +267,38 @@ def _video_problems(cfg: RunConfig) -> list[Problem]:
     return []
 
 
+def _level_problems(cfg: RunConfig) -> list[Problem]:
+    lv, found = cfg.levels, []
+    scored = lv.strategy not in UNSCORED_STRATEGIES
+    if scored and cfg.env.num_levels == 0 and lv.buffer_size == 0:
+        found.append(Problem(
+            ("levels.buffer_size", "levels.strategy", "env.num_levels"),
+            f"levels.buffer_size = 0 with levels.strategy {lv.strategy} on an unbounded level space "
+            f"(env.num_levels = 0) leaves PLR nowhere to keep a level; use --level-buffer-size N (DCD: 4000), or "
+            f"--level-strategy random for domain randomisation",
+        ))
+    if lv.robust and not scored:
+        found.append(Problem(
+            ("levels.robust", "levels.strategy"),
+            f"levels.robust trains only on replayed levels, but levels.strategy {lv.strategy} never replays one "
+            f"(nothing would be trained); use a scored strategy such as --level-strategy positive_value_loss",
+        ))
+    if lv.robust and cfg.model_loss.loss != "none":
+        found.append(Problem(
+            ("levels.robust", "model_loss.loss"),
+            f"levels.robust with model_loss.loss {cfg.model_loss.loss} is not supported: the model loss is not "
+            f"masked to replayed levels, so new levels would still move the torso; use one or the other",
+        ))
+    return found
+
+
 def problems(cfg: RunConfig) -> list[Problem]:
     """Everything wrong with `cfg`; leaf problems alone when there are any (the rest assume sound leaves)."""
     found = _leaf_problems(cfg)
     if found:
         return found
     return [*_replay_problems(cfg), *_model_problems(cfg), *_device_problems(cfg), *_clip_problems(cfg),
-            *_interval_problems(cfg), *_video_problems(cfg)]
+            *_interval_problems(cfg), *_video_problems(cfg), *_level_problems(cfg)]
 
 
 def validate(cfg: RunConfig, *, fixed: Collection[str] = ()) -> list[Problem]:

@@ -43,7 +43,7 @@ def _add_config_flags(parser: argparse.ArgumentParser) -> dict[str, str]:
     default the config tree really has."""
     defaults = RunConfig()
     dests = {}
-    for path, f, _tp in leaves():
+    for path, f, tp in leaves():
         name = flag_name(path, f)
         dest = "cfg__" + path.replace(".", "__")
         meta = f.metadata
@@ -51,8 +51,10 @@ def _add_config_flags(parser: argparse.ArgumentParser) -> dict[str, str]:
         if "choices" in meta:
             help_text += f" ({'|'.join(map(str, meta['choices']))})"
         help_text += f" (default: {value_text(get_path(defaults, path))})".replace("%", "%%")
+        # a yes/no leaf may be given bare (`--level-robust`) or with a value (`--level-robust false`)
+        switch = {"nargs": "?", "const": "true"} if tp is bool else {}
         parser.add_argument(name, dest=dest, default=argparse.SUPPRESS, metavar=path.split(".")[-1].upper(),
-                            help=help_text)
+                            help=help_text, **switch)
         dests[dest] = path
     return dests
 

@@ -6,9 +6,8 @@ from __future__ import annotations
 import dataclasses
 from typing import TypeVar
 
-import numpy as np
-
 from levelray.contracts.config import LevelConfig, ReplayConfig, RunConfig
+from levelray.contracts.levels import training_seeds
 
 Section = TypeVar("Section", LevelConfig, ReplayConfig)
 
@@ -19,12 +18,13 @@ def service_section(section: Section) -> Section:
     return dataclasses.replace(section, snapshot_interval_s=max(section.snapshot_interval_s, 1e-3))
 
 
-def make_level_service(cfg: RunConfig, seeds: np.ndarray, initial_state: dict | None = None):
-    """The level service's core over `seeds`, configured by `cfg.levels` (discount and seed from `cfg`)."""
+def make_level_service(cfg: RunConfig, initial_state: dict | None = None):
+    """The level service's core over the run's level space (its training set, or the unbounded space from
+    `env.start_level`), configured by `cfg.levels` (discount and seed from `cfg`)."""
     from levelray.level_service.service import LevelServiceCore
 
-    return LevelServiceCore(seeds, service_section(cfg.levels), discount=cfg.learner.discount, rng=cfg.seed,
-                            initial_state=initial_state)
+    return LevelServiceCore(training_seeds(cfg.env), service_section(cfg.levels), start_level=cfg.env.start_level,
+                            discount=cfg.learner.discount, rng=cfg.seed, initial_state=initial_state)
 
 
 def make_replay(cfg: RunConfig):

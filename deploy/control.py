@@ -8,7 +8,7 @@ import sys
 
 import ray
 
-from levelray.contracts.status import STATUS_LEARNER_KEYS
+from levelray.contracts.status import PUBLISHED_KEYS, STATUS_LEARNER_KEYS
 from levelray.deploy.supervisor import NAMESPACE, SUPERVISOR_NAME
 
 
@@ -48,7 +48,8 @@ def job_status(supervisor, timeout_s: float = STATUS_TIMEOUT_S) -> dict:
         learner = {"unavailable": f"{type(exc).__name__}"}
     status.update({k: learner.get(k) for k in STATUS_LEARNER_KEYS})
     status["learner_unavailable"] = learner.get("unavailable")
-    status["env_steps_per_second"] = status.pop("progress", {}).get("env_steps_per_second")
+    progress = status.pop("progress", {})
+    status.update({key: progress.get(key) for key in PUBLISHED_KEYS if key != "time"})
     return status
 
 
@@ -79,6 +80,10 @@ def cmd_status(args: argparse.Namespace) -> int:
     ret = status.get("episode_return_mean")
     print(f"learner version {_number(status['learner_version'], 'd')}  env steps {_number(status['env_steps'], ',')}  "
           f"{status['env_steps_per_second'] or 0:,.0f} steps/s  return {ret if ret is None else round(ret, 2)}")
+    if status.get("levels_buffered") is not None:
+        fraction = status.get("levels_replay_fraction")
+        print(f"levels buffered {status['levels_buffered']:,}  evicted {status.get('levels_evicted') or 0:,}  "
+              f"replayed {'-' if fraction is None else f'{fraction:.0%}'} of recent episodes")
     if status.get("learner_unavailable"):
         print(f"learner unavailable: {status['learner_unavailable']}")
     counts = f"actors {status['actors_alive']}/{status['actors_desired']} alive"

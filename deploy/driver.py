@@ -81,7 +81,23 @@ class Throughput:
         return self.rate
 
 
-def build_record(snap: StatusSnapshot, *, steps_per_second: float, elapsed_s: float) -> dict[str, Any]:
+class ReplayFraction:
+    """`levels_replay_fraction`: of the episodes that ended since the last report, the fraction played on a
+    replayed level (None when none ended). Counted where the episodes arrive (the learner), from the flag the
+    level service gave each level."""
+
+    def __init__(self) -> None:
+        self._last: tuple[int, int] | None = None
+
+    def update(self, episodes: int, replayed: int) -> float | None:
+        last, self._last = self._last, (episodes, replayed)
+        if last is None or episodes <= last[0]:
+            return None
+        return (replayed - last[1]) / (episodes - last[0])
+
+
+def build_record(snap: StatusSnapshot, *, steps_per_second: float, elapsed_s: float,
+                 replay_fraction: float | None = None) -> dict[str, Any]:
     """The `metrics.jsonl` record of a snapshot (JSON scalars and lists only)."""
     ls, actors = snap["learner"], actor_counts(snap)
     last_actor_error = snap["supervisor"].get("last_actor_error") if "supervisor" in snap else None
@@ -95,6 +111,7 @@ def build_record(snap: StatusSnapshot, *, steps_per_second: float, elapsed_s: fl
         "episode_length_mean": ls["episode_length_mean"],
         "learner_version": ls["learner_version"],
         "samples_trained": ls["samples_trained"],
+        "levels_replay_fraction": replay_fraction,
         "policy_lag_mean": ls["policy_lag_mean"],
         "queue_depth": ls["queue_depth"],
         "actors_alive": actors["actors_alive"],
@@ -115,6 +132,8 @@ def build_record(snap: StatusSnapshot, *, steps_per_second: float, elapsed_s: fl
     if "levels" in snap:
         lv = snap["levels"]
         rec["level_seen_fraction"] = lv["seen_fraction"]
+        rec["levels_buffered"] = lv["levels_buffered"]
+        rec["levels_evicted"] = lv["levels_evicted"]
         rec["level_snapshot_errors"] = lv.get("snapshot_errors", 0)
         rec["level_score"] = lv.get("score")
         rec["level_top"] = lv.get("top_levels")
@@ -197,6 +216,7 @@ class Reporter:
         self.run_dir, self.backend, self.evaluator = run_dir, backend, evaluator
         self.metrics, self.on_report = metrics, on_report
         self.throughput = Throughput()
+        self.replay_fraction = ReplayFraction()
         self.last_test: dict[str, Any] = {}  # the last successful held-out evaluation
         self.tensorboard = None
         if cfg.tensorboard:
@@ -205,8 +225,11 @@ class Reporter:
             self.tensorboard = TensorBoardWriter(run_dir.path)
 
     def report(self, snap: StatusSnapshot) -> dict[str, Any]:
-        rate = self.throughput.update(snap["learner"]["env_steps"])
-        rec = build_record(snap, steps_per_second=rate, elapsed_s=time.time() - self.throughput.start)
+        ls = snap["learner"]
+        rate = self.throughput.update(ls["env_steps"])
+        fraction = self.replay_fraction.update(ls["episodes"], ls.get("episodes_replayed", 0))
+        rec = build_record(snap, steps_per_second=rate, elapsed_s=time.time() - self.throughput.start,
+                           replay_fraction=fraction)
         while (result := self.evaluator.poll()) is not None:  # a held-out result is logged once, when it arrives
             rec.update(result)
             if "test_return_mean" in result:  # a failed one (`test_error`) keeps the last good point
@@ -216,7 +239,7 @@ class Reporter:
             self.tensorboard.write(rec)
         self.backend.publish(rec)
         if self.metrics is not None:
-            view: StatusSnapshot = {**snap, "env_steps_per_second": rate}
+            view: StatusSnapshot = {**snap, "env_steps_per_second": rate, "levels_replay_fraction": fraction}
             if self.last_test:
                 view["test_return_mean"] = self.last_test["test_return_mean"]
             self.metrics.update(view)
@@ -234,8 +257,10 @@ def _train(cfg: RunConfig, run_dir: RunDir, backend: Backend, evaluator: Periodi
     """The loop (see the module doc) until the budget, stop-at-return or `stop`; returns the last record."""
     record: dict[str, Any] = {}
     next_report = time.time() + cfg.report_interval_s
-    version = backend.poll()["learner"]["learner_version"]
+    start = backend.poll()["learner"]
+    version = start["learner_version"]
     last_checkpoint = version  # a resumed run starts from a checkpoint of this version
+    reporter.replay_fraction.update(start["episodes"], start.get("episodes_replayed", 0))
     while not stop.is_set():
         try:
             backend.advance(next_report, _next_due_version(cfg, version, evaluator), stop)

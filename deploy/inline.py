@@ -10,16 +10,31 @@ from __future__ import annotations
 
 import threading
 import time
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
+from levelray.actors.env_vector import LevelDraws
 from levelray.actors.envs import env_spec, make_env_vector
 from levelray.actors.rollout import RolloutWorker
-from levelray.contracts.config import RunConfig, uses_replay
-from levelray.contracts.levels import training_seeds
+from levelray.contracts.config import RunConfig, uses_level_service, uses_replay
 from levelray.contracts.status import StatusSnapshot
 from levelray.deploy.components import make_level_service, make_replay
 from levelray.deploy.progress import reached_return
 from levelray.learner.core import LearnerCore
+
+if TYPE_CHECKING:
+    from levelray.level_service.service import LevelServiceCore
+
+
+class ServiceDraws(LevelDraws):
+    """An env asks for its next level when an episode ends: one level from the in-process level service."""
+
+    def __init__(self, levels: LevelServiceCore, num_envs: int):
+        super().__init__(num_envs)
+        self.levels = levels
+
+    def next_level(self) -> tuple[int, bool]:
+        seeds, replayed = self.levels.sample_levels(1)
+        return seeds[0], replayed[0]
 
 
 class InlineBackend:
@@ -29,29 +44,27 @@ class InlineBackend:
         self.cfg = cfg
         self.spec = env_spec(cfg.env)
         resume_state = resume_state or {}
-        seeds = training_seeds(cfg.env)
-        self.levels = make_level_service(cfg, seeds, resume_state.get("levels")) if seeds is not None else None
+        self.levels = make_level_service(cfg, resume_state.get("levels")) if uses_level_service(cfg) else None
         self.replay = make_replay(cfg) if uses_replay(cfg) else None
         if self.replay is not None and resume_state.get("replay") is not None:
             self.replay.load_state_dict(resume_state["replay"])
         self.core = LearnerCore(cfg, self.spec, levels=self.levels, replay=self.replay)
         if resume_state.get("learner") is not None:
             self.core.load_state_dict(resume_state["learner"])
-        # An env asks for its next level when an episode ends: one seed from the level service.
-        level_source = (lambda _k: self.levels.sample_seeds(1)[0]) if self.levels is not None else None
         K = cfg.actors.envs_per_actor
-        self.workers = [
-            RolloutWorker(
-                make_env_vector(cfg.env, K, level_source, seed=cfg.seed * 1000 + i),
+        self.workers = []
+        for i in range(max(1, cfg.actors.num_actors)):
+            draws = ServiceDraws(self.levels, K) if self.levels is not None else None
+            self.workers.append(RolloutWorker(
+                make_env_vector(cfg.env, K, draws, seed=cfg.seed * 1000 + i),
                 cfg.actors.unroll_length,
                 model_kind=cfg.learner.model,
                 hidden_sizes=tuple(cfg.learner.hidden_sizes),
                 actor_id=i,
                 env_id_offset=i * K,
                 seed=cfg.seed * 1000 + i,
-            )
-            for i in range(max(1, cfg.actors.num_actors))
-        ]
+                level_draws=draws,
+            ))
         self._broadcast()
         self._next_worker = 0
 

@@ -57,6 +57,10 @@ METRICS = {
     "levelray_level_score": ("gauge", "Level score quantiles over seen levels"),
     "levelray_level_staleness": ("gauge", "Level staleness, mean and max"),
     "levelray_level_top_weight": ("gauge", "Replay probability of the 10 most likely levels, by rank and seed"),
+    "levelray_levels_buffered": ("gauge", "Levels with a score that PLR replays from (a level buffer's size)"),
+    "levelray_levels_evicted_total": ("counter", "Levels evicted from the level buffer by higher-scoring new ones"),
+    "levelray_levels_replay_fraction": (
+        "gauge", "Fraction of the episodes since the last report played on a replayed level"),
     "levelray_replay_size": ("gauge", "Unrolls in the replay buffer"),
     "levelray_service_snapshot_errors_total": ("counter", "Periodic service snapshots that failed, by service"),
     "levelray_replay_inserts_total": ("counter", "Unrolls inserted into replay"),
@@ -111,6 +115,7 @@ def _learner_families(s: StatusSnapshot):
         _gauge("levelray_learner_explained_variance", metrics.get("explained_variance")),
         _gauge("levelray_learner_queue_depth", learner.get("queue_depth")),
         _gauge("levelray_test_return", s.get("test_return_mean")),
+        _gauge("levelray_levels_replay_fraction", s.get("levels_replay_fraction")),
         _counter("levelray_learner_restarts_total", s.get("learner_restarts")),
         _counter("levelray_learner_nonfinite_updates_total", learner.get("nonfinite_updates")),
         _labelled("levelray_learner_loss", "kind",
@@ -138,6 +143,8 @@ def _actor_families(s: StatusSnapshot):
 def _level_families(levels: dict):
     yield from (
         _gauge("levelray_level_seen_fraction", levels.get("seen_fraction")),
+        _gauge("levelray_levels_buffered", levels.get("levels_buffered")),
+        _counter("levelray_levels_evicted_total", levels.get("levels_evicted")),
         _labelled("levelray_level_score", "quantile",
                   [([q], (levels.get("score") or {}).get(key)) for q, key in
                    (("0", "min"), ("0.25", "p25"), ("0.5", "median"), ("0.75", "p75"), ("1", "max"))]),

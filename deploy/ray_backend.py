@@ -23,9 +23,9 @@ import ray
 from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
 from levelray.actors.envs import env_spec
-from levelray.contracts.config import ConfigError, RunConfig, uses_replay
+from levelray.contracts.config import ConfigError, RunConfig, uses_level_service, uses_replay
 from levelray.contracts.levels import training_seeds
-from levelray.contracts.status import StatusSnapshot
+from levelray.contracts.status import PUBLISHED_KEYS, StatusSnapshot
 from levelray.contracts.validate import MIN_RAY_REPORT_INTERVAL_S
 from levelray.deploy.components import service_section
 from levelray.deploy.eval_ray import eval_workers
@@ -75,17 +75,17 @@ class RayJob:
         services = run_dir.path / "services"
         services.mkdir(parents=True, exist_ok=True)
         resume_state = resume_state or {}
-        seeds = training_seeds(cfg.env)
         # Services and the supervisor live on the driver's node: their snapshots go to the run
         # directory, which is on this machine's disk. Env actors and the learner go anywhere.
         self.driver_node = ray.get_runtime_context().get_node_id()
         here = NodeAffinitySchedulingStrategy(node_id=self.driver_node, soft=False)
         restart = dict(max_restarts=-1, max_task_retries=2, scheduling_strategy=here, enable_task_events=False)
         self.level_service = None
-        if seeds is not None:
+        if uses_level_service(cfg):
             self.level_service = LevelService.options(num_cpus=0, **restart).remote(
-                seeds,
+                training_seeds(cfg.env),
                 service_section(cfg.levels),
+                start_level=cfg.env.start_level,
                 discount=cfg.learner.discount,
                 rng=cfg.seed,
                 snapshot_path=str(services / "levels.msgpack"),
@@ -220,8 +220,7 @@ class RayJob:
 
     def publish(self, record: dict[str, Any]) -> None:
         """`levelray status` reads the job through the supervisor: give it the driver's rate (not waited for)."""
-        self.supervisor.set_progress.remote({"env_steps_per_second": record["env_steps_per_second"],
-                                             "time": record["time"]})
+        self.supervisor.set_progress.remote({key: record.get(key) for key in PUBLISHED_KEYS})
 
     def policy_weights(self) -> tuple[int, Any]:
         version, (weights_ref,) = self._ask_learner("latest_weights", timeout=60)

@@ -57,6 +57,7 @@ class LearnerCore:
         self.lock = threading.Lock()
         self.env_steps = 0
         self.episodes = 0
+        self.episodes_replayed = 0
         self.unrolls_received = 0
         self.dropped: Counter[str] = Counter()
         self.returns: deque[float] = deque(maxlen=RETURN_WINDOW)
@@ -104,6 +105,8 @@ class LearnerCore:
             returns = unroll.get("episode_returns")
             if returns is not None and len(returns):
                 self.episodes += len(returns)
+                ended = unroll["terminated"] | unroll["truncated"]
+                self.episodes_replayed += int(np.count_nonzero(unroll["level_replayed"] & ended))
                 self.returns.extend(float(r) for r in returns)
                 self.lengths.extend(int(n) for n in unroll.get("episode_lengths", ()))
             self.lag_counts[np.searchsorted(LAG_BUCKETS, lag)] += 1
@@ -126,8 +129,11 @@ class LearnerCore:
         model_batch = self.replay_feed.model_batch(self.learner.version)
         lr = self.learning_rate()
         self.learner.set_learning_rate(lr)
+        arrays = batch.arrays
+        if self.cfg.levels.robust:  # Robust PLR: new levels are played to be scored, never learned from
+            arrays = {**arrays, "mask": arrays["level_replayed"]}
         try:
-            result = self.learner.update(batch.arrays, model_batch)
+            result = self.learner.update(arrays, model_batch)
         except NonFiniteUpdate as exc:
             self._count_nonfinite(str(exc))
             return {}
@@ -165,6 +171,7 @@ class LearnerCore:
                 "learner_version": self.learner.version,
                 "env_steps": self.env_steps,
                 "episodes": self.episodes,
+                "episodes_replayed": self.episodes_replayed,
                 "unrolls_received": self.unrolls_received,
                 "samples_trained": self.learner.samples_trained,
                 "episode_return_mean": float(np.mean(self.returns)) if self.returns else None,
@@ -188,6 +195,7 @@ class LearnerCore:
             counters = {
                 "env_steps": self.env_steps,
                 "episodes": self.episodes,
+                "episodes_replayed": self.episodes_replayed,
                 "unrolls_received": self.unrolls_received,
                 "learner_version": self.learner.version,
                 "samples_trained": self.learner.samples_trained,
@@ -208,6 +216,7 @@ class LearnerCore:
         with self.lock:
             self.env_steps = int(counters.get("env_steps", 0))
             self.episodes = int(counters.get("episodes", 0))
+            self.episodes_replayed = int(counters.get("episodes_replayed", 0))
             self.unrolls_received = int(counters.get("unrolls_received", 0))
             self.nonfinite_updates = int(counters.get("nonfinite_updates", 0))
             self.dropped = Counter({k: int(v) for k, v in (counters.get("dropped") or {}).items()})
@@ -216,7 +225,8 @@ class LearnerCore:
             self.replay_feed.updates = int(counters.get("replay_updates", self.learner.version))
 
 
-COUNTER_KEYS = ("env_steps", "episodes", "unrolls_received", "learner_version", "samples_trained", "nonfinite_updates")
+COUNTER_KEYS = ("env_steps", "episodes", "episodes_replayed", "unrolls_received", "learner_version", "samples_trained",
+                "nonfinite_updates")
 
 
 def monotone_counters(saved: dict[str, Any] | None, seen: dict[str, Any] | None) -> dict[str, Any]:

@@ -146,7 +146,9 @@ class Learner:
         """One gradient step on a stacked batch (`contracts.trajectory.stack_unrolls`: `obs [T+1, B, ...]`,
         `actions`, `rewards`, `terminated`, `truncated [T, B]`, `behaviour_params [T, B, P]`, optional
         `final_obs`/`final_obs_index`), with optional `sample_weights [B]` (replay importance weights) and
-        `mask [T, B]`. With a `model_batch` (model loss on), `model_loss.loss_weight × model loss` joins the
+        `mask [T, B]` (the steps that carry gradient: each loss is the mean over them, PopArt moves on their
+        targets only, `samples_trained` counts them; a batch with none is no update at all, and keeps the
+        version). With a `model_batch` (model loss on), `model_loss.loss_weight × model loss` joins the
         loss. Raises `NonFiniteUpdate`, changing nothing, when the loss or the gradient is not finite."""
         popart_before = self.value_norm.state_dict() if self.value_norm is not None else None
         self.model.train()
@@ -158,11 +160,14 @@ class Learner:
         if self.muzero is not None and model_batch is not None:
             terms["model"], model_metrics, model_priorities = self.muzero.loss(self.model, model_batch)
             terms["total"] = terms["total"] + self.muzero.cfg.loss_weight * terms["model"]
-        grad_norm = self._apply_gradients(terms, model_metrics, popart_before, popart_old)
         T, B = vt.vs.shape
-        self.version += 1
-        self.samples_trained += T * B
-        metrics = {**self._metrics(forward, vt, log_rhos, terms, grad_norm), **model_metrics}
+        trained = T * B if batch.get("mask") is None else int(np.count_nonzero(batch["mask"]))
+        grad_norm = 0.0
+        if trained:  # a batch wholly masked (Robust PLR: only new levels) changes nothing and is no new version
+            grad_norm = self._apply_gradients(terms, model_metrics, popart_before, popart_old)
+            self.version += 1
+            self.samples_trained += trained
+        metrics = {**self._metrics(forward, vt, log_rhos, terms, grad_norm), **model_metrics, "trained_steps": trained}
         return UpdateResult(metrics, self._outputs(forward, vt, model_priorities))
 
     def _forward(self, batch: dict[str, Any]) -> Forward:

@@ -16,7 +16,10 @@ import numpy as np
 from levelray.contracts.levels import LevelFeedback
 from levelray.level_service.checks import as_int_array
 
-__all__ = ["Segments", "check_constant_levels", "feedback_columns", "segment"]
+__all__ = [
+    "Pending", "Segments", "check_constant_levels", "chronological_ends", "feedback_columns", "merge_pending",
+    "open_tails", "segment",
+]
 
 
 class Segments(NamedTuple):
@@ -95,3 +98,43 @@ def segment(step: np.ndarray, dones: np.ndarray, levels: np.ndarray) -> Segments
         first=np.flatnonzero(starts % T == 0),  # one per column, in column order
         last=np.flatnonzero(ends % T == 0),
     )
+
+
+Pending = dict[int, tuple[int, float, int]]  # actor id -> (level, score sum, steps) of its unfinished episode
+
+
+def merge_pending(pending: Pending, seg: Segments, ids: list[int]) -> int:
+    """Add each column's pending fragment to its first segment when the level matches (in place on `seg`);
+    returns how many fragments are dropped because the column's level changed (an actor restarted
+    mid-episode). `pending` is read, not changed."""
+    if not pending:
+        return 0
+    N = len(ids)
+    p_lvl = np.full(N, -1, dtype=np.int64)
+    p_sum = np.zeros(N)
+    p_steps = np.zeros(N, dtype=np.int64)
+    for n, a in enumerate(ids):
+        p = pending.get(a)
+        if p is not None:
+            p_lvl[n], p_sum[n], p_steps[n] = p
+    has = p_lvl >= 0
+    match = has & (p_lvl == seg.levels[seg.first])
+    seg.sums[seg.first[match]] += p_sum[match]
+    seg.lengths[seg.first[match]] += p_steps[match]
+    return int((has & ~match).sum())
+
+
+def open_tails(seg: Segments, ids: list[int]) -> Pending:
+    """The unfinished last segment of each column, keyed by its actor id: the next call's pending fragments."""
+    open_tail = ~seg.ended[seg.last]
+    return {
+        ids[n]: (int(seg.levels[k]), float(seg.sums[k]), int(seg.lengths[k]))
+        for n, k in enumerate(seg.last.tolist())
+        if open_tail[n]
+    }
+
+
+def chronological_ends(seg: Segments, T: int) -> np.ndarray:
+    """The indices of the complete episodes of `seg`, in the order they ended: end step, then column."""
+    com = np.flatnonzero(seg.ended)
+    return com[np.lexsort(((seg.starts[com] // T), (seg.ends[com] - 1) % T))]

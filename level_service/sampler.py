@@ -64,7 +64,6 @@ bad field and the expected form; on error the sampler is unchanged.
 
 from __future__ import annotations
 
-import dataclasses
 from typing import Any
 
 import numpy as np
@@ -73,38 +72,13 @@ from levelray.contracts.config import LevelConfig
 from levelray.contracts.levels import SCHEDULES, STRATEGIES, TRANSFORMS, UNSCORED_STRATEGIES, LevelFeedback
 from levelray.contracts.rng import make_rng
 from levelray.level_service import episodes
-from levelray.level_service.checks import as_int_array, check_real
+from levelray.level_service.checks import as_int_array, check_real, checked_config
 from levelray.level_service.sampler_state import STATE_VERSION, config_state, read_state
 from levelray.level_service.scores import step_scores
 from levelray.level_service.staleness import StalenessTree
 from levelray.level_service.transforms import ewa_update, transform_weights
 
 __all__ = ["LevelSampler", "STRATEGIES", "TRANSFORMS", "SCHEDULES"]
-
-
-def _checked_config(config: LevelConfig) -> LevelConfig:
-    """`config` with its numbers as floats; ValueError naming the first bad field."""
-    if not isinstance(config, LevelConfig):
-        raise ValueError(f"config must be a contracts.config.LevelConfig, got {type(config).__name__}")
-    for name, choices in (
-        ("strategy", STRATEGIES),
-        ("replay_schedule", SCHEDULES),
-        ("score_transform", TRANSFORMS),
-        ("staleness_transform", TRANSFORMS),
-    ):
-        if getattr(config, name) not in choices:
-            raise ValueError(f"{name} must be one of {choices}, got {getattr(config, name)!r}")
-    c = config
-    return dataclasses.replace(
-        c,
-        temperature=check_real("temperature", c.temperature, 0.0, 1e300, lo_open=True),
-        staleness_temperature=check_real("staleness_temperature", c.staleness_temperature, 0.0, 1e300, lo_open=True),
-        eps=check_real("eps", c.eps, 0.0, 1.0),
-        rho=check_real("rho", c.rho, 0.0, 1.0),
-        nu=check_real("nu", c.nu, 0.0, 1.0),
-        alpha=check_real("alpha", c.alpha, 0.0, 1.0, lo_open=True),
-        staleness_coef=check_real("staleness_coef", c.staleness_coef, 0.0, 1.0),
-    )
 
 
 class LevelSampler:
@@ -121,7 +95,7 @@ class LevelSampler:
             raise ValueError("seeds must be a non-empty 1-D sequence of distinct integers")
         if np.unique(seeds_arr).size != n:
             raise ValueError("seeds must be distinct integers; got duplicates")
-        self.config = _checked_config(LevelConfig() if config is None else config)
+        self.config = checked_config(LevelConfig() if config is None else config)
         self.discount = check_real("discount", discount, 0.0, 1.0)
         self._rng = make_rng(rng)
 
@@ -142,6 +116,7 @@ class LevelSampler:
         self._next_seed_index = 0
         self._pending: dict[int, tuple[int, float, int]] = {}  # actor id -> (level index, score sum, steps)
         self._num_samples = 0
+        self._num_replays = 0  # draws from the replay distribution (the rest were unseen levels)
         self._num_episodes = 0  # committed episode scores
         self._num_update_calls = 0
         self._num_dropped_fragments = 0
@@ -190,24 +165,30 @@ class LevelSampler:
 
     # ------------------------------------------------------------------ sampling
     def sample(self) -> int:
-        """Draw one level seed by the replay schedule; advances staleness."""
-        i = self._sample_index()
+        """The seed of `draw()`."""
+        return self.draw()[0]
+
+    def draw(self) -> tuple[int, bool]:
+        """Draw one level by the replay schedule: `(seed, replayed)`, `replayed` False for an unseen level
+        (and for every draw of `random` and `sequential`); advances staleness."""
+        i, replayed = self._sample_index()
         self._counter += 1
         if self._fen is not None and self._seen[i]:
             self._fen.add(i, 0, self._counter - int(self._last[i]))
         self._last[i] = self._counter
         self._num_samples += 1
-        return self._seed_list[i]
+        self._num_replays += replayed
+        return self._seed_list[i], replayed
 
-    def _sample_index(self) -> int:
+    def _sample_index(self) -> tuple[int, bool]:
         cfg = self.config
         strategy = cfg.strategy
         if strategy == "random":
-            return int(self._rng.integers(self._n))
+            return int(self._rng.integers(self._n)), False
         if strategy == "sequential":
             i = self._next_seed_index
             self._next_seed_index = (i + 1) % self._n
-            return i
+            return i, False
         ns = self._num_seen
         frac = ns / self._n
         if ns == 0 or frac < cfg.rho:
@@ -218,8 +199,8 @@ class LevelSampler:
             replay = self._rng.random() < frac
         if not replay and ns < self._n:
             unseen = self._get_unseen_idx()
-            return int(unseen[self._rng.integers(unseen.size)])
-        return self._sample_replay_index()
+            return int(unseen[self._rng.integers(unseen.size)]), False
+        return self._sample_replay_index(), True
 
     def _sample_replay_index(self) -> int:
         rng = self._rng
@@ -305,6 +286,7 @@ class LevelSampler:
     def counters(self) -> dict[str, int]:
         return {
             "num_samples": self._num_samples,
+            "num_replays": self._num_replays,
             "num_episodes": self._num_episodes,
             "num_update_calls": self._num_update_calls,
             "num_dropped_fragments": self._num_dropped_fragments,
@@ -343,49 +325,21 @@ class LevelSampler:
             self._num_update_calls += 1
             return
         seg = episodes.segment(step_scores(self.config.strategy, feedback, dones, self.discount), dones, lvl)
-        dropped = self._merge_pending(seg, ids)
+        dropped = episodes.merge_pending(self._pending, seg, ids)
         if not np.isfinite(seg.sums).all():
             raise ValueError("episode score sums overflow (non-finite); check the magnitude of the inputs")
-        com = np.flatnonzero(seg.ended)
-        T = seeds.shape[0]
-        # chronological commit order: episode end step, then column
-        chrono = com[np.lexsort(((seg.starts[com] // T), (seg.ends[com] - 1) % T))]
+        chrono = episodes.chronological_ends(seg, seeds.shape[0])
         uniq, new_scores = ewa_update(
             self._scores, seg.levels[chrono], seg.sums[chrono] / seg.lengths[chrono], self.config.alpha
         )
-        open_tail = ~seg.ended[seg.last]
-        tails = [
-            (ids[n], int(seg.levels[k]), float(seg.sums[k]), int(seg.lengths[k]))
-            for n, k in enumerate(seg.last.tolist())
-            if open_tail[n]
-        ]
+        tails = episodes.open_tails(seg, ids)
         # ---- validated: mutate
         for a in ids:
             self._pending.pop(a, None)
-        for a, li, sm, ln in tails:
-            self._pending[a] = (li, sm, ln)
+        self._pending.update(tails)
         self._num_dropped_fragments += dropped
         self._num_update_calls += 1
-        self._apply_commit(uniq, new_scores, int(com.size))
-
-    def _merge_pending(self, seg: episodes.Segments, ids: list[int]) -> int:
-        """Add each column's pending fragment to its first segment when the level matches (in place);
-        returns how many fragments are dropped because the column's level changed."""
-        if not self._pending:
-            return 0
-        N = len(ids)
-        p_lvl = np.full(N, -1, dtype=np.int64)
-        p_sum = np.zeros(N)
-        p_steps = np.zeros(N, dtype=np.int64)
-        for n, a in enumerate(ids):
-            p = self._pending.get(a)
-            if p is not None:
-                p_lvl[n], p_sum[n], p_steps[n] = p
-        has = p_lvl >= 0
-        match = has & (p_lvl == seg.levels[seg.first])
-        seg.sums[seg.first[match]] += p_sum[match]
-        seg.lengths[seg.first[match]] += p_steps[match]
-        return int((has & ~match).sum())
+        self._apply_commit(uniq, new_scores, int(chrono.size))
 
     def _apply_commit(self, uniq: np.ndarray, new_scores: np.ndarray, num_episodes: int) -> None:
         if uniq.size == 0:
@@ -422,6 +376,7 @@ class LevelSampler:
             },
             "counts": {
                 "num_samples": self._num_samples,
+                "num_replays": self._num_replays,
                 "num_episodes": self._num_episodes,
                 "num_update_calls": self._num_update_calls,
                 "num_dropped_fragments": self._num_dropped_fragments,
@@ -442,6 +397,7 @@ class LevelSampler:
         obj._next_seed_index = st.next_seed_index
         obj._pending = st.pending
         obj._num_samples = st.counts["num_samples"]
+        obj._num_replays = st.counts.get("num_replays", 0)
         obj._num_episodes = st.counts["num_episodes"]
         obj._num_update_calls = st.counts["num_update_calls"]
         obj._num_dropped_fragments = st.counts["num_dropped_fragments"]

@@ -9,6 +9,7 @@ and service snapshots in that format resume.
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Callable
 from typing import Any, NamedTuple
 
 import numpy as np
@@ -17,7 +18,7 @@ from levelray.contracts.config import LevelConfig
 from levelray.contracts.rng import rng_from_state
 from levelray.level_service.checks import as_int_array
 
-__all__ = ["STATE_VERSION", "SamplerState", "config_state", "read_state"]
+__all__ = ["STATE_VERSION", "SamplerState", "config_state", "read_config", "read_pending_rows", "read_state"]
 
 STATE_VERSION = 2
 _V1_CONFIG_KEYS = (
@@ -48,7 +49,8 @@ def config_state(config: LevelConfig, discount: float) -> dict[str, Any]:
     return {**dataclasses.asdict(config), "discount": discount}
 
 
-def _read_config(cfg: Any, version: int) -> tuple[LevelConfig, Any]:
+def read_config(cfg: Any, version: int) -> tuple[LevelConfig, Any]:
+    """The saved settings of a version 1 or 2 state: `(LevelConfig, discount)`."""
     fields = {f.name for f in dataclasses.fields(LevelConfig)}
     if version == 1:
         if not isinstance(cfg, dict) or set(cfg) != set(_V1_CONFIG_KEYS):
@@ -66,14 +68,16 @@ def _array(d: dict[str, Any], name: str, dtype, n: int) -> np.ndarray:
     return a.copy()
 
 
-def _read_pending(p: dict[str, Any], n: int) -> dict[int, tuple[int, float, int]]:
+def read_pending_rows(p: dict[str, Any], bad_level: Callable[[np.ndarray], np.ndarray]
+                      ) -> dict[int, tuple[int, float, int]]:
+    """Pending fragments `{actor id: (level, score sum, steps)}`; `bad_level(levels)` marks levels out of range."""
     pid = [int(a) for a in p["actor_ids"]]
     plv = np.asarray(p["levels"], dtype=np.int64).reshape(-1)
     psm = np.asarray(p["sums"], dtype=np.float64).reshape(-1)
     pst = np.asarray(p["steps"], dtype=np.int64).reshape(-1)
     if not (len(pid) == plv.size == psm.size == pst.size) or len(set(pid)) != len(pid):
         raise ValueError("state['pending'] must hold equal-length actor_ids/levels/sums/steps, ids distinct")
-    if ((plv < 0) | (plv >= n)).any() or (pst < 0).any() or not np.isfinite(psm).all():
+    if bad_level(plv).any() or (pst < 0).any() or not np.isfinite(psm).all():
         raise ValueError("state['pending'] holds out-of-range levels, negative steps or non-finite sums")
     rows = zip(pid, plv.tolist(), psm.tolist(), pst.tolist(), strict=True)
     return {a: (lv, sm, st) for a, lv, sm, st in rows}
@@ -91,7 +95,7 @@ def _read_state(d: Any) -> SamplerState:
     if not isinstance(d, dict) or d.get("version") not in (1, STATE_VERSION):
         raise ValueError(f"sampler state must be a dict with version 1 or {STATE_VERSION}")
     rng = rng_from_state(d["rng"], "state['rng']")
-    config, discount = _read_config(d["config"], d["version"])
+    config, discount = read_config(d["config"], d["version"])
     seeds = as_int_array("seeds", d["seeds"], 1)
     n = seeds.size
     scores = _array(d, "scores", np.float64, n)
@@ -105,6 +109,8 @@ def _read_state(d: Any) -> SamplerState:
     nxt = int(d["next_seed_index"])
     if not 0 <= nxt < n:
         raise ValueError(f"state['next_seed_index'] must be in [0, {n})")
-    pending = _read_pending(d["pending"], n)
+    pending = read_pending_rows(d["pending"], lambda lv: (lv < 0) | (lv >= n))
     counts = {k: int(d["counts"][k]) for k in COUNT_KEYS}
+    if "num_replays" in d["counts"]:  # states written before replays were counted lack it
+        counts["num_replays"] = int(d["counts"]["num_replays"])
     return SamplerState(seeds, config, discount, rng, scores, seen, last, counter, nxt, pending, counts)

@@ -36,7 +36,14 @@ import numpy as np
 from levelray.contracts import snapshot
 from levelray.contracts.config import LevelConfig
 from levelray.contracts.levels import LevelFeedback
-from levelray.level_service.sampler import LevelSampler
+from levelray.level_service.spaces import (
+    LevelView,
+    Sampler,
+    check_same_space,
+    levels_view,
+    make_sampler,
+    sampler_from_state,
+)
 
 __all__ = ["LevelServiceCore", "LevelService", "SNAPSHOT_FORMAT"]
 
@@ -56,12 +63,13 @@ class LevelServiceCore:
         seeds,
         config: LevelConfig | None = None,
         *,
+        start_level: int = 0,
         discount: float = 0.99,
         rng=None,
         snapshot_path: str | None = None,
         initial_state: dict | None = None,
     ):
-        fresh = LevelSampler(seeds, config, discount=discount, rng=rng)
+        fresh = make_sampler(seeds, config, start_level=start_level, discount=discount, rng=rng)
         snapshot_interval_s = fresh.config.snapshot_interval_s
         if isinstance(snapshot_interval_s, bool) or not isinstance(snapshot_interval_s, int | float):
             raise ValueError(f"snapshot_interval_s must be a positive number, got {snapshot_interval_s!r}")
@@ -74,35 +82,30 @@ class LevelServiceCore:
         self._num_snapshots = 0
         self._restored = False
         if self._snapshot_path is not None and Path(self._snapshot_path).exists():
-            self._sampler = self._restore(self._snapshot_path, fresh.seeds)
+            self._sampler = self._restore(self._snapshot_path, fresh)
             self._restored = True
         elif initial_state is not None:  # e.g. the sampler state of a checkpoint being resumed
-            self._sampler = LevelSampler.from_state_dict(initial_state)
-            if not np.array_equal(self._sampler.seeds, fresh.seeds):
-                raise ValueError("initial_state was written for a different seed set than the seeds given")
+            self._sampler = sampler_from_state(initial_state)
+            check_same_space(self._sampler, fresh, "initial_state")
             self._restored = True
         else:
             self._sampler = fresh
         self._schedule.written()  # the first periodic snapshot is one interval after the start
 
     # ------------------------------------------------------------------ snapshots
-    def _restore(self, path: str, seeds: np.ndarray) -> LevelSampler:
+    def _restore(self, path: str, fresh: Sampler) -> Sampler:
         data = snapshot.load(path)
         if not isinstance(data, dict) or data.get("format") != SNAPSHOT_FORMAT:
             raise snapshot.SnapshotError(f"{path} is not a level-service snapshot ({SNAPSHOT_FORMAT})")
         try:
-            sampler = LevelSampler.from_state_dict(data["sampler"])
+            sampler = sampler_from_state(data["sampler"])
             counts = data["service"]
             self._num_sample_calls = int(counts["num_sample_calls"])
             self._num_update_calls = int(counts["num_update_calls"])
             self._num_snapshots = int(counts["num_snapshots"])
         except (KeyError, TypeError, ValueError) as exc:
             raise snapshot.SnapshotError(f"snapshot {path} holds an invalid level-service state: {exc}") from exc
-        if not np.array_equal(sampler.seeds, seeds):
-            raise ValueError(
-                f"snapshot {path} was written for a different seed set "
-                f"({sampler.num_levels} levels) than the {seeds.size} seeds given"
-            )
+        check_same_space(sampler, fresh, f"snapshot {path}")
         return sampler
 
     def _state(self) -> dict[str, Any]:
@@ -129,17 +132,22 @@ class LevelServiceCore:
         self._schedule.run_if_due(self._snapshot_path, self.snapshot)
 
     # ------------------------------------------------------------------ API
-    def sample_seeds(self, n: int) -> list[int]:
-        """`n` seeds drawn one after the other by the replay schedule (a prefetch buffer for an actor)."""
+    def sample_levels(self, n: int) -> tuple[list[int], list[bool]]:
+        """`n` levels drawn one after the other (a prefetch buffer for an actor): their seeds, and whether each
+        is a replay (Robust PLR trains only on those; see `LevelSampler.draw` and `LevelBuffer.draw`)."""
         try:
             if isinstance(n, bool) or not isinstance(n, int | np.integer) or not 0 <= n <= MAX_SEEDS_PER_CALL:
                 raise ValueError(f"n must be an int in [0, {MAX_SEEDS_PER_CALL}], got {n!r}")
-            sample = self._sampler.sample
-            out = [sample() for _ in range(int(n))]
+            draw = self._sampler.draw
+            pairs = [draw() for _ in range(int(n))]
             self._num_sample_calls += 1
-            return out
+            return [seed for seed, _ in pairs], [replayed for _, replayed in pairs]
         finally:
             self._maybe_snapshot()
+
+    def sample_seeds(self, n: int) -> list[int]:
+        """The seeds of `sample_levels(n)`, for tools that do not need the replay flags."""
+        return self.sample_levels(n)[0]
 
     def update_with_rollouts(self, feedback: LevelFeedback) -> None:
         """Batched scores from the learner; see `LevelSampler.update_with_rollouts`."""
@@ -161,14 +169,10 @@ class LevelServiceCore:
         return self._sampler.state_dict()
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
-        """Replace the sampler's state by `state` (a `state_dict()`), for the same seed set. A state that
-        does not load, or was written for other seeds, raises and leaves the service as it was."""
-        sampler = LevelSampler.from_state_dict(state)
-        if not np.array_equal(sampler.seeds, self._sampler.seeds):
-            raise ValueError(
-                f"state was written for a different seed set ({sampler.num_levels} levels) than this "
-                f"service's {self._sampler.num_levels}"
-            )
+        """Replace the sampler's state by `state` (a `state_dict()`), for the same level space. A state that
+        does not load, or was written for another level space, raises and leaves the service as it was."""
+        sampler = sampler_from_state(state)
+        check_same_space(sampler, self._sampler, "state")
         self._sampler = sampler
         self._restored = True
 
@@ -181,15 +185,14 @@ class LevelServiceCore:
 
     def _stats(self) -> dict[str, Any]:
         s = self._sampler
-        seeds = s.seeds
-        seen = s.seen()
-        scores = s.scores()
-        stale = s.staleness()
-        weights = s.sample_weights()
+        view = levels_view(s)
+        num_scored = int(view.scored.sum())
         out: dict[str, Any] = {
-            "num_levels": int(s.num_levels),
-            "num_seen": int(s.num_seen),
-            "seen_fraction": s.num_seen / s.num_levels,
+            "num_levels": view.capacity,
+            "num_seen": num_scored,
+            "seen_fraction": num_scored / view.capacity,
+            "levels_buffered": num_scored,
+            "buffered": view.buffered,
             "strategy": s.config.strategy,
             "restored_from_snapshot": self._restored,
             "num_sample_calls": self._num_sample_calls,
@@ -198,36 +201,37 @@ class LevelServiceCore:
             "snapshot_errors": self._schedule.errors,
             "last_snapshot_error": self._schedule.last_error,
         }
-        counts = s.counters()  # num_samples, num_episodes (committed scores), pending/dropped fragments
+        # num_samples, num_replays, num_episodes (committed scores), pending/dropped fragments; a buffer's
+        # num_new, num_inserted, num_evicted, num_rejected
+        counts = s.counters()
         counts["num_rollout_batches"] = counts.pop("num_update_calls")
         out.update(counts)
-        if seen.any():
-            sc = scores[seen]
-            q = np.percentile(sc, [0, 25, 50, 75, 100])
-            out["score"] = {
-                "min": float(q[0]),
-                "p25": float(q[1]),
-                "median": float(q[2]),
-                "p75": float(q[3]),
-                "max": float(q[4]),
-                "mean": float(sc.mean()),
-            }
-            st = stale[seen]
-            out["staleness"] = {"mean": float(st.mean()), "max": int(st.max())}
-        else:
-            out["score"] = None
-            out["staleness"] = None
-        k = min(10, s.num_levels)
-        top = np.argsort(-weights, kind="stable")[:k]
-        out["top_levels"] = [
-            {"seed": int(seeds[i]), "score": float(scores[i]), "weight": float(weights[i])}
-            for i in top.tolist()
-            if weights[i] > 0
-        ]
-        out["weights"] = weights
-        out["staleness_vector"] = stale
-        out["seeds"] = seeds
+        out["levels_evicted"] = counts.get("num_evicted", 0)
+        out.update(_distribution_stats(view))
         return out
+
+
+def _distribution_stats(view: LevelView) -> dict[str, Any]:
+    """Score quantiles, staleness, the top replay weights and the full vectors of the scored levels."""
+    out: dict[str, Any] = {"score": None, "staleness": None}
+    if view.scored.any():
+        sc = view.scores[view.scored]
+        q = np.percentile(sc, [0, 25, 50, 75, 100])
+        out["score"] = {"min": float(q[0]), "p25": float(q[1]), "median": float(q[2]), "p75": float(q[3]),
+                        "max": float(q[4]), "mean": float(sc.mean())}
+        st = view.staleness[view.scored]
+        out["staleness"] = {"mean": float(st.mean()), "max": int(st.max())}
+    weights = view.weights
+    top = np.argsort(-weights, kind="stable")[:10]
+    out["top_levels"] = [
+        {"seed": int(view.seeds[i]), "score": float(view.scores[i]), "weight": float(weights[i])}
+        for i in top.tolist()
+        if weights[i] > 0
+    ]
+    out["weights"] = weights
+    out["staleness_vector"] = view.staleness
+    out["seeds"] = view.seeds
+    return out
 
 
 try:  # Ray is optional: the Ray-free (inline) backend imports only LevelServiceCore.

@@ -39,6 +39,6 @@ def test_train_help_gives_every_config_flag_its_real_default(capsys):
             shown = "none" if value is None else str(value)
         flag = flag_name(path, f)
         # the flag's own help entry (after the usage block), up to the next flag's entry
-        entry = re.search(rf"(?:^| ){re.escape(flag)} [A-Z_]+ (.*?)(?= --[a-z]|$)", text.split("options:", 1)[1])
+        entry = re.search(rf"(?:^| ){re.escape(flag)} \[?[A-Z_]+\]? (.*?)(?= --[a-z]|$)", text.split("options:", 1)[1])
         assert entry is not None, flag
         assert f"(default: {shown})" in entry.group(1), (flag, entry.group(1))

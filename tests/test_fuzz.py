@@ -46,6 +46,7 @@ def valid_unroll(T=5, K=3, truncated_at=(2, 1)):
         "truncated": np.zeros((T, K), bool),
         "behaviour_params": np.zeros((T, K, 2), np.float32),
         "level_seeds": np.full((T, K), 3, np.int64),
+        "level_replayed": np.zeros((T, K), bool),
         "env_ids": np.arange(K),
         "policy_version": 1,
         "actor_id": 0,

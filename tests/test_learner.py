@@ -24,6 +24,7 @@ def make_batch(rng, T=6, B=4, spec=VEC, truncate_at=None):
         "truncated": np.zeros((T, B), dtype=bool),
         "behaviour_params": rng.normal(size=(T, B, spec.num_actions)).astype(np.float32),
         "level_seeds": np.zeros((T, B), dtype=np.int64),
+        "level_replayed": np.zeros((T, B), dtype=bool),
         "env_ids": np.arange(B),
     }
     if truncate_at is not None:

@@ -12,6 +12,7 @@ def batch_of(env_id_groups, T=3):
     B = len(env_ids)
     return {
         "level_seeds": np.tile(np.arange(B), (T, 1)),
+        "level_replayed": np.zeros((T, B), dtype=bool),
         "terminated": np.zeros((T, B), bool),
         "truncated": np.zeros((T, B), bool),
         "rewards": np.zeros((T, B), np.float32),

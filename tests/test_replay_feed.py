@@ -19,6 +19,7 @@ def unroll(tag: float, T=4, K=3):
         "truncated": np.zeros((T, K), bool),
         "behaviour_params": np.zeros((T, K, 2), dtype=np.float32),
         "level_seeds": np.zeros((T, K), dtype=np.int64),
+        "level_replayed": np.zeros((T, K), dtype=bool),
         "env_ids": np.arange(K),
         "policy_version": 0,
         "actor_id": 0,

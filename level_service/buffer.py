@@ -1,0 +1,292 @@
+"""PLR over an unbounded level space: a buffer of the highest-scoring levels (Robust PLR's setting).
+
+Jiang, Dennis, Parker-Holder, Foerster, Grefenstette, Rocktaschel, "Replay-Guided Adversarial Environment
+Design" (NeurIPS 2021), as `facebookresearch/dcd`'s `LevelSampler(sample_full_distribution=True)` runs it:
+levels are seeds from `[start_level, MAX_SEED)`, far too many to score them all, so PLR keeps at most
+`buffer_size` of them with their scores and staleness. Pure NumPy; `level_service.service` wraps it.
+
+Each draw (`draw()`, once per episode start):
+
+* **replay** with probability `replay_prob` (schedule `fixed`) or `min(fill, replay_prob)` (`proportionate`,
+  `fill` = buffered / buffer_size), once at least `rho x buffer_size` levels are buffered: a buffered level
+  from P = (1 - staleness_coef) P_score + staleness_coef P_staleness, the fixed-set sampler's distribution
+  over the buffered levels (same transforms, same O(log n) draws: a cached score CDF and the staleness
+  Fenwick trees of `level_service.staleness`);
+* else a **new** level: the k-th new level is `start + (a k + c) mod R` with `R = MAX_SEED - start` and `a`
+  coprime to `R` (drawn once from the run's seed), a permutation of the space: no seed is handed out as new
+  twice within R draws, with O(1) state (a counter), where a set of played seeds would grow without bound.
+
+Scores (`update_with_rollouts`, the fixed-set sampler's strategies, partial-episode stitching and chronological
+commit order) are committed per complete episode. A buffered level's score is updated by the EWA with `alpha`.
+Any other level is a candidate: it enters the buffer while the buffer is not full, or when its score is
+strictly above the lowest buffered score, which it evicts (ties: the lowest slot); else it is dropped. A level
+evicted while an env still plays it comes back as a candidate when that episode ends. A level entering the
+buffer has staleness 0. Every draw advances the staleness counter, as in the fixed-set sampler.
+
+Any seed of the space is a valid level id: feedback for a seed outside `[start_level, MAX_SEED)` is rejected.
+Every public mutator validates all of its input before changing anything (ValueError naming the field).
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import numpy as np
+
+from levelray.contracts.config import LevelConfig
+from levelray.contracts.levels import MAX_SEED, UNSCORED_STRATEGIES, LevelFeedback
+from levelray.contracts.rng import make_rng
+from levelray.level_service import episodes
+from levelray.level_service.buffer_state import BUFFER_STATE_VERSION, read_buffer_state
+from levelray.level_service.checks import check_real, checked_config
+from levelray.level_service.sampler_state import config_state
+from levelray.level_service.scores import step_scores
+from levelray.level_service.staleness import StalenessTree
+from levelray.level_service.transforms import transform_weights
+
+__all__ = ["LevelBuffer"]
+
+BUFFER_COUNT_KEYS = (
+    "num_samples", "num_replays", "num_new", "num_episodes", "num_inserted", "num_evicted", "num_rejected",
+    "num_update_calls", "num_dropped_fragments",
+)
+
+
+def new_level_permutation(rng: np.random.Generator, size: int) -> tuple[int, int]:
+    """`(a, c)` of the affine permutation `k -> (a k + c) mod size`: `a` in [1, size) coprime to `size`."""
+    if size == 1:
+        return 1, 0
+    a = int(rng.integers(1, size))
+    while math.gcd(a, size) != 1:
+        a = a % (size - 1) + 1
+    return a, int(rng.integers(size))
+
+
+class LevelBuffer:
+    """PLR's level buffer over the seeds `[start_level, MAX_SEED)`; see the module docstring.
+
+    `config` is the run's `levels` section (`buffer_size`, `replay_prob` and PLR's settings); `discount` is the
+    learner's (for `one_step_td_error`); `rng` seeds the draws and the new-level permutation.
+    """
+
+    def __init__(self, start_level: int, config: LevelConfig | None = None, *, discount: float = 0.99, rng=None):
+        if isinstance(start_level, bool) or not isinstance(start_level, int | np.integer) or not (
+            0 <= start_level < MAX_SEED
+        ):
+            raise ValueError(f"start_level must be an int in [0, {MAX_SEED}), got {start_level!r}")
+        self.config = checked_config(LevelConfig() if config is None else config)
+        if self.config.strategy in UNSCORED_STRATEGIES:
+            raise ValueError(f"strategy must be a scored one for a level buffer (not {self.config.strategy!r}): "
+                             f"random and sequential never score a level")
+        cap = self.config.buffer_size
+        if isinstance(cap, bool) or not isinstance(cap, int | np.integer) or cap < 1:
+            raise ValueError(f"buffer_size must be a positive int, got {cap!r}")
+        self.discount = check_real("discount", discount, 0.0, 1.0)
+        self._rng = make_rng(rng)
+        self.start_level = int(start_level)
+        self._space = MAX_SEED - self.start_level
+        self._perm = new_level_permutation(self._rng, self._space)
+        self._seeds = np.full(cap, -1, dtype=np.int64)  # slot -> seed; the first `_size` slots are filled
+        self._scores = np.zeros(cap, dtype=np.float64)
+        self._last = np.zeros(cap, dtype=np.int64)  # value of _counter when last drawn (or inserted)
+        self._slot_of: dict[int, int] = {}
+        self._counter = 0
+        self._pending: episodes.Pending = {}  # actor id -> (seed, score sum, steps)
+        self._counts = dict.fromkeys(BUFFER_COUNT_KEYS, 0)
+        self._fast_staleness = self.config.staleness_transform == "power" and self.config.staleness_temperature == 1.0
+        self._fen: StalenessTree | None = None
+        self._score_cache: tuple[np.ndarray, np.ndarray] | None = None  # (probs, cdf) over the filled slots
+
+    # ------------------------------------------------------------------ reading
+    @property
+    def capacity(self) -> int:
+        return int(self._seeds.size)
+
+    @property
+    def size(self) -> int:
+        """Levels in the buffer."""
+        return len(self._slot_of)
+
+    def buffered_seeds(self) -> np.ndarray:
+        """The buffered levels' seeds `[size]`, in slot order (the order of `scores`, `staleness`, weights)."""
+        return self._seeds[: self.size].copy()
+
+    def scores(self) -> np.ndarray:
+        return self._scores[: self.size].copy()
+
+    def staleness(self) -> np.ndarray:
+        return self._counter - self._last[: self.size]
+
+    def counters(self) -> dict[str, int]:
+        return {**self._counts, "num_pending": len(self._pending)}
+
+    def sample_weights(self) -> np.ndarray:
+        """The replay distribution over the buffered levels `[size]` (slot order; empty before any level)."""
+        n = self.size
+        if n == 0:
+            return np.zeros(0)
+        probs, _ = self._get_score_cache()
+        c = self.config.staleness_coef
+        if c == 0.0:
+            return probs.copy()
+        cfg = self.config
+        stale = transform_weights(cfg.staleness_transform, cfg.staleness_temperature, cfg.eps,
+                                  self.staleness().astype(np.float64))
+        return (1.0 - c) * probs + c * stale
+
+    # ------------------------------------------------------------------ drawing
+    def sample(self) -> int:
+        """The seed of `draw()`."""
+        return self.draw()[0]
+
+    def draw(self) -> tuple[int, bool]:
+        """One level for an episode start: `(seed, replayed)`; advances staleness."""
+        self._counter += 1
+        self._counts["num_samples"] += 1
+        if self._replay_decision():
+            i = self._replay_slot()
+            if self._fen is not None:
+                self._fen.add(i, 0, self._counter - int(self._last[i]))
+            self._last[i] = self._counter
+            self._counts["num_replays"] += 1
+            return int(self._seeds[i]), True
+        k = self._counts["num_new"]
+        self._counts["num_new"] += 1
+        a, c = self._perm
+        return self.start_level + (a * k + c) % self._space, False
+
+    def _replay_decision(self) -> bool:
+        n, cfg = self.size, self.config
+        fill = n / self.capacity
+        if n == 0 or fill < cfg.rho:
+            return False
+        p = cfg.replay_prob if cfg.replay_schedule == "fixed" else min(fill, cfg.replay_prob)
+        return bool(self._rng.random() < p)
+
+    def _get_score_cache(self) -> tuple[np.ndarray, np.ndarray]:
+        if self._score_cache is None:
+            c = self.config
+            probs = transform_weights(c.score_transform, c.temperature, c.eps, self._scores[: self.size])
+            self._score_cache = (probs, np.cumsum(probs))
+        return self._score_cache
+
+    def _replay_slot(self) -> int:
+        rng, c = self._rng, self.config.staleness_coef
+        if c > 0.0 and rng.random() < c:
+            return self._staleness_slot()
+        _, cdf = self._get_score_cache()
+        return min(int(np.searchsorted(cdf, rng.random() * cdf[-1], side="right")), self.size - 1)
+
+    def _staleness_slot(self) -> int:
+        rng, n, cfg = self._rng, self.size, self.config
+        if cfg.staleness_transform == "constant":
+            return int(rng.integers(n))
+        if not self._fast_staleness:
+            cdf = np.cumsum(transform_weights(cfg.staleness_transform, cfg.staleness_temperature, cfg.eps,
+                                              self.staleness().astype(np.float64)))
+            return min(int(np.searchsorted(cdf, rng.random() * cdf[-1], side="right")), n - 1)
+        if self._fen is None:
+            self._fen = StalenessTree(np.arange(self.capacity) < n, self._last)
+        total = self._counter * n - self._fen.sum_last
+        if total <= 0:  # every buffered level has staleness 0: uniform
+            return int(rng.integers(n))
+        pos = self._fen.find(rng.random() * total, self._counter)
+        return pos if pos < n else int(np.argmax(self.staleness()))  # round-off at the very top
+
+    # ------------------------------------------------------------------ scores
+    def update_with_rollouts(self, feedback: LevelFeedback) -> None:
+        """Score the episodes of a time-major rollout batch (`LevelFeedback`), stitching episodes across calls
+        by actor id, and let each complete episode's level into the buffer by the buffer's rule."""
+        seeds, dones, ids = episodes.feedback_columns(feedback)
+        outside = (seeds < self.start_level) | (seeds >= MAX_SEED)
+        if outside.any():
+            raise ValueError(f"seeds holds seed {int(seeds[outside][0])}, outside the level space "
+                             f"[{self.start_level}, {MAX_SEED})")
+        episodes.check_constant_levels(seeds, dones)
+        seg = episodes.segment(step_scores(self.config.strategy, feedback, dones, self.discount), dones, seeds)
+        dropped = episodes.merge_pending(self._pending, seg, ids)
+        if not np.isfinite(seg.sums).all():
+            raise ValueError("episode score sums overflow (non-finite); check the magnitude of the inputs")
+        chrono = episodes.chronological_ends(seg, seeds.shape[0])
+        tails = episodes.open_tails(seg, ids)
+        # ---- validated: mutate
+        for a in ids:
+            self._pending.pop(a, None)
+        self._pending.update(tails)
+        self._counts["num_dropped_fragments"] += dropped
+        self._counts["num_update_calls"] += 1
+        for seed, score in zip(seg.levels[chrono].tolist(), (seg.sums[chrono] / seg.lengths[chrono]).tolist(),
+                               strict=True):
+            self._commit(seed, score)
+        self._counts["num_episodes"] += int(chrono.size)
+        if chrono.size:
+            self._score_cache = None
+
+    def _commit(self, seed: int, score: float) -> None:
+        """One complete episode's score: the EWA for a buffered level, the buffer's rule for any other."""
+        slot = self._slot_of.get(seed)
+        if slot is not None:
+            alpha = self.config.alpha
+            self._scores[slot] = (1.0 - alpha) * self._scores[slot] + alpha * score
+            return
+        n = self.size
+        if n < self.capacity:
+            self._place(n, seed, score, was_filled=False)
+            return
+        lowest = int(np.argmin(self._scores))
+        if score > self._scores[lowest]:
+            del self._slot_of[int(self._seeds[lowest])]
+            self._place(lowest, seed, score, was_filled=True)
+            self._counts["num_evicted"] += 1
+        else:
+            self._counts["num_rejected"] += 1
+
+    def _place(self, slot: int, seed: int, score: float, *, was_filled: bool) -> None:
+        if self._fen is not None:
+            self._fen.add(slot, 0 if was_filled else 1, self._counter - (int(self._last[slot]) if was_filled else 0))
+        self._seeds[slot] = seed
+        self._scores[slot] = score
+        self._last[slot] = self._counter
+        self._slot_of[seed] = slot
+        self._counts["num_inserted"] += 1
+
+    # ------------------------------------------------------------------ state
+    def state_dict(self) -> dict[str, Any]:
+        """Everything (config, buffered levels, scores, staleness, pending fragments, counters, the new-level
+        permutation and its position, RNG state) as plain values and arrays for `contracts.snapshot.packb`."""
+        pend = list(self._pending)
+        return {
+            "version": BUFFER_STATE_VERSION,
+            "kind": "buffer",
+            "config": config_state(self.config, self.discount),
+            "start_level": self.start_level,
+            "seeds": self._seeds.copy(),
+            "scores": self._scores.copy(),
+            "last_sampled": self._last.copy(),
+            "size": self.size,
+            "counter": int(self._counter),
+            "permutation": list(self._perm),
+            "pending": {
+                "actor_ids": [int(a) for a in pend],
+                "levels": np.array([self._pending[a][0] for a in pend], dtype=np.int64),
+                "sums": np.array([self._pending[a][1] for a in pend], dtype=np.float64),
+                "steps": np.array([self._pending[a][2] for a in pend], dtype=np.int64),
+            },
+            "counts": dict(self._counts),
+            "rng": self._rng.bit_generator.state,
+        }
+
+    @classmethod
+    def from_state_dict(cls, d: dict[str, Any]) -> LevelBuffer:
+        """A buffer rebuilt from `state_dict()` output; ValueError naming the first bad field."""
+        st = read_buffer_state(d, BUFFER_COUNT_KEYS)
+        obj = cls(st.start_level, st.config, discount=st.discount)
+        obj._rng = st.rng
+        obj._perm = st.permutation
+        obj._seeds, obj._scores, obj._last = st.seeds, st.scores, st.last
+        obj._slot_of = {int(s): i for i, s in enumerate(st.seeds[: st.size].tolist())}
+        obj._counter = st.counter
+        obj._pending = st.pending
+        obj._counts = st.counts
+        return obj
