@@ -10,7 +10,16 @@ Measured per level count (200, 10,000, 100,000):
   lazy rebuild of the cached score distribution (rank transform, O(n log n)).
 * sample: one `sample()` in the default configuration (proportionate, rank T=0.1, staleness_coef 0.1,
   power staleness T=1) with every level seen.
-* Ray: `ray.get(service.sample_seeds.remote(n))` round trips from the driver (a client) for n=1 and n=32.
+* Ray: `ray.get(service.sample_seeds.remote(n))` round trips from the driver (a client) for n=1 and n=32, and
+  `sample_levels(32)` (seeds and replay flags) on the same fixed set and on a full level buffer (n=1, 32).
+
+Level buffer (`LevelBuffer`, unbounded level space), 4,000 levels buffered (DCD's buffer size), schedule fixed,
+replay_prob 0.5; the default config (value_l1) and Robust PLR's (DCD: positive_value_loss, rank T=0.3,
+staleness_coef 0.3). The update stream above takes its levels from the buffer's own (untimed) draws, one per
+episode start, so about half the episodes are new levels competing for entry; the stream first fills the buffer.
+* update: as above; "+rebuild": plus the draws after it up to the first that rebuilds the cached score CDF (the
+  first score-driven replay: new levels and staleness draws do not read it);
+* draw: one `draw()`, replay and new mixed, buffer full (mean over k draws after 1,000 warm-up draws).
 
 The reference keeps its structure: per-actor Python loop over episodes with torch score functions, then
 the loop over every (actor, level) pair committing partial scores; `sample()` rebuilds the rank and
@@ -20,15 +29,16 @@ staleness weights over all levels and calls `np.random.choice` with them.
 from __future__ import annotations
 
 import argparse
-import os
-import platform
+import dataclasses
 import sys
 import time
 
 import numpy as np
 
 from benchmarks.common import print_table, write_json
+from levelray.contracts.config import LevelConfig
 from levelray.contracts.levels import LevelFeedback
+from levelray.level_service.buffer import LevelBuffer
 from levelray.level_service.sampler import LevelSampler
 
 T_STEPS, N_COLS = 256, 64
@@ -41,6 +51,21 @@ COLUMNS = [
     ("sample_ours_s", "sample ours", lambda s: f"{s * 1e6:.2f} us"),
     ("sample_reference_s", "sample ref", lambda s: f"{s * 1e6:.1f} us"),
     ("sample_speedup", "speedup", lambda x: f"{x:.0f}x"),
+]
+BUFFER_SIZE = 4000  # DCD's level_replay_seed_buffer_size
+_DCD = {"replay_schedule": "fixed", "replay_prob": 0.5, "buffer_size": BUFFER_SIZE}
+BUFFER_CONFIGS = {
+    "value_l1": LevelConfig(**_DCD),
+    "positive_value_loss": LevelConfig(strategy="positive_value_loss", temperature=0.3, staleness_coef=0.3, **_DCD),
+}
+BUFFER_COLUMNS = [
+    ("strategy", "strategy"),
+    ("update_s", "update", lambda s: f"{s * 1e3:.3f} ms"),
+    ("update_plus_rebuild_s", "+rebuild", lambda s: f"{s * 1e3:.3f} ms"),
+    ("draw_s", "draw", lambda s: f"{s * 1e6:.2f} us"),
+    ("new_per_update", "new eps/update", lambda x: f"{x:.0f}"),
+    ("replayed_per_update", "replayed eps/update", lambda x: f"{x:.0f}"),
+    ("inserted_per_update", "entered/update", lambda x: f"{x:.1f}"),
 ]
 
 
@@ -256,10 +281,12 @@ def to_ref(seeds, dones, adv):
 
 
 # --------------------------------------------------------------------------- timings
-def every_level_seen(n_levels: int, rng: np.random.Generator) -> LevelFeedback:
-    """One column of one-step episodes, one per level, with random value_l1 scores in [0, 1)."""
+def every_level_seen(n_levels: int, rng: np.random.Generator, seeds=None) -> LevelFeedback:
+    """One column of one-step episodes, one per level (`seeds`, default 0..n-1), with random value_l1 scores
+    in [0, 1)."""
+    seeds = np.arange(n_levels) if seeds is None else np.asarray(seeds, dtype=np.int64)
     return LevelFeedback(
-        np.arange(n_levels).reshape(n_levels, 1),
+        seeds.reshape(n_levels, 1),
         np.ones((n_levels, 1), dtype=bool),
         advantages=rng.random(n_levels).reshape(n_levels, 1),
     )
@@ -325,7 +352,78 @@ def time_ref_sample(n_levels, k):
     return (time.perf_counter() - t0) / k
 
 
-def time_ray(n_levels, reps):
+# --------------------------------------------------------------------------- level buffer
+def buffer_stream(buf: LevelBuffer, seed: int = 0):
+    """Endless [T, N] unrolls (as `LevelFeedback`) of continuous episode streams whose levels `buf` draws: each
+    episode start takes `buf.draw()` (before the unroll is yielded), as an env does; episodes end with
+    probability 1/100 per step and span unrolls; advantages N(0, 1)."""
+    rng = np.random.default_rng(seed)
+    cur = np.array([buf.draw()[0] for _ in range(N_COLS)], dtype=np.int64)  # [N] level of the open episode
+    ended = np.zeros(N_COLS, dtype=bool)  # [N] the episode ended at the previous unroll's last step
+    levels = np.empty((T_STEPS, N_COLS), dtype=np.int64)
+    while True:
+        dones = rng.random((T_STEPS, N_COLS)) < 0.01
+        ep = np.cumsum(np.vstack([ended, dones[:-1]]), axis=0)  # [T, N] episodes started within this unroll
+        for j in range(N_COLS):
+            col = np.array([cur[j], *(buf.draw()[0] for _ in range(int(ep[-1, j])))], dtype=np.int64)
+            levels[:, j] = col[ep[:, j]]
+            cur[j] = col[-1]
+        ended = dones[-1].copy()
+        yield LevelFeedback(levels.copy(), dones, advantages=rng.normal(size=(T_STEPS, N_COLS)).astype(np.float32))
+
+
+def time_buffer(cfg: LevelConfig, reps: int, k: int) -> dict:
+    """Median seconds of an update and of the update plus the draws up to the score-CDF rebuild over `reps`
+    unrolls of `buffer_stream`, on a buffer filled by that stream; then the mean seconds of one `draw()`."""
+    buf = LevelBuffer(0, cfg, rng=0)
+    stream = buffer_stream(buf)
+    for _ in range(5):  # fill the buffer, then 5 more unrolls
+        while buf.size < buf.capacity:
+            buf.update_with_rollouts(next(stream))
+        buf.update_with_rollouts(next(stream))
+    before = buf.counters()
+    t_upd, t_rebuild = [], []
+    for _ in range(reps):
+        feedback = next(stream)
+        t0 = time.perf_counter()
+        buf.update_with_rollouts(feedback)
+        t1 = time.perf_counter()
+        # `_score_cache` is what update_with_rollouts invalidates; the first draw that reads it rebuilds it
+        while buf._score_cache is None:
+            buf.draw()
+        t_upd.append(t1 - t0)
+        t_rebuild.append(time.perf_counter() - t0)
+    after = buf.counters()
+    for _ in range(1000):
+        buf.draw()
+    t0 = time.perf_counter()
+    for _ in range(k):
+        buf.draw()
+    draw_s = (time.perf_counter() - t0) / k
+    # per update: draws (the stream's episode starts and the rebuild draws), new or replayed; levels that entered
+    per = {key: (after[key] - before[key]) / reps for key in ("num_samples", "num_replays", "num_inserted")}
+    return {"buffered": buf.size, "update_s": float(np.median(t_upd)), "draw_s": draw_s,
+            "update_plus_rebuild_s": float(np.median(t_rebuild)), "replayed_per_update": per["num_replays"],
+            "new_per_update": per["num_samples"] - per["num_replays"], "inserted_per_update": per["num_inserted"]}
+
+
+def _round_trip_s(call, reps: int) -> float:
+    """Median seconds of `ray.get(call())` over `reps` calls after 20 warm-up calls."""
+    import ray
+
+    for _ in range(20):
+        ray.get(call())
+    ts = []
+    for _ in range(reps):
+        t0 = time.perf_counter()
+        ray.get(call())
+        ts.append(time.perf_counter() - t0)
+    return float(np.median(ts))
+
+
+def time_ray(n_levels: int, reps: int) -> dict:
+    """Round trips from the driver: `sample_seeds(n)` and `sample_levels(32)` on `n_levels` fixed levels,
+    `sample_levels(n)` on a full level buffer (unbounded space, `BUFFER_CONFIGS["value_l1"]`)."""
     import ray
 
     from levelray.level_service.service import LevelService
@@ -337,21 +435,34 @@ def time_ray(n_levels, reps):
     try:
         svc = LevelService.remote(list(range(n_levels)), rng=0)
         ray.get(svc.update_with_rollouts.remote(every_level_seen(n_levels, np.random.default_rng(2))))
-        out = {}
-        for n in (1, 32):
-            for _ in range(20):
-                ray.get(svc.sample_seeds.remote(n))
-            ts = []
-            for _ in range(reps):
-                t0 = time.perf_counter()
-                ray.get(svc.sample_seeds.remote(n))
-                ts.append(time.perf_counter() - t0)
-            out[n] = float(np.median(ts))
+        out = {f"sample_seeds_{n}": _round_trip_s(lambda n=n: svc.sample_seeds.remote(n), reps) for n in (1, 32)}
+        out["sample_levels_32"] = _round_trip_s(lambda: svc.sample_levels.remote(32), reps)
         ray.kill(svc)
+        buf = LevelService.remote(None, BUFFER_CONFIGS["value_l1"], start_level=0, rng=0)
+        seeds, _ = ray.get(buf.sample_levels.remote(BUFFER_SIZE))  # all new: the buffer is empty
+        ray.get(buf.update_with_rollouts.remote(every_level_seen(BUFFER_SIZE, np.random.default_rng(2), seeds)))
+        for n in (1, 32):
+            out[f"buffer_sample_levels_{n}"] = _round_trip_s(lambda n=n: buf.sample_levels.remote(n), reps)
+        ray.kill(buf)
         return out
     finally:
         if started:
             ray.shutdown()
+
+
+def print_results(rows: list[dict], buffer_rows: list[dict], ray_res: dict | None) -> None:
+    title = f"update_with_rollouts: {N_COLS} columns x {T_STEPS} steps, value_l1; sample(): default config"
+    print_table(rows, COLUMNS, title=title)
+    print_table(buffer_rows, BUFFER_COLUMNS, title=f"\nLevelBuffer, {BUFFER_SIZE:,} levels, fixed schedule, "
+                f"replay_prob 0.5; update: {N_COLS} x {T_STEPS} steps, half the episodes on new levels")
+    if ray_res:
+        us = {key: v * 1e6 for key, v in ray_res.items()}
+        print(f"Ray sample_seeds (10,000 levels, driver as client): n=1 {us['sample_seeds_1']:.0f} us/call; "
+              f"n=32 {us['sample_seeds_32']:.0f} us/call = {us['sample_seeds_32'] / 32:.1f} us/seed; "
+              f"sample_levels n=32 {us['sample_levels_32']:.0f} us/call")
+        print(f"Ray sample_levels ({BUFFER_SIZE:,}-level buffer, unbounded): n=1 {us['buffer_sample_levels_1']:.0f} "
+              f"us/call; n=32 {us['buffer_sample_levels_32']:.0f} us/call = "
+              f"{us['buffer_sample_levels_32'] / 32:.1f} us/level")
 
 
 def main(argv=None):
@@ -378,57 +489,22 @@ def main(argv=None):
         ru = time_ref_update(n, ref_update_reps[n])
         osm = time_ours_sample(n, ours_sample_k)
         rsm = time_ref_sample(n, ref_sample_k[n])
-        rows.append(
-            {
-                "levels": n,
-                "update_ours_s": ou,
-                "update_plus_first_sample_ours_s": ous,
-                "update_reference_s": ru,
-                "update_speedup": ru / ou,
-                "update_speedup_incl_rebuild": ru / ous,
-                "sample_ours_s": osm,
-                "sample_reference_s": rsm,
-                "sample_speedup": rsm / osm,
-            }
-        )
+        rows.append({"levels": n, "update_ours_s": ou, "update_plus_first_sample_ours_s": ous,
+                     "update_reference_s": ru, "update_speedup": ru / ou, "update_speedup_incl_rebuild": ru / ous,
+                     "sample_ours_s": osm, "sample_reference_s": rsm, "sample_speedup": rsm / osm})
         print(f"done {n} levels", file=sys.stderr, flush=True)
-
-    ray_res = None
-    if not args.no_ray:
-        ray_res = time_ray(10_000, 50 if q else 300)
-
-    title = f"update_with_rollouts: {N_COLS} columns x {T_STEPS} steps, value_l1; sample(): default config"
-    print_table(rows, COLUMNS, title=title)
-    if ray_res:
-        print(
-            f"Ray sample_seeds (10,000 levels, driver as client): n=1 {ray_res[1] * 1e6:.0f} us/call; "
-            f"n=32 {ray_res[32] * 1e6:.0f} us/call = {ray_res[32] / 32 * 1e6:.1f} us/seed"
-        )
-    result = {
-        "config": {
-            "columns": N_COLS,
-            "steps": T_STEPS,
-            "done_prob": 0.01,
-            "strategy": "value_l1",
-            "quick": q,
-            "ref_update_reps": ref_update_reps,
-            "ours_update_reps": ours_update_reps,
-            "ours_sample_k": ours_sample_k,
-            "ref_sample_k": ref_sample_k,
-            "python": platform.python_version(),
-            "cpus": os.cpu_count(),
-        },
-        "rows": rows,
-        "ray_sample_seeds_s": None
-        if ray_res is None
-        else {
-            "levels": 10_000,
-            "n1_per_call": ray_res[1],
-            "n32_per_call": ray_res[32],
-            "n32_per_seed": ray_res[32] / 32,
-        },
-    }
-    write_json(args.json, result, benchmark="bench_plr")
+    buffer_rows = [{"strategy": name, **time_buffer(cfg, ours_update_reps, ours_sample_k)}
+                   for name, cfg in BUFFER_CONFIGS.items()]
+    ray_res = None if args.no_ray else time_ray(10_000, 50 if q else 300)
+    print_results(rows, buffer_rows, ray_res)
+    config = {"columns": N_COLS, "steps": T_STEPS, "done_prob": 0.01, "strategy": "value_l1", "quick": q,
+              "ref_update_reps": ref_update_reps, "ours_update_reps": ours_update_reps,
+              "ours_sample_k": ours_sample_k, "ref_sample_k": ref_sample_k,
+              "buffer_configs": {name: dataclasses.asdict(cfg) for name, cfg in BUFFER_CONFIGS.items()}}
+    # ray_round_trip_s: median seconds per call; sample_seeds_n and sample_levels_32 on 10,000 fixed levels,
+    # buffer_sample_levels_n on a full 4,000-level buffer
+    write_json(args.json, {"config": config, "rows": rows, "buffer_rows": buffer_rows, "ray_round_trip_s": ray_res},
+               benchmark="bench_plr")
 
 
 if __name__ == "__main__":

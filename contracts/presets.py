@@ -50,7 +50,7 @@ PRESETS: dict[str, dict[str, Any]] = {
     # benchmarks/bench_vs_rllib.py, benchmarks/cartpole_value_scale.py: 8 unrolls per update keep the
     # learner ahead of fast NumPy actors (policy lag ~2.5 versions); 4 unrolls per Ray call amortise it.
     "classic_control": {
-        "env.num_levels": 0,  # levels (reset seeds) do not make CartPole harder: no level service
+        "env.num_levels": 0,  # levels (reset seeds) do not make CartPole harder: no level service (UNBOUNDED_DEFAULTS)
         "actors.num_actors": _actors_for_this_machine,
         "actors.envs_per_actor": 8,
         "actors.unroll_length": 20,
@@ -109,6 +109,12 @@ PRESETS: dict[str, dict[str, Any]] = {
     "atari": {**_PROCGEN, "env.num_levels": 0},
 }
 PRESET_NAMES = ("auto", "none", *PRESETS)
+# Levels (reset seeds) do not make these families harder, so on their unbounded level space (`env.num_levels` 0,
+# their presets' value) every episode gets a fresh seed with no level service: domain randomisation, as before
+# PLR could run there. A scored strategy asked for explicitly still gets PLR's level buffer.
+UNBOUNDED_DEFAULTS: dict[str, dict[str, Any]] = {
+    name: {"levels.strategy": "random"} for name in ("classic_control", "continuous_control", "atari")
+}
 
 
 def family(env_id: str) -> str:
@@ -148,4 +154,8 @@ def apply_preset(cfg: RunConfig, explicit: set[str]) -> RunConfig:
         raise ConfigError(f"preset must be one of {', '.join(PRESET_NAMES)}, got {cfg.preset!r}")
     values = {path: value() if callable(value) else value for path, value in PRESETS.get(name, {}).items()
               if path not in explicit}
-    return replace_paths(cfg, {**values, "preset": name})
+    cfg = replace_paths(cfg, {**values, "preset": name})
+    if cfg.env.num_levels == 0:
+        unbounded = {path: v for path, v in UNBOUNDED_DEFAULTS.get(name, {}).items() if path not in explicit}
+        cfg = replace_paths(cfg, unbounded)
+    return cfg

@@ -9,7 +9,12 @@ Reads each run's `config.yaml`, `metrics.jsonl` and checkpoints, and writes (mat
     losses.png             learner total/policy/value loss and entropy against env steps
     model_loss.png         with `--model-loss muzero`: the model loss and each of its terms against env steps
     level_weights.png      heat map of the PLR replay distribution (reports x levels) of the first PLR run
-    level_staleness.png    heat map of level staleness (reports x levels) of the same run
+    level_staleness.png    heat map of level staleness (reports x levels) of the same run; neither heat map
+                           draws a level-buffer run (`--num-levels 0` with a scored strategy): its buffered
+                           seeds change at each eviction, so a column would not be one level
+    level_buffer.png       left: the scored levels' score distribution (`level_score`: median, p25-p75 band,
+                           min-max band) and `levels_buffered` (right axis), right: `levels_replay_fraction`,
+                           against env steps, one colour per run (level-buffer and fixed-set PLR runs)
     replay_priorities.png  the replay buffer's priority histogram (latest) of each run with replay
     summary.md             per run: config highlights, final env steps, train/test return, steps/s
     return_bands.png       with `--group-by PATH` (e.g. `levels.strategy`): the runs grouped by that config
@@ -17,8 +22,9 @@ Reads each run's `config.yaml`, `metrics.jsonl` and checkpoints, and writes (mat
                            held-out return against env steps with its 95% Student-t confidence band; the
                            groups' final returns with intervals go into summary.md
     level_gallery_run<i>_<env steps>.png
-                           each PLR run's levels: the first frame of the 16 most and 16 least likely levels at
-                           the end of the run and at up to 3 earlier checkpoints (`deploy.report_gallery`)
+                           each PLR run's levels (of its set or its buffer): the first frame of the 16 most and
+                           16 least likely levels at the end of the run and at up to 3 earlier checkpoints
+                           (`deploy.report_gallery`)
     index.html             one page with all of the above, the runs' configs side by side and the videos found
                            in the run directories, copied into videos/ (`deploy.report_html`)
 
@@ -45,6 +51,7 @@ import numpy as np
 from levelray.contracts.config import ConfigError, leaves
 from levelray.deploy.report_figures import (
     bands_figure,
+    level_buffer_figure,
     level_figure,
     line_figure,
     losses_figure,
@@ -184,6 +191,7 @@ def make_report(run_dirs: list[Path], out_dir: Path, group_by: str | None = None
         "model_loss": model_loss_figure(runs, out_dir / "model_loss.png"),
         "level_weights": level_figure(runs, out_dir / "level_weights.png", "weights"),
         "level_staleness": level_figure(runs, out_dir / "level_staleness.png", "staleness"),
+        "level_buffer": level_buffer_figure(runs, out_dir / "level_buffer.png"),
         "replay_priorities": priorities_figure(runs, out_dir / "replay_priorities.png"),
     }
     if group_by is not None:

@@ -19,6 +19,7 @@ from levelray.deploy.report_runs import (
     level_matrix,
     priority_histogram,
     record_series,
+    score_quantiles,
 )
 
 
@@ -169,9 +170,12 @@ def level_figure(runs, out: Path, kind: str) -> dict:
         if data is not None:
             break
     else:
+        buffers = [r["label"] for r in runs if r.get("buffer")]
+        why = (f"; not drawn for level-buffer runs ({', '.join(buffers)}): a buffer's seeds change as levels are "
+               "evicted, so a column would not be one level (level_buffer.png shows their scores)") if buffers else ""
         return {"path": None, "series": [],
                 "skipped": f"no run has level_{kind} records or checkpoints with a level sampler state "
-                           "(runs with --num-levels 0 have no level set)"}
+                           f"(runs with --num-levels 0 have no fixed level set){why}"}
     steps, seeds, values, source = data
     fig, axes = _figure(size=(10, 5))
     ax = axes[0, 0]
@@ -189,6 +193,59 @@ def level_figure(runs, out: Path, kind: str) -> dict:
            ylabel="env steps")
     _save(fig, out)
     return {"path": str(out), "series": [run["label"]], "source": source, "shape": list(values.shape)}
+
+
+def _score_panel(ax, right, run: dict, color: str) -> None:
+    """One run's level-score distribution on `ax` (median line, p25-p75 band, lighter min-max band) and its
+    `levels_buffered` on the twin axis `right` (dotted)."""
+    x, q = score_quantiles(run["records"])
+    if x.size:
+        ax.fill_between(x, q["min"], q["max"], color=color, alpha=0.12, linewidth=0)
+        ax.fill_between(x, q["p25"], q["p75"], color=color, alpha=0.3, linewidth=0)
+        ax.plot(x, q["median"], color=color, marker="." if x.size < 30 else None,
+                label=f"{run['label']} score median")
+    x, y = record_series(run["records"], "levels_buffered")
+    if x.size:
+        right.plot(x, y, color=color, linestyle=":", label=f"{run['label']} levels buffered")
+
+
+def level_buffer_figure(runs, out: Path) -> dict:
+    """Two panels against env steps. Left: the score distribution of the scored levels (`level_score`: the
+    buffered ones of a level-buffer run, the seen ones of a fixed set), each run's median with its p25-p75
+    band and a lighter min-max band, and `levels_buffered` on the right axis. Right: `levels_replay_fraction`,
+    the fraction of the episodes ended since the previous report that were played on a replayed level."""
+    fig, axes = _figure(1, 2, size=(14, 5))
+    ax, frac = axes[0, 0], axes[0, 1]
+    right = ax.twinx()
+    for i, run in enumerate(runs):
+        color = f"C{i % 10}"
+        if not any("levels_buffered" in r for r in run["records"]):
+            continue  # no level service: its replay fraction is a constant 0, not a level curriculum's
+        _score_panel(ax, right, run, color)
+        x, y = record_series(run["records"], "levels_replay_fraction")
+        if x.size:
+            frac.plot(x, y, color=color, marker="." if x.size < 30 else None, label=f"{run['label']} replay fraction")
+    labels = _labels(ax, right, frac)
+    if not labels:
+        return {"path": None, "series": [],
+                "skipped": "no run has level_score, levels_buffered or levels_replay_fraction records of a level "
+                           "service (a run without one, e.g. --num-levels 0 with a random strategy, has none)"}
+    ax.set(title="Scores of the scored levels: median, p25-p75, min-max", xlabel="env steps", ylabel="level score")
+    if right.get_lines():
+        right.set_ylabel("levels buffered (dotted)")
+    else:
+        right.set_axis_off()
+    frac.set(title="Replay fraction (episodes on a replayed level)", xlabel="env steps",
+             ylabel="fraction since the previous report", ylim=(-0.03, 1.03))
+    for a in (ax, frac):
+        a.grid(alpha=0.3)
+    handles = ax.get_lines() + right.get_lines()
+    if handles:
+        ax.legend(handles, [h.get_label() for h in handles], fontsize="x-small")
+    if frac.get_lines():
+        frac.legend(fontsize="small")
+    _save(fig, out)
+    return {"path": str(out), "series": labels}
 
 
 def priorities_figure(runs, out: Path) -> dict:

@@ -1,7 +1,8 @@
 """The report's level gallery: what the levels of a PLR run look like, and which of them PLR favours.
 
-For each run with a scored level set (a PLR strategy; a uniform baseline or a run with `--num-levels 0` has no
-level priorities to show) it draws, at the end of the run and at up to `EARLIER_POINTS` kept checkpoints before,
+For each run with scored levels (a PLR strategy over a fixed set, or a level buffer: `--num-levels 0` with a PLR
+strategy; a uniform baseline or domain randomisation has no level priorities to show) it draws, at the end of the
+run and at up to `EARLIER_POINTS` kept checkpoints before,
 
     level_gallery_run<i>_<env steps>.png   left: the first frame of the 16 most likely levels under the replay
                                            distribution, right: the 16 least likely, each captioned with its
@@ -9,11 +10,14 @@ level priorities to show) it draws, at the end of the run and at up to `EARLIER_
 
 The sampler states are the `levels.msgpack` of the run's checkpoints (their `meta.json` gives the env steps; the
 last one is written when the run ends) and, where it is newer than the latest checkpoint, the level service's own
-snapshot `RUN_DIR/services/levels.msgpack` (Ray backend). P is `LevelSampler.sample_weights()`.
+snapshot `RUN_DIR/services/levels.msgpack` (Ray backend). Either kind of state is read through
+`level_service.spaces.levels_view`, so a fixed set and a buffer are drawn alike; P is the view's `weights` (the
+sampler's `sample_weights()`).
 
-The least likely levels are taken among the *seen* levels, and never repeat one of the most likely: an unseen
-level has P = 0 until its first episode is scored (PLR then draws it as a new level, not as a replay), so listing
-unseen levels would show arbitrary seeds rather than the levels PLR has scored and puts off.
+The least likely levels are taken among the *scored* levels (a fixed set's seen ones, a buffer's buffered ones),
+and never repeat one of the most likely: an unseen level has P = 0 until its first episode is scored (PLR then
+draws it as a new level, not as a replay), so listing unseen levels would show arbitrary seeds rather than the
+levels PLR has scored and puts off.
 
 Frames come from `actors.envs.level_frame` (procgen's rgb render of the level's first observation, MiniGrid's and
 the maze family's full grid), rendered once per (env config, seed) for all points and runs.
@@ -28,44 +32,45 @@ import numpy as np
 
 from levelray.contracts.config import ConfigError, EnvConfig, from_dict
 from levelray.contracts.levels import STRATEGIES, UNSCORED_STRATEGIES
-from levelray.deploy.report_runs import checkpoint_dirs, checkpoint_env_steps
+from levelray.deploy.report_runs import checkpoint_dirs, checkpoint_env_steps, load_level_state
 
 GALLERY_LEVELS = 16  # levels per side: the most and the least likely
 EARLIER_POINTS = 3  # checkpoints before the end that get a gallery too (evenly spaced over the kept ones)
 _GRID = 4  # each side is a 4 x 4 grid of frames
 
 
-def _load_sampler(path: Path):
-    """The `LevelSampler` saved at `path`, or None when the file cannot be read as one."""
-    from levelray.contracts import snapshot
-    from levelray.level_service.sampler import LevelSampler
+def _load_view(path: Path):
+    """The `LevelView` of the sampler state saved at `path` (a checkpoint's or the service snapshot's, a fixed
+    set or a buffer); None when it cannot be read or has scored no level yet (all P = 0)."""
+    from levelray.level_service.spaces import levels_view
 
-    try:
-        return LevelSampler.from_state_dict(snapshot.load(path))
-    except (OSError, ValueError, KeyError, TypeError):
+    sampler = load_level_state(path)
+    if sampler is None:
         return None
+    view = levels_view(sampler)
+    return view if view.scored.any() else None
 
 
 def sampler_points(run: dict) -> list[dict[str, Any]]:
     """The sampler states the gallery draws, the end of the run first, then up to `EARLIER_POINTS` earlier
-    ones, newest first: [{env_steps (None for the service snapshot), source, sampler}]. States that have seen no
-    level yet (all P = 0) are left out."""
+    ones, newest first: [{env_steps (None for the service snapshot), source, view (`spaces.LevelView`)}].
+    States that have scored no level yet (all P = 0) are left out."""
     points = []
     for ckpt in checkpoint_dirs(run):
         env_steps = checkpoint_env_steps(ckpt)
         if env_steps is None or not (ckpt / "levels.msgpack").exists():
             continue
-        sampler = _load_sampler(ckpt / "levels.msgpack")
-        if sampler is not None and sampler.num_seen > 0:
-            points.append({"env_steps": env_steps, "source": f"checkpoint {ckpt.name}", "sampler": sampler,
+        view = _load_view(ckpt / "levels.msgpack")
+        if view is not None:
+            points.append({"env_steps": env_steps, "source": f"checkpoint {ckpt.name}", "view": view,
                            "mtime": (ckpt / "levels.msgpack").stat().st_mtime})
     points.sort(key=lambda p: p["env_steps"])
     service = run["path"] / "services" / "levels.msgpack"
     if service.exists() and (not points or service.stat().st_mtime > points[-1]["mtime"]):
-        sampler = _load_sampler(service)
-        if sampler is not None and sampler.num_seen > 0:
+        view = _load_view(service)
+        if view is not None:
             points.append({"env_steps": None, "source": "level service snapshot (after the last checkpoint)",
-                           "sampler": sampler, "mtime": service.stat().st_mtime})
+                           "view": view, "mtime": service.stat().st_mtime})
     if not points:
         return []
     end, before = points[-1], points[:-1]
@@ -75,13 +80,13 @@ def sampler_points(run: dict) -> list[dict[str, Any]]:
     return [end, *reversed(before)]
 
 
-def choose_levels(sampler, k: int = GALLERY_LEVELS) -> tuple[list[dict], list[dict]]:
-    """(most, least): the `k` seen levels with the highest replay probability, most likely first, and the `k`
-    with the lowest among the rest, least likely first; each {seed, score, staleness, p}. Ties go to the lower
-    seed."""
-    p = np.asarray(sampler.sample_weights(), dtype=np.float64)
-    seeds, scores, stale = sampler.seeds, sampler.scores(), sampler.staleness()
-    seen = np.flatnonzero(sampler.seen())
+def choose_levels(view, k: int = GALLERY_LEVELS) -> tuple[list[dict], list[dict]]:
+    """(most, least): the `k` scored levels of `view` (`spaces.LevelView`) with the highest replay probability,
+    most likely first, and the `k` with the lowest among the rest, least likely first; each {seed, score,
+    staleness, p}. Ties go to the lower seed."""
+    p = np.asarray(view.weights, dtype=np.float64)
+    seeds, scores, stale = np.asarray(view.seeds), view.scores, view.staleness
+    seen = np.flatnonzero(view.scored)
     order = seen[np.lexsort((seeds[seen], -p[seen]))]  # P descending, then seed ascending
 
     def row(i: int) -> dict:
@@ -118,14 +123,15 @@ def draw_gallery(out: Path, title: str, most: list[dict], least: list[dict], fra
     fig = Figure(figsize=(16, 0.8 + 2.45 * rows), layout="constrained")
     left, right = fig.subfigures(1, 2, wspace=0.03)
     _draw_side(left, rows, f"{len(most)} most likely levels", most, frames)
-    _draw_side(right, rows, f"{len(least)} least likely levels (of the other seen ones)" if least
-               else "least likely: no seen level beyond the most likely ones", least, frames)
+    _draw_side(right, rows, f"{len(least)} least likely levels (of the other scored ones)" if least
+               else "least likely: no scored level beyond the most likely ones", least, frames)
     fig.suptitle(title, fontsize=13)
     fig.savefig(out, dpi=100)
 
 
 def _scored(run: dict) -> bool:
-    return run["strategy"] in STRATEGIES and run["strategy"] not in UNSCORED_STRATEGIES
+    """A PLR run: a scored strategy over a fixed set, or a level buffer (`report_runs.load_run`)."""
+    return bool(run.get("buffer")) or (run["strategy"] in STRATEGIES and run["strategy"] not in UNSCORED_STRATEGIES)
 
 
 class _Frames:
@@ -148,21 +154,21 @@ class _Frames:
 
 
 def _run_gallery(run: dict, index: int, out_dir: Path, frames: _Frames) -> dict[str, Any]:
-    """{label, points: [{env_steps, source, path, num_seen, num_levels, most, least}]} of one run, or
-    {label, skipped: reason}."""
+    """{label, points: [{env_steps, source, path, num_seen, num_levels, buffered, most, least}]} of one run, or
+    {label, skipped: reason}. A buffer's `num_seen` / `num_levels` are its buffered levels / its capacity."""
     label = run["label"]
     points = sampler_points(run)
     if not points:
         return {"label": label, "skipped": "no checkpoint (or level service snapshot) with a level sampler state "
-                                           "that has scored a level"}
+                                           "(a set's or a buffer's) that has scored a level"}
     try:
         env_cfg = from_dict(run["config"].get("env") or {}, EnvConfig, "env.")
     except ConfigError as exc:
         return {"label": label, "skipped": f"config.yaml: {exc}"}
     drawn = []
     for point in points:
-        sampler = point["sampler"]
-        most, least = choose_levels(sampler)
+        view = point["view"]
+        most, least = choose_levels(view)
         try:
             images = frames.get(env_cfg, [lv["seed"] for lv in most + least])
         except (ImportError, ValueError, RuntimeError, OSError) as exc:  # e.g. the report is made on a machine
@@ -172,11 +178,13 @@ def _run_gallery(run: dict, index: int, out_dir: Path, frames: _Frames) -> dict[
         steps = point["env_steps"]
         when = "end of run" if steps is None else f"{steps:,} env steps"
         name = f"level_gallery_run{index}_{'final' if steps is None else steps}.png"
-        title = (f"{label}: levels under PLR at {when} ({sampler.num_seen} of {sampler.num_levels} levels seen; "
-                 f"from {point['source']})")
+        scored = int(view.scored.sum())
+        held = (f"{scored} levels buffered, capacity {view.capacity}" if view.buffered
+                else f"{scored} of {view.capacity} levels seen")
+        title = f"{label}: levels under PLR at {when} ({held}; from {point['source']})"
         draw_gallery(out_dir / name, title, most, least, images)
         drawn.append({"env_steps": steps, "source": point["source"], "path": str(out_dir / name),
-                      "num_seen": int(sampler.num_seen), "num_levels": int(sampler.num_levels),
+                      "num_seen": scored, "num_levels": int(view.capacity), "buffered": bool(view.buffered),
                       "most": most, "least": least})
     return {"label": label, "points": drawn}
 
@@ -187,9 +195,9 @@ def gallery_figure(runs: list[dict], out_dir: Path) -> dict[str, Any]:
     skipped: reason} when no run has one."""
     scored = [(i, r) for i, r in enumerate(runs, start=1) if _scored(r)]
     if not scored:
-        return {"path": None, "series": [], "skipped": "no run has a scored level set: runs with --num-levels 0 "
-                                                       "or a uniform strategy (random, sequential) have no level "
-                                                       "priorities to draw"}
+        return {"path": None, "series": [], "skipped": "no run has scored levels: runs with a uniform strategy "
+                                                       "(random, sequential), over a set or --num-levels 0, have "
+                                                       "no level priorities to draw"}
     frames = _Frames()
     galleries = [_run_gallery(run, i, Path(out_dir), frames) for i, run in scored]
     paths = [p["path"] for g in galleries for p in g.get("points", [])]

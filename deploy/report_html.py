@@ -198,9 +198,10 @@ def _gallery_section(fig: dict) -> str:
         for point in gallery.get("points", []):
             when = "end of run" if point["env_steps"] is None else f"{point['env_steps']:,} env steps"
             src = _href(Path(point["path"]).name)
-            parts.append(f"<h4>{_e(when)} ({_e(point['source'])}; {point['num_seen']} of {point['num_levels']} "
-                         f'levels seen)</h4><figure><img src="{src}" alt="levels at {_e(when)}"></figure>'
-                         + _levels_table(point))
+            held = (f"{point['num_seen']} levels buffered, capacity {point['num_levels']}" if point.get("buffered")
+                    else f"{point['num_seen']} of {point['num_levels']} levels seen")
+            parts.append(f"<h4>{_e(when)} ({_e(point['source'])}; {held})</h4>"
+                         f'<figure><img src="{src}" alt="levels at {_e(when)}"></figure>' + _levels_table(point))
     if not fig.get("galleries"):
         parts.append(f'<p class="skipped">Skipped: {_e(fig.get("skipped"))}</p>')
     parts.append("</section>")

@@ -1,6 +1,7 @@
 """The runs a report draws: each run directory's config, `metrics.jsonl` records and checkpoints, read into
 the series, heat-map matrices, histograms and grouped curves that `deploy.report_figures` plots and
-`deploy.report` summarises. A run is a dict `{name, path, config (dict), strategy, label, records}`."""
+`deploy.report` summarises. A run is a dict `{name, path, config (dict), strategy, buffer, label, records}`;
+`buffer` is True for a run whose level service keeps a level buffer (`--num-levels 0` with a scored strategy)."""
 
 from __future__ import annotations
 
@@ -12,13 +13,18 @@ from typing import Any
 import numpy as np
 
 from levelray.contracts.config import ConfigError
+from levelray.contracts.levels import UNSCORED_STRATEGIES
 from levelray.deploy.stats import ci_summary, mean_ci
 
 BAND_POINTS = 60  # env-step grid the grouped curves are interpolated onto
+SCORE_QUANTILES = ("min", "p25", "median", "p75", "max")  # the `level_score` keys the buffer figure draws
 
 
 def load_run(path: str | Path) -> dict[str, Any]:
-    """{name, path, config (dict), strategy, label, records} of one run directory."""
+    """{name, path, config (dict), strategy, buffer, records} of one run directory. `strategy` is how the
+    report names the run's level sampling: the configured strategy over a fixed set, "<strategy>, level buffer"
+    over an unbounded space (so a `--group-by levels.strategy` comparison keeps the two apart), "unbounded
+    levels" for domain randomisation (no level service)."""
     import yaml
 
     p = Path(path)
@@ -41,9 +47,11 @@ def load_run(path: str | Path) -> dict[str, Any]:
     if (p / "config.yaml").exists():
         config = yaml.safe_load((p / "config.yaml").read_text()) or {}
     strategy = (config.get("levels") or {}).get("strategy", "?")
+    buffer = False
     if ((config.get("env") or {}).get("num_levels", 1) or 0) <= 0:
-        strategy = "unbounded levels"
-    return {"name": p.name, "path": p, "config": config, "strategy": strategy, "records": records}
+        buffer = strategy not in UNSCORED_STRATEGIES
+        strategy = f"{strategy}, level buffer" if buffer else "unbounded levels"
+    return {"name": p.name, "path": p, "config": config, "strategy": strategy, "buffer": buffer, "records": records}
 
 
 def label_runs(runs: list[dict]) -> None:
@@ -86,9 +94,30 @@ def checkpoint_env_steps(ckpt: Path) -> int | None:
         return None
 
 
+def load_level_state(path: Path):
+    """The level sampler saved at `path` (`spaces.Sampler`: a `LevelSampler` or a `LevelBuffer`), from a
+    checkpoint's `levels.msgpack` (the bare `state_dict()`) or the level service's snapshot (the state under
+    "sampler"); None when the file cannot be read as either."""
+    from levelray.contracts import snapshot
+    from levelray.level_service.spaces import sampler_from_state
+
+    try:
+        state = snapshot.load(path)
+        if isinstance(state, dict) and "format" in state and "sampler" in state:
+            state = state["sampler"]
+        return sampler_from_state(state)
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+
+
 def level_matrix(run: dict, kind: str) -> tuple[np.ndarray, np.ndarray, np.ndarray, str] | None:
     """(env steps [R], level seeds [L], values [R, L], source) of `kind` in ("weights", "staleness"):
-    from `level_<kind>` records, else from the checkpoints' level sampler states; None without data."""
+    from `level_<kind>` records, else from the checkpoints' level sampler states; None without data.
+
+    None for a level-buffer run: its records' vectors are over the buffer's slots, whose seeds change at each
+    eviction, so a column would not be one level (`level_buffer.png` draws such runs instead)."""
+    if run.get("buffer"):
+        return None
     key = f"level_{kind}"
     rows = [(rec["env_steps"], rec[key]) for rec in run["records"] if isinstance(rec.get(key), list) and rec[key]]
     if rows:
@@ -99,7 +128,6 @@ def level_matrix(run: dict, kind: str) -> tuple[np.ndarray, np.ndarray, np.ndarr
         seeds = np.arange(start, start + width)
         return (np.asarray([s for s, _ in rows], dtype=np.float64), seeds,
                 np.asarray([v for _, v in rows], dtype=np.float64), "metrics.jsonl")
-    from levelray.contracts import snapshot
     from levelray.level_service.sampler import LevelSampler
 
     steps, values, seeds = [], [], None
@@ -107,9 +135,8 @@ def level_matrix(run: dict, kind: str) -> tuple[np.ndarray, np.ndarray, np.ndarr
         env_steps = checkpoint_env_steps(ckpt)
         if env_steps is None or not (ckpt / "levels.msgpack").exists():
             continue
-        try:
-            sampler = LevelSampler.from_state_dict(snapshot.load(ckpt / "levels.msgpack"))
-        except (OSError, ValueError, KeyError, TypeError):
+        sampler = load_level_state(ckpt / "levels.msgpack")
+        if not isinstance(sampler, LevelSampler):  # unreadable, or a buffer (see above)
             continue
         row = sampler.sample_weights() if kind == "weights" else sampler.staleness()
         if seeds is not None and len(row) != len(seeds):
@@ -122,6 +149,23 @@ def level_matrix(run: dict, kind: str) -> tuple[np.ndarray, np.ndarray, np.ndarr
     order = np.argsort(steps, kind="stable")
     return (np.asarray(steps, dtype=np.float64)[order], seeds, np.stack(values)[order],
             f"{len(steps)} checkpoints")
+
+
+def score_quantiles(records: list[dict]) -> tuple[np.ndarray, dict[str, np.ndarray]]:
+    """(env steps [R], {quantile: values [R]}) of the records whose `level_score` has every finite
+    `SCORE_QUANTILES` value (the scored levels' score distribution at each report); empty arrays without any."""
+    steps: list[float] = []
+    rows: list[list[float]] = []
+    for rec in records:
+        score = rec.get("level_score")
+        if not isinstance(score, dict) or "env_steps" not in rec:
+            continue
+        row = [score.get(q) for q in SCORE_QUANTILES]
+        if all(isinstance(v, int | float) and not isinstance(v, bool) and math.isfinite(v) for v in row):
+            steps.append(rec["env_steps"])
+            rows.append([float(v) for v in row])
+    values = np.asarray(rows, dtype=np.float64).reshape(len(rows), len(SCORE_QUANTILES))
+    return np.asarray(steps, dtype=np.float64), {q: values[:, j] for j, q in enumerate(SCORE_QUANTILES)}
 
 
 def priority_histogram(run: dict) -> tuple[np.ndarray, np.ndarray, str] | None:

@@ -187,14 +187,21 @@ def _bounds(meta) -> str:
 
 def _presets_table(paths: list[str]) -> str:
     """Key x preset: the value each family's preset gives the keys it sets."""
-    from levelray.contracts.presets import PRESETS
+    from levelray.contracts.presets import PRESETS, UNBOUNDED_DEFAULTS
+
+    def cell(name: str, path: str) -> str:
+        if path in PRESETS[name]:
+            v = PRESETS[name][path]
+            return "one per CPU core" if callable(v) else code(value_text(v))
+        if path in UNBOUNDED_DEFAULTS.get(name, {}):
+            return f"{code(value_text(UNBOUNDED_DEFAULTS[name][path]))} when `env.num_levels` is 0"
+        return ""
 
     rows = []
     for path in paths:
-        values = [preset.get(path, "") for preset in PRESETS.values()]
-        if any(v != "" for v in values):
-            rows.append([code(path), *("" if v == "" else "one per CPU core" if callable(v) else code(value_text(v))
-                                       for v in values)])
+        values = [cell(name, path) for name in PRESETS]
+        if any(values):
+            rows.append([code(path), *values])
     return table(["key", *(f"`{name}`" for name in PRESETS)], rows)
 
 

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from levelray.contracts.config import ConfigError, RunConfig, leaves, replace_paths
-from levelray.contracts.presets import PRESET_NAMES, PRESETS, apply_preset, changed_paths, family
+from levelray.contracts.presets import PRESET_NAMES, PRESETS, UNBOUNDED_DEFAULTS, apply_preset, changed_paths, family
 from levelray.deploy.cli import _parser, build_config
 
 DOCS_HOOKS = Path(__file__).resolve().parents[1] / "docs" / "hooks.py"
@@ -99,9 +99,22 @@ def test_the_documented_presets_table_is_the_code():
     for line in re.findall(r"^\| `[a-z_.]+` \|.+\|$", section, re.M):
         key, *cells = (cell.strip().strip("`") for cell in line.strip("|").split("|"))
         rows[key] = tuple(cells)
-    keys = {key for preset in PRESETS.values() for key in preset}
+    keys = {key for preset in PRESETS.values() for key in preset} | {"levels.strategy"}
     expected = {key: tuple(_cell(p[key]) if key in p else "" for p in PRESETS.values()) for key in keys}
+    expected["levels.strategy"] = tuple("random` when `env.num_levels` is 0" if name in UNBOUNDED_DEFAULTS else ""
+                                        for name in PRESETS)
     assert rows == expected
+
+
+def test_levels_do_not_matter_presets_keep_domain_randomisation_on_unbounded_levels():
+    """CartPole, Pendulum and Atari run on fresh seeds with no level service; a fixed set or an explicit scored
+    strategy keeps PLR (a level buffer on the unbounded space)."""
+    assert cli_config("--env", "CartPole-v1").levels.strategy == "random"
+    assert cli_config("--env", "Pendulum-v1").levels.strategy == "random"
+    assert cli_config("--env", "atari:breakout").levels.strategy == "random"
+    assert cli_config("--env", "CartPole-v1", "--num-levels", "20").levels.strategy == "value_l1"
+    assert cli_config("--env", "CartPole-v1", "--level-strategy", "gae").levels.strategy == "gae"
+    assert cli_config("--env", "minigrid:DoorKey-5x5", "--num-levels", "0").levels.strategy == "value_l1"
 
 
 def test_atari_preset_trains_on_fresh_seeds_with_the_impala_cnn():

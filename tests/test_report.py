@@ -8,6 +8,7 @@ import numpy as np
 import pytest
 import torch
 
+from levelray.contracts.levels import LevelFeedback
 from levelray.deploy.cli import main
 from levelray.deploy.report import make_report
 from levelray.deploy.report_runs import level_matrix, load_run
@@ -19,6 +20,10 @@ TINY = ["--backend", "inline", "--num-actors", "1", "--envs-per-actor", "2", "--
 BIGFISH = [*TINY, "--env", "procgen:bigfish", "--num-levels", "200", "--batch-size", "1", "--total-steps", "512",
            "--checkpoint-interval", "8", "--keep-checkpoints", "100", "--eval-interval", "16", "--eval-episodes", "2",
            "--eval-envs", "2"]
+# a level buffer (--num-levels 0, value_l1) of 8 levels: CartPole's ~20-step episodes fill it and evict from it
+# within 640 steps, and replays start once 2 levels are buffered (rho 0.2); checkpoints give the gallery points
+BUFFER = [*TINY, "--env", "CartPole-v1", "--num-levels", "0", "--level-buffer-size", "8", "--batch-size", "2",
+          "--total-steps", "640", "--checkpoint-interval", "8", "--keep-checkpoints", "100"]
 FIGURES = ("returns", "throughput", "policy_lag", "losses", "level_weights", "level_staleness", "replay_priorities")
 PLR, UNI, CP = "plr (value_l1)", "uni (random)", "cp (unbounded levels)"
 
@@ -31,9 +36,11 @@ def runs(tmp_path_factory):
         root = tmp_path_factory.mktemp("report")
         assert main(["train", *BIGFISH, "--run-dir", str(root / "plr")]) == 0
         assert main(["train", *BIGFISH, "--level-strategy", "random", "--run-dir", str(root / "uni")]) == 0
-        assert main(["train", *TINY, "--env", "CartPole-v1", "--num-levels", "0", "--batch-size", "2",
-                     "--replay-ratio", "0.5", "--replay-min-size", "2", "--total-steps", "320",
+        # domain randomisation (no level service): a CartPole run without levels
+        assert main(["train", *TINY, "--env", "CartPole-v1", "--num-levels", "0", "--level-strategy", "random",
+                     "--batch-size", "2", "--replay-ratio", "0.5", "--replay-min-size", "2", "--total-steps", "320",
                      "--run-dir", str(root / "cp")]) == 0
+        assert main(["train", *BUFFER, "--run-dir", str(root / "buf")]) == 0
     finally:
         torch.set_num_threads(before)
     return root
@@ -190,3 +197,185 @@ def test_report_groups_runs_into_arms_with_confidence_bands(tmp_path, capsys):
     with pytest.raises(SystemExit) as exc:
         main(["report", str(runs[0]), "--group-by", "levels.no_such_key"])
     assert exc.value.code == 2 and "--group-by" in capsys.readouterr().err
+
+
+BUF = "buf (value_l1, level buffer)"
+
+
+def _png_size(path) -> tuple[int, int]:
+    """(height, width) of a PNG that decodes (matplotlib's reader), after checking its signature and size."""
+    from matplotlib.image import imread
+
+    assert _is_png(path) and path.stat().st_size > 0
+    return imread(path).shape[:2]
+
+
+def test_level_buffer_run_from_a_real_run(runs, tmp_path):
+    """A real CartPole level-buffer run: its score distribution and replay fraction are drawn beside the fixed-set
+    PLR run's, its heat maps are skipped with the reason, and its gallery shows the buffered levels of its
+    latest checkpoint, most likely first."""
+    from levelray.contracts import snapshot
+    from levelray.level_service.buffer import LevelBuffer
+
+    records = load_run(runs / "buf")["records"]
+    assert max(r["levels_buffered"] for r in records) == 8 and max(r["levels_evicted"] for r in records) > 0
+    assert max(r["levels_replay_fraction"] or 0.0 for r in records) > 0  # the full buffer is replayed from
+    out = tmp_path / "report"
+    figs = make_report([runs / "plr", runs / "buf", runs / "cp"], out)
+    fig = figs["level_buffer"]
+    assert fig["path"] == str(out / "level_buffer.png") and _png_size(out / "level_buffer.png") == (500, 1400)
+    assert fig["series"] == [f"{PLR} score median", f"{BUF} score median", f"{PLR} levels buffered",
+                             f"{BUF} levels buffered", f"{PLR} replay fraction", f"{BUF} replay fraction"]
+    assert "level_buffer.png" in (out / "index.html").read_text() and "level_buffer.png" in (
+        out / "summary.md").read_text()
+    assert figs["level_weights"]["series"] == [PLR]  # the fixed set's heat map; the buffer run has none
+    assert level_matrix(load_run(runs / "buf"), "weights") is None
+    alone = make_report([runs / "buf", runs / "cp"], tmp_path / "alone")
+    for name in ("level_weights", "level_staleness"):
+        assert alone[name]["path"] is None
+        assert f"level-buffer runs ({BUF})" in alone[name]["skipped"] and "seeds change" in alone[name]["skipped"]
+
+    gallery = next(g for g in figs["level_gallery"]["galleries"] if g["label"] == BUF)
+    assert figs["level_gallery"]["series"] == [PLR, BUF] and len(gallery["points"]) >= 2
+    latest = sorted((runs / "buf" / "checkpoints").glob("ckpt-*"))[-1]
+    point = gallery["points"][0]
+    assert point["source"] == f"checkpoint {latest.name}" and _is_png(point["path"])
+    state = LevelBuffer.from_state_dict(snapshot.load(latest / "levels.msgpack"))
+    p, seeds, scores = state.sample_weights(), state.buffered_seeds(), state.scores()
+    assert point["buffered"] and point["num_seen"] == state.size == 8 and point["num_levels"] == 8
+    by_p = sorted((-p[i], int(seeds[i]), scores[i]) for i in range(state.size))
+    assert [(lv["seed"], lv["p"], lv["score"]) for lv in point["most"]] == [(s, -q, c) for q, s, c in by_p]
+    assert point["least"] == []  # all 8 buffered levels are among the 16 most likely
+
+
+def _write_level_run(path, config: str, records: list[dict]) -> None:
+    path.mkdir(parents=True)
+    (path / "config.yaml").write_text(config)
+    (path / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in records))
+
+
+def _quantiles(center: float) -> dict:
+    return {"min": center - 2, "p25": center - 1, "median": center, "p75": center + 1, "max": center + 2,
+            "mean": center}
+
+
+def test_level_buffer_figure_from_records(tmp_path):
+    """The figure from `level_score`, `levels_buffered` and `levels_replay_fraction` records of a buffer run and
+    a fixed-set PLR run; skipped, with the reason, for a run without a level service."""
+    from levelray.deploy.report_runs import group_runs, score_quantiles
+
+    buf = []
+    for i in range(6):  # the buffer fills (2 levels a report, capacity 8) and its slots' seeds change
+        buf.append({"env_steps": 100 * i, "episode_return_mean": float(i), "levels_buffered": min(2 * i, 8),
+                    "levels_evicted": max(0, 2 * i - 8), "levels_replay_fraction": None if i == 0 else 0.1 * i,
+                    "level_score": None if i == 0 else _quantiles(float(i)),
+                    "level_weights": [1 / max(min(2 * i, 8), 1)] * min(2 * i, 8)})
+    fixed = [{"env_steps": 50 + 100 * i, "levels_buffered": i, "levels_evicted": 0,
+              "levels_replay_fraction": 0.5, "level_score": _quantiles(-i), "level_weights": [0.2, 0.3, 0.5]}
+             for i in range(6)]
+    # without a level service the driver still counts replays: none, a fraction of 0
+    none = [{"env_steps": 100 * i, "episode_return_mean": 1.0, "levels_replay_fraction": 0.0} for i in range(3)]
+    _write_level_run(tmp_path / "bufsyn", "env: {id: CartPole-v1, num_levels: 0}\n"
+                                          "levels: {strategy: value_l1, buffer_size: 8}\n", buf)
+    _write_level_run(tmp_path / "setsyn", "env: {id: 'procgen:coinrun', num_levels: 3}\n"
+                                          "levels: {strategy: value_l1}\n", fixed)
+    _write_level_run(tmp_path / "nolevels", "env: {id: CartPole-v1, num_levels: 0}\nlevels: {strategy: random}\n",
+                     none)
+    b, s = "bufsyn (value_l1, level buffer)", "setsyn (value_l1)"
+
+    steps, q = score_quantiles(load_run(tmp_path / "bufsyn")["records"])
+    assert steps.tolist() == [100, 200, 300, 400, 500]  # the record without scored levels has no point
+    for key, offset in (("min", -2), ("p25", -1), ("median", 0), ("p75", 1), ("max", 2)):
+        assert q[key].tolist() == [i + offset for i in (1.0, 2.0, 3.0, 4.0, 5.0)]
+
+    out = tmp_path / "out"
+    runs = [tmp_path / "bufsyn", tmp_path / "setsyn", tmp_path / "nolevels"]
+    figs = make_report(runs, out)
+    assert figs["level_buffer"]["path"] == str(out / "level_buffer.png")
+    assert _png_size(out / "level_buffer.png") == (500, 1400)
+    assert figs["level_buffer"]["series"] == [f"{b} score median", f"{s} score median", f"{b} levels buffered",
+                                              f"{s} levels buffered", f"{b} replay fraction", f"{s} replay fraction"]
+    assert figs["level_weights"]["series"] == [s] and figs["level_weights"]["shape"] == [6, 3]
+    # no checkpoint holds the synthetic buffer's state: its gallery is skipped, with the reason
+    assert figs["level_gallery"]["path"] is None and "a buffer's" in figs["level_gallery"]["skipped"]
+    # a comparison by strategy keeps a buffer run and a fixed-set run of the same strategy apart
+    assert set(group_runs([load_run(p) for p in runs[:2]], "levels.strategy")) == {
+        "levels.strategy=value_l1, level buffer", "levels.strategy=value_l1"}
+
+    skipped = make_report([tmp_path / "nolevels"], tmp_path / "none")["level_buffer"]
+    assert skipped["path"] is None and skipped["series"] == []
+    assert skipped["skipped"].startswith("no run has level_score, levels_buffered or levels_replay_fraction")
+    assert not (tmp_path / "none" / "level_buffer.png").exists()
+    assert f"- level_buffer: skipped ({skipped['skipped']})" in (tmp_path / "none" / "summary.md").read_text()
+
+
+def _episodes(seeds: list[int], scores: list[float]) -> LevelFeedback:
+    """One complete 4-step episode per column: level `seeds[j]` with |advantage| `scores[j]` at every step
+    (value_l1 scores it `scores[j]`); the sign alternates, which the L1 score ignores."""
+    n = len(seeds)
+    dones = np.zeros((4, n), dtype=bool)
+    dones[-1] = True
+    adv = np.asarray(scores, dtype=np.float64) * np.where(np.arange(n) % 2 == 0, 1.0, -1.0)
+    return LevelFeedback(seeds=np.tile(np.asarray(seeds, dtype=np.int64), (4, 1)), dones=dones,
+                         actor_ids=np.arange(n, dtype=np.int64), advantages=np.tile(adv, (4, 1)))
+
+
+def test_gallery_draws_a_level_buffer(tmp_path):
+    """A real `LevelBuffer` of capacity 8 fed 12 scored levels keeps the 8 highest; the gallery reads it from a
+    checkpoint and from the level service's snapshot (the newer, so the end of the run), and lists the buffered
+    seeds by P = 0.9 P_rank + 0.1 P_staleness, checked against a float64 reference."""
+    import os
+
+    from levelray.contracts.config import LevelConfig
+    from levelray.deploy.report_gallery import choose_levels, sampler_points
+    from levelray.deploy.report_runs import label_runs
+    from levelray.deploy.rundir import RunDir
+    from levelray.level_service.buffer import LevelBuffer
+    from levelray.level_service.service import LevelServiceCore
+
+    cfg = LevelConfig(strategy="value_l1", buffer_size=8)
+    seeds = [1000 + 7 * j for j in range(12)]
+    scores = np.random.default_rng(3).permutation(np.arange(1, 13) / 4).tolist()  # distinct
+    first, second = _episodes(seeds[:6], scores[:6]), _episodes(seeds[6:], scores[6:])
+    run = tmp_path / "bufrun"
+    _write_level_run(run, "env: {id: CartPole-v1, num_levels: 0}\nlevels: {strategy: value_l1, buffer_size: 8}\n",
+                     [{"env_steps": 64, "episode_return_mean": 10.0}])
+    buffer = LevelBuffer(0, cfg, rng=0)
+    buffer.update_with_rollouts(first)
+    ckpt = RunDir(run).save_checkpoint(3, {}, {"env_steps": 48}, level_state=buffer.state_dict())
+    os.utime(ckpt / "levels.msgpack", (1e9, 1e9))  # written well before the service's snapshot below
+    service = LevelServiceCore(None, cfg, rng=0, snapshot_path=str(run / "services" / "levels.msgpack"))
+    for feedback in (first, second):
+        service.update_with_rollouts(feedback)
+    service.snapshot()
+
+    top = sorted(zip(scores, seeds, strict=True), reverse=True)  # the reference: highest score first
+    rank_w = np.arange(1, 9, dtype=np.float64) ** -10.0  # rank transform, temperature 0.1
+    p_ref = 0.9 * rank_w / rank_w.sum() + 0.1 / 8  # no level drawn yet: every staleness 0, uniform
+    runs = [load_run(run)]
+    label_runs(runs)
+    view = sampler_points(runs[0])[0]["view"]
+    assert view.buffered and view.capacity == 8 and sorted(view.seeds.tolist()) == sorted(s for _, s in top[:8])
+    most, least = choose_levels(view, k=3)
+    assert [lv["seed"] for lv in most] == [s for _, s in top[:3]]
+    assert [lv["seed"] for lv in least] == [s for _, s in top[5:8]][::-1]  # the lowest P first
+    np.testing.assert_allclose([lv["p"] for lv in most], p_ref[:3], rtol=1e-12)
+
+    figs = make_report([run], tmp_path / "out")
+    gallery = figs["level_gallery"]
+    label = "bufrun (value_l1, level buffer)"
+    assert gallery["series"] == [label] and len(gallery["paths"]) == 2
+    end, earlier = gallery["galleries"][0]["points"]
+    assert end["source"].startswith("level service snapshot") and end["env_steps"] is None
+    assert earlier["source"] == f"checkpoint {ckpt.name}" and earlier["env_steps"] == 48
+    assert end["buffered"] and (end["num_seen"], end["num_levels"]) == (8, 8)
+    assert [(lv["seed"], lv["score"]) for lv in end["most"]] == [(s, c) for c, s in top[:8]]
+    np.testing.assert_allclose([lv["p"] for lv in end["most"]], p_ref, rtol=1e-12)
+    assert all(lv["staleness"] == 0 for lv in end["most"]) and end["least"] == []
+    # the checkpoint's buffer had only the first 6 levels, all buffered (capacity 8)
+    assert earlier["num_seen"] == 6 and [lv["seed"] for lv in earlier["most"]] == [
+        s for _, s in sorted(zip(scores[:6], seeds[:6], strict=True), reverse=True)]
+    for point in (end, earlier):
+        height, width = _png_size(tmp_path / "out" / f"level_gallery_run1_{point['env_steps'] or 'final'}.png")
+        assert height > 0 and width == 1600
+    assert level_matrix(runs[0], "weights") is None  # no per-seed heat map of a buffer

@@ -57,7 +57,8 @@ def runs(tmp_path_factory):
     try:
         root = tmp_path_factory.mktemp("page")
         assert main(["train", *MAZE, "--run-dir", str(root / "maze")]) == 0
-        assert main(["train", *TINY, "--env", "CartPole-v1", "--num-levels", "0", "--batch-size", "2",
+        assert main(["train", *TINY, "--env", "CartPole-v1", "--num-levels", "0", "--level-strategy", "random",
+                     "--batch-size", "2",
                      "--total-steps", "160", "--learning-rate", "0.001", "--run-dir", str(root / ODD_NAME)]) == 0
     finally:
         torch.set_num_threads(before)

@@ -1,0 +1,147 @@
+"""Domain randomisation, PLR and Robust PLR (PLR⊥) on an unbounded MiniGrid level space, the same budget and seeds.
+
+    python -m benchmarks.robust_plr                    # DoorKey-6x6, 1M env steps, seeds 0-4 (~1 h on 2 cores)
+    python -m benchmarks.robust_plr [--env ENV] [--total-steps N] [--seeds 0,1,2,3,4] [--parallel 2]
+        [--buffer-size 500] [--arms dr,plr,robust] [--eval-episodes 100] [--eval-interval 100]
+        [--threshold 0.5] [--quick] [--out-dir DIR] [--json PATH] [-- extra levelray train flags]
+
+Protocol (Jiang et al., "Replay-Guided Adversarial Environment Design", 2021): every run trains on the whole
+level space (`--num-levels 0`: any seed), so there is no training set to overfit; held-out levels are fresh
+random seeds (`levelray evaluate --levels test`; with ~10^4 levels played out of 2^31, a test seed was trained
+on with probability ~10^-5). Three arms, each a `levelray train` subprocess on the inline backend (two at a time,
+one torch thread each), differing only in their level flags:
+
+- `dr`: domain randomisation, a fresh random level every episode (`--level-strategy random`);
+- `plr`: PLR with a level buffer, gradient on every level; DCD's settings for its maze runs
+  (`positive_value_loss` scores, rank transform, temperature 0.3, staleness 0.3, replay probability 0.5), with
+  the buffer scaled to the budget (`--buffer-size`, default 500: DCD's 4000 belongs to 250M steps, and a buffer
+  that does not fill within the run would leave PLR replaying almost nothing);
+- `robust`: the same with `--level-robust` (PLR⊥: new levels are played to be scored, never trained on).
+
+Per arm: mean and 95% Student-t interval over seeds of held-out return and success (final evaluation of
+`--eval-episodes` sampled episodes), steps until a periodic held-out evaluation first reached `--threshold`
+success, and the fraction of steps that carried gradient; per pair of arms the paired difference (same seed)
+of held-out success. Prints tables, writes JSON, and `levelray report` of every run into `OUT/report/`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import shutil
+import sys
+import time
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+from benchmarks.common import LEVELRAY, ROOT, fmt_ci, print_table, run_levelray, thread_share_env, write_json
+from benchmarks.plr_vs_uniform import arm_summary, steps_to_threshold
+from levelray.deploy.stats import ci_summary
+
+DCD_PLR = ["--level-strategy", "positive_value_loss", "--level-score-transform", "rank", "--level-temperature", "0.3",
+           "--level-staleness-coef", "0.3", "--level-replay-prob", "0.5"]
+ARMS = {"dr": ["--level-strategy", "random"], "plr": DCD_PLR, "robust": [*DCD_PLR, "--level-robust"]}
+# DCD's published MiniGrid maze results (25 blocks, 250M steps, zero-shot solved rate): the ordering to compare
+DCD_SOLVED = {"dr": 0.43, "plr": 0.59, "robust": 0.68}
+SHAPE = ["--num-actors", "1", "--envs-per-actor", "16", "--unroll-length", "20", "--batch-size", "2"]
+
+
+def parse(argv: list[str] | None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--env", default="minigrid:DoorKey-6x6")
+    p.add_argument("--total-steps", type=int, default=1_000_000)
+    p.add_argument("--seeds", default="0,1,2,3,4")
+    p.add_argument("--parallel", type=int, default=2)
+    p.add_argument("--buffer-size", type=int, default=500)
+    p.add_argument("--arms", default=",".join(ARMS))
+    p.add_argument("--eval-episodes", type=int, default=100)
+    p.add_argument("--eval-interval", type=int, default=100, help="learner updates between held-out evaluations")
+    p.add_argument("--threshold", type=float, default=0.5, help="held-out success for 'steps to threshold'")
+    p.add_argument("--quick", action="store_true", help="a smoke test: 20k steps, 8 episodes, seeds 0,1")
+    p.add_argument("--out-dir", default=None)
+    p.add_argument("--json", default=str(ROOT / "benchmarks" / "out" / "robust_plr.json"))
+    p.add_argument("train_args", nargs="*", help="extra `levelray train` flags, after --")
+    return p.parse_args(argv)
+
+
+def one_run(args: argparse.Namespace, common: list[str], out: Path, arm: str, seed: int, child_env: dict) -> dict:
+    name = f"{arm}-seed{seed}"
+    run = out / name
+    start = time.time()
+    run_levelray([*LEVELRAY, "train", *common, *ARMS[arm], "--seed", str(seed), "--run-dir", str(run)],
+                 out / f"train-{name}.log", child_env)
+    train_s = time.time() - start
+    records = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines() if line.strip()]
+    last = records[-1]
+    ev = json.loads(run_levelray([*LEVELRAY, "evaluate", str(run), "--levels", "test", "--episodes",
+                                  str(args.eval_episodes), "--seed", str(seed), "--json", "--backend", "inline"],
+                                 out / f"evaluate-{name}.log", child_env).strip().splitlines()[-1])
+    test = ev["results"]["test"]
+    return {
+        "arm": arm, "seed": seed, "run_dir": str(run), "env_steps": last["env_steps"], "train_wall_s": train_s,
+        "samples_trained": last["samples_trained"], "trained_fraction": last["samples_trained"] / last["env_steps"],
+        "learner_version": last["learner_version"], "levels_buffered": last.get("levels_buffered"),
+        "levels_evicted": last.get("levels_evicted"), "training_return_last100": last.get("episode_return_mean"),
+        "test_return": test["return_mean"], "test_success": test["success_rate"],
+        "steps_to_threshold": steps_to_threshold(records, args.threshold),
+    }
+
+
+def paired(results: list[dict], a: str, b: str, key: str) -> dict:
+    """`b - a` of `key` over the seeds both arms ran, mean and 95% interval."""
+    by = {(r["arm"], r["seed"]): r[key] for r in results}
+    seeds = sorted({s for arm, s in by if arm == a} & {s for arm, s in by if arm == b})
+    return {**ci_summary([by[(b, s)] - by[(a, s)] for s in seeds]), "seeds": seeds}
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse(argv)
+    if args.quick:
+        args.total_steps, args.eval_episodes, args.seeds, args.eval_interval = 20_000, 8, "0,1", 10
+    seeds = [int(s) for s in args.seeds.split(",") if s.strip()]
+    arms = [a.strip() for a in args.arms.split(",") if a.strip()]
+    out = Path(args.out_dir) if args.out_dir else ROOT / "benchmarks" / "out" / "robust_plr"
+    if out.exists() and not args.out_dir:
+        shutil.rmtree(out)
+    out.mkdir(parents=True, exist_ok=True)
+    common = ["--backend", "inline", "--env", args.env, "--num-levels", "0", "--total-steps", str(args.total_steps),
+              "--level-buffer-size", str(args.buffer_size), "--metrics-port", "0", "--report-interval", "5", "--quiet",
+              "--tensorboard", "false", "--eval-interval", str(args.eval_interval), "--eval-episodes", "32", *SHAPE,
+              *args.train_args]
+    child_env = thread_share_env(args.parallel)
+    started = time.time()
+    jobs = [(arm, seed) for seed in seeds for arm in arms]  # arms interleaved: the same load for each
+    with ThreadPoolExecutor(max_workers=args.parallel) as pool:
+        results = list(pool.map(lambda job: one_run(args, common, out, *job, child_env), jobs))
+    wall_s = time.time() - started
+    run_levelray([*LEVELRAY, "report", *(r["run_dir"] for r in results), "--out", str(out / "report")],
+                 out / "report.log")
+    summary = {a: arm_summary([r for r in results if r["arm"] == a], args.total_steps) for a in arms}
+    for a in arms:
+        summary[a]["trained_fraction"] = ci_summary([r["trained_fraction"] for r in results if r["arm"] == a])
+    pairs = {f"{b}-{a}": paired(results, a, b, "test_success") for i, a in enumerate(arms) for b in arms[i + 1:]}
+    print(f"\n{args.env}, unbounded levels, {args.total_steps:,} env steps per run, seeds {seeds}, buffer "
+          f"{args.buffer_size}, {args.parallel} runs at a time, {wall_s / 60:.1f} min in all")
+    print_table([[r["arm"], r["seed"], f"{r['env_steps']:,}", round(r["train_wall_s"]), round(r["trained_fraction"], 3),
+                  r["test_return"], r["test_success"], r["steps_to_threshold"] or "never"] for r in results],
+                ["arm", "seed", "env steps", "train s", "trained fraction", "test return", "test success",
+                 f"steps to test success {args.threshold}"])
+    print("\nmean ± 95% CI (Student t over seeds)")
+    print_table([[a, s["n"], fmt_ci(s.get("test_return")), fmt_ci(s.get("test_success")),
+                  fmt_ci(s["trained_fraction"]), f"{fmt_ci(s.get('steps_to_threshold'), ',.0f')} "
+                  f"({s.get('steps_to_threshold', {}).get('reached', 0)}/{s['n']} reached)", DCD_SOLVED.get(a)]
+                 for a, s in summary.items()],
+                ["arm", "seeds", "test return", "test success", "trained fraction", "steps to threshold",
+                 "DCD solved rate (mazes, 250M)"])
+    print("\npaired difference of test success (same seed)")
+    print_table([[k, fmt_ci(v)] for k, v in pairs.items()], ["arms", "difference"])
+    write_json(args.json, {"results": {"env": args.env, "total_steps": args.total_steps, "seeds": seeds,
+                                       "buffer_size": args.buffer_size, "wall_s": wall_s, "train_args": common,
+                                       "arms": summary, "paired_test_success": pairs, "runs": results,
+                                       "dcd_solved": DCD_SOLVED}},
+               benchmark="robust_plr")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
