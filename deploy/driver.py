@@ -137,9 +137,10 @@ def build_record(snap: StatusSnapshot, *, steps_per_second: float, elapsed_s: fl
         rec["level_snapshot_errors"] = lv.get("snapshot_errors", 0)
         rec["level_score"] = lv.get("score")
         rec["level_top"] = lv.get("top_levels")
-        rec["level_weights"] = np.round(np.asarray(lv["weights"], dtype=float), 6).tolist()
-        if "staleness_vector" in lv:
-            rec["level_staleness"] = np.asarray(lv["staleness_vector"]).tolist()
+        if not lv.get("buffered"):  # a buffer's slots change levels at each eviction: no per-level series
+            rec["level_weights"] = np.round(np.asarray(lv["weights"], dtype=float), 6).tolist()
+            if "staleness_vector" in lv:
+                rec["level_staleness"] = np.asarray(lv["staleness_vector"]).tolist()
     if "replay" in snap:
         rp = snap["replay"]
         rec["replay"] = {k: rp[k] for k in ("size", "inserts", "samples", "mean_uses", "snapshot_errors") if k in rp}

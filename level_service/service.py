@@ -157,6 +157,23 @@ class LevelServiceCore:
         finally:
             self._maybe_snapshot()
 
+    def update_with_rollouts_batch(self, feedbacks: list[LevelFeedback]) -> None:
+        """Several `update_with_rollouts` in one call, in order (one Ray call for many learner updates). Each is
+        validated before it changes anything; a bad one is skipped and, after the rest, raised naming its
+        position."""
+        errors: list[str] = []
+        try:
+            for i, feedback in enumerate(feedbacks):
+                try:
+                    self._sampler.update_with_rollouts(feedback)
+                    self._num_update_calls += 1
+                except ValueError as exc:
+                    errors.append(f"feedback {i} of {len(feedbacks)}: {exc}")
+        finally:
+            self._maybe_snapshot()
+        if errors:
+            raise ValueError("; ".join(errors))
+
     def sample_weights(self) -> np.ndarray:
         """The sampler's replay distribution over its seeds (see `LevelSampler.sample_weights`)."""
         try:

@@ -172,3 +172,21 @@ def test_ray_service_16_concurrent_clients(ray_session, tmp_path):
     path = ray.get(svc.snapshot.remote())
     assert LevelServiceCore(list(range(n_levels)), snapshot_path=path).stats()["num_samples"] == total + 4
     ray.kill(svc)
+
+
+def test_a_batch_of_feedback_equals_its_calls_in_order_and_names_a_bad_one():
+    """`update_with_rollouts_batch` (one Ray call for several learner updates) gives the state the calls one by
+    one give; a bad feedback in it is skipped, the others applied, and the error names its position."""
+    rng = np.random.default_rng(1)
+    batch = [episodes(rng.integers(0, 40, 5), rng.random(5), actor_id=a) for a in (0, 1, 0)]
+    one_by_one, batched = busy_core(), busy_core()
+    for feedback in batch:
+        one_by_one.update_with_rollouts(feedback)
+    batched.update_with_rollouts_batch(batch)
+    assert packb(batched.state_dict()) == packb(one_by_one.state_dict())
+    bad = episodes([3, 999], [0.5, 0.5])  # 999 is not a training seed
+    with pytest.raises(ValueError, match="feedback 1 of 3: .*999"):
+        batched.update_with_rollouts_batch([batch[0], bad, batch[2]])
+    one_by_one.update_with_rollouts(batch[0])
+    one_by_one.update_with_rollouts(batch[2])
+    assert packb(batched.state_dict()) == packb(one_by_one.state_dict())
