@@ -716,3 +716,19 @@ def test_sample_cost_does_not_grow_with_levels():
     for _ in range(2000):
         s.sample()
     assert (time.perf_counter() - t0) / 2000 < 1e-3
+
+
+def test_draw_says_which_levels_are_replays():
+    """Robust PLR's flag on a fixed set: a draw from the unseen levels is new, a draw from the replay
+    distribution is a replay (always a seen level); random and sequential never replay."""
+    s = seeded(10, [0.5, 0.1, 0.9, 0.3], rho=0.0, replay_schedule="fixed", nu=0.5)
+    seen = set(range(100, 104))
+    draws = [s.draw() for _ in range(2000)]
+    assert all(seed in seen for seed, replayed in draws if replayed)
+    assert all(seed not in seen for seed, replayed in draws if not replayed)
+    n_replays = sum(replayed for _, replayed in draws)
+    assert abs(n_replays - 1000) < 4 * math.sqrt(2000 * 0.25)  # fixed schedule: P(replay) = 1 - nu
+    assert s.counters()["num_replays"] == n_replays
+    for strategy in ("random", "sequential"):
+        u = make_sampler(range(5), strategy=strategy, rng=0)
+        assert not any(u.draw()[1] for _ in range(50))

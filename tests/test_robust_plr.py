@@ -219,3 +219,27 @@ def test_robust_run_trains_on_replayed_levels_only(backend, tmp_path, one_thread
     seen = [r["levels_replay_fraction"] for r in records if r["levels_replay_fraction"] is not None]
     assert seen and max(seen) > 0.2
     assert last["levels_evicted"] > 0
+
+
+@pytest.mark.timeout(240)
+def test_resume_restores_the_level_buffer_exactly(tmp_path, one_thread):
+    """The buffer, its scores and staleness, the new-level permutation's position and the pending fragments are
+    in the checkpoint, and a resumed run's level service starts from exactly that state."""
+    import yaml
+
+    from levelray.contracts.config import from_dict
+    from levelray.contracts.snapshot import packb
+    from levelray.deploy.cli import main
+    from levelray.deploy.components import make_level_service
+    from levelray.deploy.driver import load_resume_state
+    from levelray.deploy.rundir import RunDir
+
+    run_dir = tmp_path / "run"
+    args = ["train", "--backend", "inline", "--num-actors", "1", *ROBUST_RUN, "--run-dir", str(run_dir)]
+    assert main([*(a if a != "24000" else "6400" for a in args)]) == 0
+    state = load_resume_state(RunDir(run_dir))
+    saved = state["levels"]
+    assert saved["kind"] == "buffer" and saved["size"] == 16 and saved["counts"]["num_new"] > 16
+    cfg = from_dict(yaml.safe_load((run_dir / "config.yaml").read_text()))
+    # the service both backends build from a checkpoint (before any env draws its first level from it)
+    assert packb(make_level_service(cfg, saved).state_dict()) == packb(saved)
