@@ -2,7 +2,8 @@
 
 A level is an integer seed: procgen's `start_level`, or the `reset(seed=...)` of a gymnasium env. The
 training level set is `[start_level, start_level + num_levels)`; `num_levels == 0` means unbounded (every
-seed in `[start_level, MAX_SEED)`), in which case nothing is held out and PLR is off.
+seed in `[start_level, MAX_SEED)`), in which case nothing is held out and PLR, with a scored strategy, keeps a
+buffer of the best levels it has found (`level_service.buffer`).
 """
 
 from __future__ import annotations

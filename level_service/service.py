@@ -1,4 +1,7 @@
-"""Level service: a thin Ray actor around `LevelSampler`, shared by the env actors and the learner.
+"""Level service: a thin Ray actor around PLR's sampler, shared by the env actors and the learner.
+
+It runs over one of two level spaces (`level_service.spaces`): a fixed training set (`LevelSampler`), or an
+unbounded space from `start_level` on, where PLR keeps a buffer of its best levels (`LevelBuffer`).
 
 `LevelServiceCore` is the Ray-free core of the service (a `*ServiceCore` always is): it holds all the logic,
 and tests and the Ray-free `inline` backend use it directly; `LevelService` is the same class wrapped by
@@ -7,10 +10,12 @@ method at a time: `max_concurrency=1`, no locking needed).  Every method validat
 call raises ValueError, which Ray re-raises in the caller (as a RayTaskError that is also a ValueError),
 and the actor keeps serving.
 
-Why `sample_seeds(n)` returns a batch: one actor round trip costs a few hundred microseconds to a
+Why `sample_levels(n)` returns a batch: one actor round trip costs a few hundred microseconds to a
 millisecond (serialisation, two RPC hops, scheduling), versus ~10 us to draw a seed.  Env actors therefore
-prefetch a small buffer of seeds per env (e.g. n = 32 for a vector env) and take the next seed locally at
+prefetch a small buffer of levels per env (e.g. n = 32 for a vector env) and take the next one locally at
 every episode start, so an episode never waits on the service; the buffer is refilled in the background.
+Each level comes with whether it is a replay (Robust PLR trains on replays only). The learner's scores arrive
+the same way, several updates per call (`update_with_rollouts_batch`).
 Slightly stale priorities (a seed drawn a few episodes before it is played) are harmless: scores change
 slowly and the staleness term only needs approximate counts.  `benchmarks/bench_plr.py` measures one call
 through Ray for n = 1 and n = 32 and the amortised cost per seed.
@@ -18,8 +23,8 @@ through Ray for n = 1 and n = 32 and the amortised cost per seed.
 Snapshots: `snapshot()` writes the sampler state and the service counters atomically (msgpack, via
 `contracts.snapshot`) and returns the path; any call also writes one when the section's
 `snapshot_interval_s` has passed since the last write.  On start, an existing snapshot at `snapshot_path`
-is restored (the snapshot's sampler configuration wins over the `config` given; its seeds must equal
-`seeds`); a missing
+is restored (the snapshot's sampler configuration wins over the `config` given; its level space must be the
+one given); a missing
 file starts from `initial_state` (a checkpoint's sampler state) or fresh; a corrupt one raises
 `SnapshotError` naming the file. Run as a Ray actor with `max_restarts`, a crashed service therefore
 comes back with the state of its last snapshot.
@@ -52,7 +57,8 @@ MAX_SEEDS_PER_CALL = 1 << 20
 
 
 class LevelServiceCore:
-    """The level service without Ray: a `LevelSampler` over `seeds` configured by the `levels` section.
+    """The level service without Ray: PLR over `seeds` (None: the unbounded space from `start_level`), configured
+    by the `levels` section.
 
     `discount` is the learner's (for `one_step_td_error`); `rng` seeds the sampler (an int, a Generator or
     None). The section's `snapshot_interval_s` is the period of the automatic snapshots to `snapshot_path`.
