@@ -160,15 +160,20 @@ class LevelConfig(_Section):
     )
     replay_schedule: str = field(
         default="proportionate",
-        metadata=_flag("--level-replay-schedule", "PLR replay schedule", choices=SCHEDULES),
+        metadata=_flag("--level-replay-schedule", "PLR replay schedule: proportionate replays with P = the seen "
+                                                  "fraction (a buffer: min(fill, levels.replay_prob)), fixed with "
+                                                  "P = 1 - nu (a buffer: levels.replay_prob)", choices=SCHEDULES),
     )
     score_transform: str = field(
         default="rank", metadata=_flag("--level-score-transform", "PLR score transform", choices=TRANSFORMS)
     )
     temperature: float = field(default=0.1, metadata=_flag("--level-temperature", "PLR beta", min=0.0))
     eps: float = field(default=0.05, metadata=_flag("--level-eps", "eps for eps_greedy", min=0.0, max=1.0))
-    rho: float = field(default=0.2, metadata=_flag("--level-rho", "seen fraction before replay", min=0.0, max=1.0))
-    nu: float = field(default=0.5, metadata=_flag("--level-nu", "fixed schedule: P(new level)", min=0.0, max=1.0))
+    rho: float = field(default=0.2, metadata=_flag("--level-rho", "fraction of the levels seen (a fixed set) or of the "
+                                                   "level buffer filled (unbounded) before any replay",
+                                                   min=0.0, max=1.0))
+    nu: float = field(default=0.5, metadata=_flag("--level-nu", "fixed schedule on a fixed set: P(new level) (a level "
+                                                 "buffer uses levels.replay_prob)", min=0.0, max=1.0))
     alpha: float = field(default=1.0, metadata=_flag("--level-alpha", "score EWA weight", min=0.0, max=1.0))
     staleness_coef: float = field(
         default=0.1, metadata=_flag("--level-staleness-coef", "staleness mix (paper's rho)", min=0.0, max=1.0)
