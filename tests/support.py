@@ -43,11 +43,15 @@ def apply_overrides(cfg, overrides: dict):
 
 def cartpole_config(tmp_path, **overrides):
     """A `RunConfig` for CartPole-v1 with no metrics port and its run directory under `tmp_path`, then the
-    `section__field=value` overrides (each test file's own sizes first, then the test's)."""
+    `section__field=value` overrides (each test file's own sizes first, then the test's). On unbounded levels it
+    keeps the classic-control preset's domain randomisation (no level service) unless a strategy is given."""
     from levelray.contracts.config import RunConfig, replace_paths
 
     cfg = replace_paths(RunConfig(), {"env.id": "CartPole-v1", "metrics_port": 0, "run_dir": str(tmp_path / "run")})
-    return apply_overrides(cfg, overrides)
+    cfg = apply_overrides(cfg, overrides)
+    if cfg.env.num_levels == 0 and "levels__strategy" not in overrides:
+        cfg = replace_paths(cfg, {"levels.strategy": "random"})
+    return cfg
 
 
 def json_output(stdout: str):
