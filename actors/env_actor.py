@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import os
 import threading
+import time
 from collections import deque
 
 from levelray.actors.env_vector import LevelDraws
@@ -26,8 +27,13 @@ from levelray.contracts.config import RunConfig
 class SeedPrefetcher(LevelDraws):
     """A local buffer of levels, `(seed, replayed)` pairs, refilled from the level service before it runs dry.
 
-    Holds about `per_env * num_envs` levels; asks for more when under half full. Levels are handed out in
-    the order the service gave them, to envs in the order they ask.
+    Holds at least `per_env * num_envs` levels and asks for more when under half full. Where episodes are short
+    (CartPole with a fresh policy ends ~100 episodes a second per env) that floor would mean a Ray call to the
+    service every few milliseconds, whose fixed cost on both sides is what PLR's overhead mostly was; so the
+    buffer grows to about `2 * REFILL_INTERVAL_S` seconds of levels at the rate they were used since the last
+    refill, which keeps refills to a few a second, and shrinks back when episodes get longer. A level therefore
+    waits at most about that long between being drawn and being played. Levels are handed out in the order the
+    service gave them, to envs in the order they ask.
 
     Only `fill` (once, when the actor starts) waits for the service. During the step loop nothing does:
     a slow or restarting service would otherwise stall every env of the actor at each episode end. When
@@ -35,24 +41,41 @@ class SeedPrefetcher(LevelDraws):
     would, and a new level for Robust PLR) and the fallback is counted, visible in `levelray status`.
     """
 
+    REFILL_INTERVAL_S = 0.25
+    MAX_CAPACITY = 4096
+
     def __init__(self, level_service, num_envs: int, per_env: int):
         import ray
 
         super().__init__(num_envs)
         self._ray = ray
         self.service = level_service
-        self.capacity = max(2, per_env * num_envs)
+        self.min_capacity = max(2, per_env * num_envs)
+        self.capacity = self.min_capacity
         self.buffer: deque[tuple[int, bool]] = deque()
         self.pending = None
         self.requests = 0
         self.uniform_fallbacks = 0
         self.service_errors = 0
         self.last_error: str | None = None
+        self._drawn = 0  # levels handed out (or fallen back on) so far
+        self._last_request: tuple[float, int] | None = None  # (time, _drawn) at the last refill
 
     def _request(self) -> None:
         if self.pending is None:
+            self._resize(time.monotonic())
             self.pending = self.service.sample_levels.remote(self.capacity - len(self.buffer))
             self.requests += 1
+
+    def _resize(self, now: float) -> None:
+        """Capacity for `2 * REFILL_INTERVAL_S` seconds of levels at the rate used since the last refill (`now`:
+        `time.monotonic()`)."""
+        if self._last_request is not None:
+            then, drawn = self._last_request
+            rate = (self._drawn - drawn) / max(now - then, 1e-3)
+            wanted = int(2 * rate * self.REFILL_INTERVAL_S)
+            self.capacity = min(self.MAX_CAPACITY, max(self.min_capacity, wanted))
+        self._last_request = (now, self._drawn)
 
     def _collect(self, timeout_s: float) -> None:
         if self.pending is None:
@@ -74,6 +97,7 @@ class SeedPrefetcher(LevelDraws):
 
     def next_level(self) -> tuple[int, bool] | None:
         """The next level; None (a uniform draw from the level set) when none is buffered."""
+        self._drawn += 1
         self._collect(0)
         if not self.buffer:
             self._request()

@@ -73,7 +73,8 @@ class ActorConfig(_Section):
     envs_per_actor: int = field(default=16, metadata=_flag("--envs-per-actor", "environments per actor", min=1))
     unroll_length: int = field(default=20, metadata=_flag("--unroll-length", "steps per unroll (T)", min=1))
     seed_prefetch: int = field(
-        default=4, metadata=_flag("--seed-prefetch", "level seeds each env keeps ready from the level service", min=1)
+        default=4, metadata=_flag("--seed-prefetch", "levels each env keeps ready from the level service, at least "
+                                                     "(where episodes are short: about 0.5 s of them)", min=1)
     )
     unrolls_per_submit: int = field(
         default=1,

@@ -190,3 +190,33 @@ def test_a_batch_of_feedback_equals_its_calls_in_order_and_names_a_bad_one():
     one_by_one.update_with_rollouts(batch[0])
     one_by_one.update_with_rollouts(batch[2])
     assert packb(batched.state_dict()) == packb(one_by_one.state_dict())
+
+
+def test_prefetcher_holds_half_a_second_of_levels_within_its_bounds(ray_session):
+    """An actor's level buffer grows with the rate its envs use levels (so refills stay a few a second however
+    short the episodes) and falls back to `per_env * num_envs` when they slow down."""
+    from levelray.actors.env_actor import SeedPrefetcher
+    from levelray.level_service.service import LevelService
+
+    service = LevelService.remote(list(range(100)), replace(CONFIG, strategy="random"))
+    prefetcher = SeedPrefetcher(service, num_envs=4, per_env=2)
+    prefetcher.fill()
+    assert prefetcher.capacity == 8 and len(prefetcher.buffer) == 8
+    prefetcher._last_request, prefetcher._drawn = (0.0, 0), 1000
+    prefetcher._resize(1.0)  # 1,000 levels a second: 0.5 s of them
+    assert prefetcher.capacity == 500
+    prefetcher._drawn = 1010
+    prefetcher._resize(2.0)  # 10 a second: back to the floor
+    assert prefetcher.capacity == 8
+    prefetcher._drawn = 10**6
+    prefetcher._resize(3.0)
+    assert prefetcher.capacity == SeedPrefetcher.MAX_CAPACITY
+    # live: levels used as fast as Python can ask take far fewer refills than one per 4 (the floor's half)
+    fresh = SeedPrefetcher(service, num_envs=4, per_env=2)
+    fresh.fill()
+    drawn, deadline = 0, time.time() + 2.0
+    while time.time() < deadline:
+        fresh(drawn % 4)
+        drawn += 1
+    assert drawn > 2000 and fresh.requests < drawn / 40 and fresh.capacity > 8
+    assert all(0 <= seed < 100 for seed, _ in fresh.buffer)
