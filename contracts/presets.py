@@ -110,8 +110,8 @@ PRESETS: dict[str, dict[str, Any]] = {
 }
 PRESET_NAMES = ("auto", "none", *PRESETS)
 # Levels (reset seeds) do not make these families harder, so on their unbounded level space (`env.num_levels` 0,
-# their presets' value) every episode gets a fresh seed with no level service: domain randomisation, as before
-# PLR could run there. A scored strategy asked for explicitly still gets PLR's level buffer.
+# their presets' value) every episode gets a fresh seed with no level service: domain randomisation, which costs
+# nothing per episode. A scored strategy asked for explicitly still gets PLR's level buffer.
 UNBOUNDED_DEFAULTS: dict[str, dict[str, Any]] = {
     name: {"levels.strategy": "random"} for name in ("classic_control", "continuous_control", "atari")
 }

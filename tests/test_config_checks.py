@@ -50,6 +50,7 @@ REFUSED = [
     (["--level-snapshot-interval", "0.5"], ["levels.snapshot_interval_s"]),
     (["--replay-snapshot-interval", "0"], ["replay.snapshot_interval_s"]),
     (["--replay-max-use", "0"], ["replay.max_use"]),
+    (["--level-robust", "--level-strategy", "sequential"], ["levels.robust", "levels.strategy"]),
 ]
 
 
@@ -137,6 +138,14 @@ def test_sound_configs_pass(paths):
     (dict(learner__batch_size=0), r"learner\.batch_size: must be >= 1"),
     (dict(replay__replay_ratio=1.0), r"replay\.replay_ratio: must be <= 0\.95"),
     (dict(learner__optimizer="sgd"), r"learner\.optimizer: expected one of adam, rmsprop"),
+    (dict(levels__replay_prob=1.5), r"levels\.replay_prob: must be <= 1"),
+    (dict(levels__replay_prob=-0.1), r"levels\.replay_prob: must be >= 0"),
+    (dict(env__num_levels=0, levels__buffer_size=0),
+     r"levels\.buffer_size = 0 with levels\.strategy value_l1 on an unbounded level space \(env\.num_levels = 0\)"),
+    (dict(levels__robust=True, levels__strategy="random"),
+     r"levels\.robust trains only on replayed levels, but levels\.strategy random never replays one"),
+    (dict(levels__robust=True, model_loss__loss="muzero"),
+     r"levels\.robust with model_loss\.loss muzero is not supported"),
 ])
 def test_each_problem_is_refused_with_its_dotted_names(paths, match):
     with pytest.raises(ConfigError, match=match):
