@@ -19,6 +19,8 @@ from levelray.contracts.levels import ADVANTAGE_STRATEGIES, LOGIT_STRATEGIES, Le
 from levelray.learner.batch import Batch
 from levelray.learner.learner import StepOutputs
 
+STEP_FIELDS = ("seeds", "dones", "advantages", "logits", "rewards")  # the [T, N, ...] fields; `values` has T+1
+
 
 def _feedback_for_columns(strategy: str, batch: Batch, outputs: StepOutputs, columns: np.ndarray) -> LevelFeedback:
     """PLR's inputs over `columns` of the batch, with only the fields `strategy` reads."""
@@ -54,3 +56,34 @@ def level_feedback(strategy: str, batch: Batch, outputs: StepOutputs) -> list[Le
         seen.update(ids)
     return [_feedback_for_columns(strategy, batch, outputs, np.concatenate([np.arange(c.start, c.stop) for c in g]))
             for g in groups]
+
+
+def merge_in_time(feedbacks: list[LevelFeedback]) -> list[LevelFeedback]:
+    """Feedbacks sent one after the other, as few as possible: each env column's steps concatenated in order.
+
+    The service stitches a column's episodes across calls by its actor id, so a column's steps from several
+    updates in one call mean the same episodes; what it saves is the service's fixed cost per call (a
+    fast learner sends tens a second). Columns with the same number of steps share one feedback. A column
+    whose level changes between two feedbacks without an episode end (its actor was restarted) starts a new
+    series there, in a later feedback, so the service drops the stale fragment as it would have. Feedback
+    with `values` (one_step_td_error's bootstrap row) is returned as it is."""
+    if len(feedbacks) < 2 or any(f.values is not None or f.actor_ids is None for f in feedbacks):
+        return feedbacks
+    fields = [name for name in STEP_FIELDS if getattr(feedbacks[0], name) is not None]
+    series: dict[int, list[dict[str, list[np.ndarray]]]] = {}  # actor id -> its unbroken runs of steps
+    for f in feedbacks:
+        arrays = {name: np.asarray(getattr(f, name)) for name in fields}
+        for j, actor in enumerate(np.asarray(f.actor_ids).tolist()):
+            runs = series.setdefault(actor, [])
+            last = runs[-1] if runs else None
+            if last is None or (not last["dones"][-1][-1] and last["seeds"][-1][-1] != arrays["seeds"][0, j]):
+                runs.append({name: [] for name in fields})
+            for name in fields:
+                runs[-1][name].append(arrays[name][:, j])
+    groups: dict[tuple[int, int], list[tuple[int, dict]]] = {}  # (run index, steps) -> columns
+    for actor, runs in series.items():
+        for i, run in enumerate(runs):
+            groups.setdefault((i, sum(len(x) for x in run["seeds"])), []).append((actor, run))
+    return [LevelFeedback(actor_ids=np.array([a for a, _ in cols], dtype=np.int64),
+                          **{name: np.stack([np.concatenate(run[name]) for _, run in cols], axis=1) for name in fields})
+            for _, cols in sorted(groups.items(), key=lambda item: item[0][0])]

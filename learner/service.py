@@ -26,6 +26,7 @@ from levelray.contracts.levels import LevelFeedback, training_range
 from levelray.contracts.spec import EnvSpec
 from levelray.contracts.trajectory import TrajectoryError, Unroll, validate_unroll
 from levelray.learner.core import LearnerCore, TrainingDiverged
+from levelray.learner.level_feedback import merge_in_time
 
 log = logging.getLogger(__name__)
 
@@ -107,7 +108,8 @@ class RemoteLevels:
     Feedback is sent in batches, at most one call per `SEND_INTERVAL_S`: a fast learner makes tens of updates a
     second, and each Ray call costs the service (one process, sharing the machine's cores) a fixed few hundred
     microseconds whatever it carries, more than scoring the batch. Scores reaching PLR a fraction of a second
-    later change nothing (seeds are prefetched further ahead than that); the batches keep their order."""
+    later change nothing (seeds are prefetched further ahead than that); the batches keep their order, and each
+    env column's steps from all of them travel as one series (`level_feedback.merge_in_time`)."""
 
     SEND_INTERVAL_S = 0.25
 
@@ -130,7 +132,8 @@ class RemoteLevels:
     def flush(self) -> None:
         """Send what is queued now (also before a checkpoint, so the service's state holds every score)."""
         if self._queued:
-            self.writes.add("score update", self.handle.update_with_rollouts_batch.remote(self._queued))
+            batch = merge_in_time(self._queued)
+            self.writes.add("score update", self.handle.update_with_rollouts_batch.remote(batch))
             self._queued = []
         self._last_send = time.monotonic()
 

@@ -1,7 +1,9 @@
 """What the learner sends PLR: fresh unrolls only, never the same env column twice in one call."""
 
 import numpy as np
+import pytest
 
+from levelray.contracts.levels import LevelFeedback
 from levelray.learner.batch import Batch
 from levelray.learner.learner import StepOutputs
 from levelray.learner.level_feedback import level_feedback
@@ -60,3 +62,58 @@ def test_inputs_follow_the_strategy():
     assert ent.logits.shape == (3, 2, 5)
     (rnd,) = level_update_calls("random", batch, outputs, [1, 1], 2)
     assert given(rnd) == {"seeds", "dones", "actor_ids"}
+
+
+def _feedback(seeds, dones, ids, rng):
+    seeds, dones = np.asarray(seeds), np.asarray(dones, dtype=bool)
+    return LevelFeedback(seeds=seeds, dones=dones, actor_ids=np.asarray(ids),
+                         advantages=rng.normal(size=seeds.shape))
+
+
+def test_feedbacks_merged_in_time_score_the_same_episodes():
+    """Each column's steps from several updates sent as one series give the level scores, pending fragments and
+    dropped fragments that the updates sent one by one give; a column whose level changes without an episode
+    end (a restarted actor) starts a second series, in a later feedback."""
+    from levelray.contracts.config import LevelConfig
+    from levelray.learner.level_feedback import merge_in_time
+    from levelray.level_service.sampler import LevelSampler
+
+    rng = np.random.default_rng(0)
+    T = 4
+    level = {a: 10 * a for a in range(5)}  # every column its own levels: the order of commits cannot matter
+    feedbacks = []
+    for k in range(6):
+        ids = [0, 1, 2] if k % 2 == 0 else [3, 1, 0, 4]  # columns come and go, in other orders
+        seeds, dones = np.empty((T, len(ids)), np.int64), rng.random((T, len(ids))) < 0.3
+        if k == 4:
+            dones[-1, 2] = False  # column 2's episode is still going when its actor restarts
+        for j, a in enumerate(ids):
+            for t in range(T):
+                seeds[t, j] = level[a]
+                if dones[t, j]:
+                    level[a] += 1
+        feedbacks.append(_feedback(seeds, dones, ids, rng))
+    restarted = np.array([[77], [77], [77], [77]])  # column 2 plays level 77 without ending its episode first
+    feedbacks.append(_feedback(restarted, np.zeros((T, 1)), [2], rng))
+    merged = merge_in_time(feedbacks)
+    # columns 0 and 1 sent 24 steps, 2, 3 and 4 sent 12 (then 2 restarted): one feedback per length, then the rest
+    assert [sorted(f.actor_ids.tolist()) for f in merged] == [[0, 1], [2, 3, 4], [2]]
+    assert [f.seeds.shape[0] for f in merged] == [24, 12, 4] and (merged[2].seeds == 77).all()
+    one_by_one, at_once = (LevelSampler(range(200), LevelConfig(alpha=1.0), rng=0) for _ in range(2))
+    for f in feedbacks:
+        one_by_one.update_with_rollouts(f)
+    for f in merged:
+        at_once.update_with_rollouts(f)
+    np.testing.assert_allclose(at_once.scores(), one_by_one.scores(), rtol=1e-12)  # sums in another order
+    np.testing.assert_array_equal(at_once.seen(), one_by_one.seen())
+    a, b = at_once.counters(), one_by_one.counters()
+    assert (a["num_episodes"], a["num_pending"], a["num_dropped_fragments"]) == (
+        b["num_episodes"], b["num_pending"], b["num_dropped_fragments"]) and b["num_dropped_fragments"] == 1
+    def pending(sampler):
+        """{actor id: (level, steps)} and {actor id: score sum} of the sampler's pending fragments."""
+        p = sampler.state_dict()["pending"]
+        rows = zip(p["actor_ids"], p["levels"].tolist(), p["steps"].tolist(), p["sums"].tolist(), strict=True)
+        return {a: (lv, st) for a, lv, st, _ in rows}, dict(zip(p["actor_ids"], p["sums"].tolist(), strict=True))
+
+    (at_once_rows, at_once_sums), (one_rows, one_sums) = pending(at_once), pending(one_by_one)
+    assert at_once_rows == one_rows and at_once_sums == pytest.approx(one_sums)
