@@ -40,7 +40,7 @@ from levelray.contracts.rng import make_rng
 from levelray.level_service import episodes
 from levelray.level_service.buffer_state import BUFFER_STATE_VERSION, read_buffer_state
 from levelray.level_service.checks import check_real, checked_config
-from levelray.level_service.sampler_state import config_state
+from levelray.level_service.sampler_state import config_state, pending_state
 from levelray.level_service.scores import step_scores
 from levelray.level_service.staleness import StalenessTree
 from levelray.level_service.transforms import transform_weights
@@ -255,7 +255,6 @@ class LevelBuffer:
     def state_dict(self) -> dict[str, Any]:
         """Everything (config, buffered levels, scores, staleness, pending fragments, counters, the new-level
         permutation and its position, RNG state) as plain values and arrays for `contracts.snapshot.packb`."""
-        pend = list(self._pending)
         return {
             "version": BUFFER_STATE_VERSION,
             "kind": "buffer",
@@ -267,12 +266,7 @@ class LevelBuffer:
             "size": self.size,
             "counter": int(self._counter),
             "permutation": list(self._perm),
-            "pending": {
-                "actor_ids": [int(a) for a in pend],
-                "levels": np.array([self._pending[a][0] for a in pend], dtype=np.int64),
-                "sums": np.array([self._pending[a][1] for a in pend], dtype=np.float64),
-                "steps": np.array([self._pending[a][2] for a in pend], dtype=np.int64),
-            },
+            "pending": pending_state(self._pending),
             "counts": dict(self._counts),
             "rng": self._rng.bit_generator.state,
         }

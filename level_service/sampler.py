@@ -73,7 +73,7 @@ from levelray.contracts.levels import SCHEDULES, STRATEGIES, TRANSFORMS, UNSCORE
 from levelray.contracts.rng import make_rng
 from levelray.level_service import episodes
 from levelray.level_service.checks import as_int_array, check_real, checked_config
-from levelray.level_service.sampler_state import STATE_VERSION, config_state, read_state
+from levelray.level_service.sampler_state import STATE_VERSION, config_state, pending_state, read_state
 from levelray.level_service.scores import step_scores
 from levelray.level_service.staleness import StalenessTree
 from levelray.level_service.transforms import ewa_update, transform_weights
@@ -358,7 +358,6 @@ class LevelSampler:
     def state_dict(self) -> dict[str, Any]:
         """Everything (config, seeds, scores, staleness, pending fragments, counters, RNG state) as plain
         dicts/lists/ints/floats/strings/NumPy arrays, serialisable by `contracts.snapshot.packb`."""
-        pend_ids = list(self._pending)
         return {
             "version": STATE_VERSION,
             "config": config_state(self.config, self.discount),
@@ -368,12 +367,7 @@ class LevelSampler:
             "last_sampled": self._last.copy(),
             "counter": int(self._counter),
             "next_seed_index": int(self._next_seed_index),
-            "pending": {
-                "actor_ids": [int(a) for a in pend_ids],
-                "levels": np.array([self._pending[a][0] for a in pend_ids], dtype=np.int64),
-                "sums": np.array([self._pending[a][1] for a in pend_ids], dtype=np.float64),
-                "steps": np.array([self._pending[a][2] for a in pend_ids], dtype=np.int64),
-            },
+            "pending": pending_state(self._pending),
             "counts": {
                 "num_samples": self._num_samples,
                 "num_replays": self._num_replays,

@@ -18,7 +18,9 @@ from levelray.contracts.config import LevelConfig
 from levelray.contracts.rng import rng_from_state
 from levelray.level_service.checks import as_int_array
 
-__all__ = ["STATE_VERSION", "SamplerState", "config_state", "read_config", "read_pending_rows", "read_state"]
+__all__ = [
+    "STATE_VERSION", "SamplerState", "config_state", "pending_state", "read_config", "read_pending_rows", "read_state",
+]
 
 STATE_VERSION = 2
 _V1_CONFIG_KEYS = (
@@ -66,6 +68,17 @@ def _array(d: dict[str, Any], name: str, dtype, n: int) -> np.ndarray:
     if a.shape != (n,) or a.dtype != dtype:
         raise ValueError(f"state[{name!r}] must be a {np.dtype(dtype)} array of shape ({n},)")
     return a.copy()
+
+
+def pending_state(pending: dict[int, tuple[int, float, int]]) -> dict[str, Any]:
+    """The saved form of pending fragments `{actor id: (level, score sum, steps)}` (`read_pending_rows` reads it)."""
+    ids = list(pending)
+    return {
+        "actor_ids": [int(a) for a in ids],
+        "levels": np.array([pending[a][0] for a in ids], dtype=np.int64),
+        "sums": np.array([pending[a][1] for a in ids], dtype=np.float64),
+        "steps": np.array([pending[a][2] for a in ids], dtype=np.int64),
+    }
 
 
 def read_pending_rows(p: dict[str, Any], bad_level: Callable[[np.ndarray], np.ndarray]
