@@ -278,10 +278,13 @@ class Supervisor:
     def status(self, timeout_s: float = STATUS_TIMEOUT_S) -> SupervisorStatus:
         """Every actor as `alive`, `pending` (with what it waits for) or `unresponsive`, within about
         `timeout_s` seconds: one `ray.wait` over all started actors' `info()` calls."""
-        with self.lock:
+        with self.lock:  # one consistent snapshot: the monitor may record a death while this waits below
             entries = dict(self.actors)
             respawns = [dict(r) for r in self.respawns]
             deaths = [dict(d) for d in self.deaths]
+            counts = {"actor_restarts": self.restarts, "actor_failures": self.failures,
+                      "desired": self.desired, "error": self.error,
+                      "last_actor_error": dict(self.last_error) if self.last_error else None}
         self._refresh_ready(entries)
         started = {i: e for i, e in entries.items() if e["ready_at"] is not None}
         refs = {e["handle"].info.remote(): i for i, e in started.items()}
@@ -321,19 +324,19 @@ class Supervisor:
             actors.append(info)
         return {
             "actors_alive": sum(a["state"] == "alive" for a in actors),
-            "actors_desired": self.desired,
+            "actors_desired": counts["desired"],
             "actors_pending": sum(a["state"] == "pending" for a in actors),
             "actors_unresponsive": sum(a["state"] == "unresponsive" for a in actors),
-            "actor_restarts": self.restarts,
-            "actor_failures": self.failures,
+            "actor_restarts": counts["actor_restarts"],
+            "actor_failures": counts["actor_failures"],
             "actor_cpus": self.actor_cpus,
             "restart_backoff_s": max((r["delay_s"] for r in respawns), default=0.0),
             "respawns": [{"replaces": r["replaces"], "in_s": round(max(r["due"] - now, 0.0), 2),
                           "delay_s": r["delay_s"], "failures": r["failures"], "error": r["error"]}
                          for r in sorted(respawns, key=lambda r: r["due"])],
-            "last_actor_error": dict(self.last_error) if self.last_error else None,
+            "last_actor_error": counts["last_actor_error"],
             "recent_deaths": deaths,
-            "error": self.error,
+            "error": counts["error"],
             "actors": actors,
             "progress": dict(self.progress),
         }

@@ -56,6 +56,25 @@ def test_error_summary_is_the_exception_not_rays_wrapping():
     assert len(error_summary(RuntimeError("x" * 5000))) <= 500
 
 
+def test_status_is_one_snapshot_when_an_actor_dies_while_it_asks_the_others(ray_session, tmp_path):
+    """`status()` waits on the live actors outside the lock; a death the monitor records meanwhile must not
+    show up half: the error without the death that caused it, or the counters of one moment with the
+    deaths of another. The monitor's `_ended` is run at exactly that point."""
+    from levelray.deploy.supervisor import Supervisor
+
+    sup = Supervisor(small_config(tmp_path, actors__max_restarts=0), learner=None, monitor_interval_s=3600)
+    sup.actors[0] = {"handle": None, "run_ref": None, "ready_ref": None, "ready_at": None,
+                     "spawned": time.time(), "failures": 0, "pid": None, "node": None}
+    sup._refresh_ready = lambda entries: sup._ended(0, "ValueError: boom")  # the monitor, mid-status
+    during = sup.status(timeout_s=0.1)
+    assert during["error"] is None and during["recent_deaths"] == [] and during["actor_failures"] == 0
+    assert during["last_actor_error"] is None
+    after = sup.status(timeout_s=0.1)
+    assert after["error"].startswith("env actor 0 failed 1 times in a row")
+    assert [d["actor"] for d in after["recent_deaths"]] == [0] and after["actor_failures"] == 1
+    sup._stopping = True
+
+
 def test_train_command_ends_a_failed_job_with_its_error_and_status_1(tmp_path, monkeypatch, capsys):
     """`levelray train` prints the reason a job failed (no traceback) and exits with status 1."""
     from levelray.deploy import cli, driver
