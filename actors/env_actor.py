@@ -31,8 +31,9 @@ class SeedPrefetcher(LevelDraws):
     (CartPole with a fresh policy ends ~100 episodes a second per env) that floor would mean a Ray call to the
     service every few milliseconds, whose fixed cost on both sides is what PLR's overhead mostly was; so the
     buffer grows to about `2 * REFILL_INTERVAL_S` seconds of levels at the rate they were used since the last
-    refill, which keeps refills to a few a second, and shrinks back when episodes get longer. A level therefore
-    waits at most about that long between being drawn and being played. Levels are handed out in the order the
+    refill, which keeps refills to about two a second, and shrinks back when episodes get longer. A level
+    therefore waits at most about a second between being drawn and being played: PLR's scores move over many
+    updates, and a Robust PLR replay flag is fixed when the level is drawn, so the wait changes nothing. Levels are handed out in the order the
     service gave them, to envs in the order they ask.
 
     Only `fill` (once, when the actor starts) waits for the service. During the step loop nothing does:
@@ -41,7 +42,7 @@ class SeedPrefetcher(LevelDraws):
     would, and a new level for Robust PLR) and the fallback is counted, visible in `levelray status`.
     """
 
-    REFILL_INTERVAL_S = 0.25
+    REFILL_INTERVAL_S = 0.5
     MAX_CAPACITY = 4096
 
     def __init__(self, level_service, num_envs: int, per_env: int):

@@ -5,13 +5,14 @@ Design" (NeurIPS 2021), as `facebookresearch/dcd`'s `LevelSampler(sample_full_di
 levels are seeds from `[start_level, MAX_SEED)`, far too many to score them all, so PLR keeps at most
 `buffer_size` of them with their scores and staleness. Pure NumPy; `level_service.service` wraps it.
 
-Each draw (`draw()`, once per episode start):
+Each draw (`draw()`, once per episode start; `draw_many(n)` for n in a row, as an actor prefetches them):
 
 * **replay** with probability `replay_prob` (schedule `fixed`) or `min(fill, replay_prob)` (`proportionate`,
   `fill` = buffered / buffer_size), once at least `rho x buffer_size` levels are buffered: a buffered level
   from P = (1 - staleness_coef) P_score + staleness_coef P_staleness, the fixed-set sampler's distribution
-  over the buffered levels (same transforms, same O(log n) draws: a cached score CDF and the staleness
-  Fenwick trees of `level_service.staleness`);
+  over the buffered levels (same transforms): a score-proportional slot is one search in a cached CDF, a
+  staleness-proportional one an O(buffer_size) pass over `last` (NumPy, ~10 us at 4,000 levels; made for a
+  `staleness_coef` share of the replays only, where a Fenwick tree's upkeep would cost every draw and commit);
 * else a **new** level: the k-th new level is `start + (a k + c) mod R` with `R = MAX_SEED - start` and `a`
   coprime to `R` (drawn once from the run's seed), a permutation of the space: no seed is handed out as new
   twice within R draws, with O(1) state (a counter), where a set of played seeds would grow without bound.
@@ -42,7 +43,6 @@ from levelray.level_service.buffer_state import BUFFER_STATE_VERSION, read_buffe
 from levelray.level_service.checks import check_real, checked_config
 from levelray.level_service.sampler_state import config_state, pending_state
 from levelray.level_service.scores import step_scores
-from levelray.level_service.staleness import StalenessTree
 from levelray.level_service.transforms import transform_weights
 
 __all__ = ["LevelBuffer"]
@@ -94,8 +94,8 @@ class LevelBuffer:
         self._counter = 0
         self._pending: episodes.Pending = {}  # actor id -> (seed, score sum, steps)
         self._counts = dict.fromkeys(BUFFER_COUNT_KEYS, 0)
+        # power at temperature 1: P_staleness is staleness itself, normalised (no transform call needed)
         self._fast_staleness = self.config.staleness_transform == "power" and self.config.staleness_temperature == 1.0
-        self._fen: StalenessTree | None = None
         self._score_cache: tuple[np.ndarray, np.ndarray] | None = None  # (probs, cdf) over the filled slots
 
     # ------------------------------------------------------------------ reading
@@ -144,10 +144,14 @@ class LevelBuffer:
         """One level for an episode start: `(seed, replayed)`; advances staleness."""
         self._counter += 1
         self._counts["num_samples"] += 1
-        if self._replay_decision():
-            i = self._replay_slot()
-            if self._fen is not None:
-                self._fen.add(i, 0, self._counter - int(self._last[i]))
+        p = self._replay_prob()
+        if p > 0.0 and self._rng.random() < p:
+            c = self.config.staleness_coef
+            if c > 0.0 and self._rng.random() < c:
+                i = self._staleness_slot(self._counter)
+            else:
+                _, cdf = self._get_score_cache()
+                i = min(int(np.searchsorted(cdf, self._rng.random() * cdf[-1], side="right")), self.size - 1)
             self._last[i] = self._counter
             self._counts["num_replays"] += 1
             return int(self._seeds[i]), True
@@ -156,13 +160,60 @@ class LevelBuffer:
         a, c = self._perm
         return self.start_level + (a * k + c) % self._space, False
 
-    def _replay_decision(self) -> bool:
+    def draw_many(self, n: int) -> tuple[np.ndarray, np.ndarray]:
+        """`n` draws in a row: `(seeds [n] int64, replayed [n] bool)`, distributed as `n` calls of `draw()`
+        (the same distribution, not the same random numbers).
+
+        Within the `n` draws the buffered levels and their scores stay put (only commits change them), so the
+        replay decisions and the score-proportional slots are independent draws from fixed distributions,
+        made in one NumPy call each. A staleness-proportional draw depends on the draws before it: the
+        replays before it are applied to `last` first.
+        """
+        if n == 1:  # one level at a time (the inline backend): the scalar path, without NumPy's per-call cost
+            seed, replayed = self.draw()
+            return np.array([seed], dtype=np.int64), np.array([replayed])
+        counters = self._counter + 1 + np.arange(n, dtype=np.int64)  # [n] the staleness counter at each draw
+        p = self._replay_prob()
+        replayed = self._rng.random(n) < p if p > 0.0 else np.zeros(n, dtype=bool)
+        at = np.flatnonzero(replayed)  # [m] the draws that replay
+        c = self.config.staleness_coef
+        by_staleness = self._rng.random(at.size) < c if c > 0.0 else np.zeros(at.size, dtype=bool)
+        slots = np.empty(at.size, dtype=np.int64)  # [m] their buffer slots
+        slots[~by_staleness] = self._score_slots(int(at.size - by_staleness.sum()))
+        applied = 0
+        for j in np.flatnonzero(by_staleness).tolist():
+            self._mark_drawn(slots[applied:j], counters[at[applied:j]])
+            slots[j] = self._staleness_slot(int(counters[at[j]]))
+            applied = j
+        self._mark_drawn(slots[applied:], counters[at[applied:]])
+        seeds = np.empty(n, dtype=np.int64)
+        seeds[at] = self._seeds[slots]
+        seeds[~replayed] = self._new_seeds(n - at.size)
+        self._counter += n
+        self._counts["num_samples"] += n
+        self._counts["num_replays"] += int(at.size)
+        return seeds, replayed
+
+    def _replay_prob(self) -> float:
+        """The probability that the next draw replays: 0 until `rho` of the buffer is filled."""
         n, cfg = self.size, self.config
         fill = n / self.capacity
         if n == 0 or fill < cfg.rho:
-            return False
-        p = cfg.replay_prob if cfg.replay_schedule == "fixed" else min(fill, cfg.replay_prob)
-        return bool(self._rng.random() < p)
+            return 0.0
+        return cfg.replay_prob if cfg.replay_schedule == "fixed" else min(fill, cfg.replay_prob)
+
+    def _new_seeds(self, m: int) -> np.ndarray:
+        """The next `m` new levels `[m]`: `start + (a k + c) mod R` for the next `m` values of k."""
+        a, c = self._perm
+        k = (self._counts["num_new"] + np.arange(m, dtype=np.int64)) % self._space
+        self._counts["num_new"] += m
+        return self.start_level + (a * k + c) % self._space  # a, k < 2**31: no int64 overflow
+
+    def _mark_drawn(self, slots: np.ndarray, counters: np.ndarray) -> None:
+        """`last[slot] = counter` for draws in order (`counters [k]` increasing); a slot drawn twice keeps the
+        later counter."""
+        if slots.size:
+            np.maximum.at(self._last, slots, counters)
 
     def _get_score_cache(self) -> tuple[np.ndarray, np.ndarray]:
         if self._score_cache is None:
@@ -171,28 +222,27 @@ class LevelBuffer:
             self._score_cache = (probs, np.cumsum(probs))
         return self._score_cache
 
-    def _replay_slot(self) -> int:
-        rng, c = self._rng, self.config.staleness_coef
-        if c > 0.0 and rng.random() < c:
-            return self._staleness_slot()
+    def _score_slots(self, m: int) -> np.ndarray:
+        """`m` independent slots `[m]` from P_score."""
+        if m == 0:
+            return np.zeros(0, dtype=np.int64)
         _, cdf = self._get_score_cache()
-        return min(int(np.searchsorted(cdf, rng.random() * cdf[-1], side="right")), self.size - 1)
+        u = self._rng.random(m) * cdf[-1]
+        return np.minimum(np.searchsorted(cdf, u, side="right"), self.size - 1)
 
-    def _staleness_slot(self) -> int:
+    def _staleness_slot(self, counter: int) -> int:
+        """One slot from P_staleness at staleness counter `counter` (`last` holds every earlier draw)."""
         rng, n, cfg = self._rng, self.size, self.config
         if cfg.staleness_transform == "constant":
             return int(rng.integers(n))
+        stale = counter - self._last[:n]  # [n] >= 0
         if not self._fast_staleness:
-            cdf = np.cumsum(transform_weights(cfg.staleness_transform, cfg.staleness_temperature, cfg.eps,
-                                              self.staleness().astype(np.float64)))
-            return min(int(np.searchsorted(cdf, rng.random() * cdf[-1], side="right")), n - 1)
-        if self._fen is None:
-            self._fen = StalenessTree(np.arange(self.capacity) < n, self._last)
-        total = self._counter * n - self._fen.sum_last
-        if total <= 0:  # every buffered level has staleness 0: uniform
+            stale = transform_weights(cfg.staleness_transform, cfg.staleness_temperature, cfg.eps,
+                                      stale.astype(np.float64))
+        cdf = np.cumsum(stale)
+        if cdf[-1] <= 0:  # every buffered level has staleness 0: uniform
             return int(rng.integers(n))
-        pos = self._fen.find(rng.random() * total, self._counter)
-        return pos if pos < n else int(np.argmax(self.staleness()))  # round-off at the very top
+        return min(int(np.searchsorted(cdf, rng.random() * cdf[-1], side="right")), n - 1)
 
     # ------------------------------------------------------------------ scores
     def update_with_rollouts(self, feedback: LevelFeedback) -> None:
@@ -216,35 +266,41 @@ class LevelBuffer:
         self._pending.update(tails)
         self._counts["num_dropped_fragments"] += dropped
         self._counts["num_update_calls"] += 1
-        for seed, score in zip(seg.levels[chrono].tolist(), (seg.sums[chrono] / seg.lengths[chrono]).tolist(),
-                               strict=True):
-            self._commit(seed, score)
+        self._commit_all(seg.levels[chrono].tolist(), (seg.sums[chrono] / seg.lengths[chrono]).tolist())
         self._counts["num_episodes"] += int(chrono.size)
         if chrono.size:
             self._score_cache = None
 
-    def _commit(self, seed: int, score: float) -> None:
-        """One complete episode's score: the EWA for a buffered level, the buffer's rule for any other."""
-        slot = self._slot_of.get(seed)
-        if slot is not None:
-            alpha = self.config.alpha
-            self._scores[slot] = (1.0 - alpha) * self._scores[slot] + alpha * score
-            return
-        n = self.size
-        if n < self.capacity:
-            self._place(n, seed, score, was_filled=False)
-            return
-        lowest = int(np.argmin(self._scores))
-        if score > self._scores[lowest]:
-            del self._slot_of[int(self._seeds[lowest])]
-            self._place(lowest, seed, score, was_filled=True)
-            self._counts["num_evicted"] += 1
-        else:
-            self._counts["num_rejected"] += 1
+    def _commit_all(self, seeds: list[int], scores: list[float]) -> None:
+        """Complete episodes' scores in the order they ended: the EWA for a buffered level, the buffer's rule
+        for any other. `lowest` caches `argmin(scores)` (the first slot of the lowest score, as the rule
+        evicts) between the commits that cannot change it, so that only an eviction costs a full pass."""
+        buf, slot_of, alpha, counts = self._scores, self._slot_of, self.config.alpha, self._counts
+        lowest = -1  # -1: not known
+        for seed, score in zip(seeds, scores, strict=True):
+            slot = slot_of.get(seed)
+            if slot is not None:
+                old = buf[slot]
+                new = buf[slot] = (1.0 - alpha) * old + alpha * score
+                if lowest == slot:
+                    lowest = lowest if new <= old else -1
+                elif lowest >= 0 and (new < buf[lowest] or (new == buf[lowest] and slot < lowest)):
+                    lowest = slot
+            elif len(slot_of) < buf.size:
+                self._place(len(slot_of), seed, score)
+                lowest = -1
+            else:
+                if lowest < 0:
+                    lowest = int(buf.argmin())
+                if score > buf[lowest]:
+                    del slot_of[int(self._seeds[lowest])]
+                    self._place(lowest, seed, score)
+                    counts["num_evicted"] += 1
+                    lowest = -1
+                else:
+                    counts["num_rejected"] += 1
 
-    def _place(self, slot: int, seed: int, score: float, *, was_filled: bool) -> None:
-        if self._fen is not None:
-            self._fen.add(slot, 0 if was_filled else 1, self._counter - (int(self._last[slot]) if was_filled else 0))
+    def _place(self, slot: int, seed: int, score: float) -> None:
         self._seeds[slot] = seed
         self._scores[slot] = score
         self._last[slot] = self._counter

@@ -180,6 +180,12 @@ class LevelSampler:
         self._num_replays += replayed
         return self._seed_list[i], replayed
 
+    def draw_many(self, n: int) -> tuple[np.ndarray, np.ndarray]:
+        """`n` calls of `draw()`: `(seeds [n] int64, replayed [n] bool)`."""
+        pairs = [self.draw() for _ in range(n)]
+        return (np.fromiter((seed for seed, _ in pairs), dtype=np.int64, count=n),
+                np.fromiter((replayed for _, replayed in pairs), dtype=bool, count=n))
+
     def _sample_index(self) -> tuple[int, bool]:
         cfg = self.config
         strategy = cfg.strategy

@@ -144,10 +144,9 @@ class LevelServiceCore:
         try:
             if isinstance(n, bool) or not isinstance(n, int | np.integer) or not 0 <= n <= MAX_SEEDS_PER_CALL:
                 raise ValueError(f"n must be an int in [0, {MAX_SEEDS_PER_CALL}], got {n!r}")
-            draw = self._sampler.draw
-            pairs = [draw() for _ in range(int(n))]
+            seeds, replayed = self._sampler.draw_many(int(n))
             self._num_sample_calls += 1
-            return [seed for seed, _ in pairs], [replayed for _, replayed in pairs]
+            return seeds.tolist(), replayed.tolist()
         finally:
             self._maybe_snapshot()
 
@@ -199,14 +198,16 @@ class LevelServiceCore:
         self._sampler = sampler
         self._restored = True
 
-    def stats(self) -> dict[str, Any]:
-        """Summary for logs/metrics (see the module docstring of the sampler for definitions)."""
+    def stats(self, vectors: bool | None = None) -> dict[str, Any]:
+        """Summary for logs/metrics (see the module docstring of the sampler for definitions). `vectors`: with
+        the per-level `seeds`, `weights` and `staleness_vector` (by default for a fixed set only, whose driver
+        records them at every report; a buffer's slots change levels, so its driver does not)."""
         try:
-            return self._stats()
+            return self._stats(vectors)
         finally:
             self._maybe_snapshot()
 
-    def _stats(self) -> dict[str, Any]:
+    def _stats(self, vectors: bool | None) -> dict[str, Any]:
         s = self._sampler
         view = levels_view(s)
         num_scored = int(view.scored.sum())
@@ -230,12 +231,12 @@ class LevelServiceCore:
         counts["num_rollout_batches"] = counts.pop("num_update_calls")
         out.update(counts)
         out["levels_evicted"] = counts.get("num_evicted", 0)
-        out.update(_distribution_stats(view))
+        out.update(_distribution_stats(view, not view.buffered if vectors is None else vectors))
         return out
 
 
-def _distribution_stats(view: LevelView) -> dict[str, Any]:
-    """Score quantiles, staleness, the top replay weights and the full vectors of the scored levels."""
+def _distribution_stats(view: LevelView, vectors: bool) -> dict[str, Any]:
+    """Score quantiles, staleness, the top replay weights and (`vectors`) the full vectors of the levels."""
     out: dict[str, Any] = {"score": None, "staleness": None}
     if view.scored.any():
         sc = view.scores[view.scored]
@@ -251,9 +252,10 @@ def _distribution_stats(view: LevelView) -> dict[str, Any]:
         for i in top.tolist()
         if weights[i] > 0
     ]
-    out["weights"] = weights
-    out["staleness_vector"] = view.staleness
-    out["seeds"] = view.seeds
+    if vectors:
+        out["weights"] = weights
+        out["staleness_vector"] = view.staleness
+        out["seeds"] = view.seeds
     return out
 
 

@@ -192,7 +192,7 @@ def test_a_batch_of_feedback_equals_its_calls_in_order_and_names_a_bad_one():
     assert packb(batched.state_dict()) == packb(one_by_one.state_dict())
 
 
-def test_prefetcher_holds_half_a_second_of_levels_within_its_bounds(ray_session):
+def test_prefetcher_holds_a_second_of_levels_within_its_bounds(ray_session):
     """An actor's level buffer grows with the rate its envs use levels (so refills stay a few a second however
     short the episodes) and falls back to `per_env * num_envs` when they slow down."""
     from levelray.actors.env_actor import SeedPrefetcher
@@ -203,10 +203,10 @@ def test_prefetcher_holds_half_a_second_of_levels_within_its_bounds(ray_session)
     prefetcher.fill()
     assert prefetcher.capacity == 8 and len(prefetcher.buffer) == 8
     prefetcher._last_request, prefetcher._drawn = (0.0, 0), 1000
-    prefetcher._resize(1.0)  # 1,000 levels a second: 0.5 s of them
-    assert prefetcher.capacity == 500
-    prefetcher._drawn = 1010
-    prefetcher._resize(2.0)  # 10 a second: back to the floor
+    prefetcher._resize(1.0)  # 1,000 levels a second: 1 s of them
+    assert prefetcher.capacity == 1000
+    prefetcher._drawn = 1005
+    prefetcher._resize(2.0)  # 5 a second: back to the floor
     assert prefetcher.capacity == 8
     prefetcher._drawn = 10**6
     prefetcher._resize(3.0)
