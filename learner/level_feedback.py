@@ -22,7 +22,7 @@ from levelray.learner.learner import StepOutputs
 STEP_FIELDS = ("seeds", "dones", "advantages", "logits", "rewards")  # the [T, N, ...] fields; `values` has T+1
 
 
-def _feedback_for_columns(strategy: str, batch: Batch, outputs: StepOutputs, columns: np.ndarray) -> LevelFeedback:
+def _feedback_for_columns(strategy: str, batch: Batch, outputs: StepOutputs, columns: slice) -> LevelFeedback:
     """PLR's inputs over `columns` of the batch, with only the fields `strategy` reads."""
     arrays = batch.arrays
     extra: dict[str, np.ndarray] = {}
@@ -35,7 +35,7 @@ def _feedback_for_columns(strategy: str, batch: Batch, outputs: StepOutputs, col
         extra["logits"] = outputs.dist_params[:, columns]
     return LevelFeedback(
         seeds=arrays["level_seeds"][:, columns],
-        dones=(arrays["terminated"] | arrays["truncated"])[:, columns],
+        dones=arrays["terminated"][:, columns] | arrays["truncated"][:, columns],
         actor_ids=arrays["env_ids"][columns],
         **extra,
     )
@@ -54,8 +54,8 @@ def level_feedback(strategy: str, batch: Batch, outputs: StepOutputs) -> list[Le
             seen = set()
         groups[-1].append(cols)
         seen.update(ids)
-    return [_feedback_for_columns(strategy, batch, outputs, np.concatenate([np.arange(c.start, c.stop) for c in g]))
-            for g in groups]
+    # a group's unrolls are consecutive: their columns are one slice (a view, not a copy)
+    return [_feedback_for_columns(strategy, batch, outputs, slice(g[0].start, g[-1].stop)) for g in groups]
 
 
 def merge_in_time(feedbacks: list[LevelFeedback]) -> list[LevelFeedback]:
@@ -66,24 +66,36 @@ def merge_in_time(feedbacks: list[LevelFeedback]) -> list[LevelFeedback]:
     fast learner sends tens a second). Columns with the same number of steps share one feedback. A column
     whose level changes between two feedbacks without an episode end (its actor was restarted) starts a new
     series there, in a later feedback, so the service drops the stale fragment as it would have. Feedback
-    with `values` (one_step_td_error's bootstrap row) is returned as it is."""
-    if len(feedbacks) < 2 or any(f.values is not None or f.actor_ids is None for f in feedbacks):
+    with `values` (one_step_td_error's bootstrap row), without actor ids or of unequal lengths is returned as
+    it is.
+
+    Vectorised: the `G` columns of all feedbacks side by side `[T, G]`; a series is a list of those columns,
+    and a group of `R` series of `L` columns each is one fancy index `[T, R, L]`, reordered to `[L * T, R]`.
+    """
+    if (len(feedbacks) < 2 or any(f.values is not None or f.actor_ids is None for f in feedbacks)
+            or len({np.shape(f.seeds)[0] for f in feedbacks}) > 1):
         return feedbacks
     fields = [name for name in STEP_FIELDS if getattr(feedbacks[0], name) is not None]
-    series: dict[int, list[dict[str, list[np.ndarray]]]] = {}  # actor id -> its unbroken runs of steps
-    for f in feedbacks:
-        arrays = {name: np.asarray(getattr(f, name)) for name in fields}
-        for j, actor in enumerate(np.asarray(f.actor_ids).tolist()):
-            runs = series.setdefault(actor, [])
-            last = runs[-1] if runs else None
-            if last is None or (not last["dones"][-1][-1] and last["seeds"][-1][-1] != arrays["seeds"][0, j]):
-                runs.append({name: [] for name in fields})
-            for name in fields:
-                runs[-1][name].append(arrays[name][:, j])
-    groups: dict[tuple[int, int], list[tuple[int, dict]]] = {}  # (run index, steps) -> columns
+    wide = {name: np.concatenate([np.asarray(getattr(f, name)) for f in feedbacks], axis=1) for name in fields}
+    actors = np.concatenate([np.asarray(f.actor_ids) for f in feedbacks]).tolist()  # [G]
+    ended, last_seed, first_seed = wide["dones"][-1].tolist(), wide["seeds"][-1].tolist(), wide["seeds"][0].tolist()
+    series: dict[int, list[list[int]]] = {}  # actor id -> its unbroken runs of columns
+    for g, actor in enumerate(actors):
+        runs = series.setdefault(actor, [])
+        if runs and (ended[runs[-1][-1]] or last_seed[runs[-1][-1]] == first_seed[g]):
+            runs[-1].append(g)
+        else:
+            runs.append([g])
+    groups: dict[tuple[int, int], list[tuple[int, list[int]]]] = {}  # (run index, columns) -> series
     for actor, runs in series.items():
         for i, run in enumerate(runs):
-            groups.setdefault((i, sum(len(x) for x in run["seeds"])), []).append((actor, run))
-    return [LevelFeedback(actor_ids=np.array([a for a, _ in cols], dtype=np.int64),
-                          **{name: np.stack([np.concatenate(run[name]) for _, run in cols], axis=1) for name in fields})
-            for _, cols in sorted(groups.items(), key=lambda item: item[0][0])]
+            groups.setdefault((i, len(run)), []).append((actor, run))
+    out = []
+    for (_, length), members in sorted(groups.items(), key=lambda item: item[0][0]):
+        index = np.array([run for _, run in members])  # [R, L]
+        merged = {}
+        for name in fields:
+            x = np.moveaxis(wide[name][:, index], 2, 0)  # [L, T, R, ...]
+            merged[name] = x.reshape(length * x.shape[1], *x.shape[2:])
+        out.append(LevelFeedback(actor_ids=np.array([a for a, _ in members], dtype=np.int64), **merged))
+    return out

@@ -117,3 +117,36 @@ def test_feedbacks_merged_in_time_score_the_same_episodes():
 
     (at_once_rows, at_once_sums), (one_rows, one_sums) = pending(at_once), pending(one_by_one)
     assert at_once_rows == one_rows and at_once_sums == pytest.approx(one_sums)
+
+
+def test_merged_series_are_each_columns_steps_in_order_with_every_field():
+    """Every field of the merged feedbacks (logits `[T, N, P]` too) holds, per actor id, exactly that column's
+    steps from the feedbacks in the order they were given (no episode end between feedbacks: the seeds
+    continue, so each column is one series); feedbacks of unequal lengths are left as they are."""
+    from levelray.learner.level_feedback import merge_in_time
+
+    rng = np.random.default_rng(3)
+    T, P = 5, 3
+    feedbacks = []
+    for _ in range(7):
+        ids = rng.permutation(6)[: rng.integers(2, 7)]
+        seeds = np.tile(100 + ids, (T, 1))
+        feedbacks.append(LevelFeedback(seeds=seeds, dones=np.zeros((T, ids.size), bool), actor_ids=ids,
+                                       logits=rng.normal(size=(T, ids.size, P)).astype(np.float32)))
+    merged = merge_in_time(feedbacks)
+    got = {}
+    for f in merged:
+        assert f.logits.shape == (f.seeds.shape[0], f.actor_ids.size, P)
+        for j, a in enumerate(f.actor_ids.tolist()):
+            assert a not in got
+            got[a] = (f.seeds[:, j], f.logits[:, j])
+    for a in range(6):
+        cols = [(f.seeds[:, j], f.logits[:, j]) for f in feedbacks for j in np.flatnonzero(f.actor_ids == a)]
+        if not cols:
+            continue
+        np.testing.assert_array_equal(got[a][0], np.concatenate([c[0] for c in cols]))
+        np.testing.assert_array_equal(got[a][1], np.concatenate([c[1] for c in cols]))
+    assert set(got) == {a for f in feedbacks for a in f.actor_ids.tolist()}
+    short = LevelFeedback(seeds=np.full((2, 1), 7), dones=np.zeros((2, 1), bool), actor_ids=np.array([9]),
+                          logits=np.zeros((2, 1, P), np.float32))
+    assert merge_in_time([*feedbacks, short]) == [*feedbacks, short]
