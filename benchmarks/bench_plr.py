@@ -19,7 +19,8 @@ staleness_coef 0.3). The update stream above takes its levels from the buffer's 
 episode start, so about half the episodes are new levels competing for entry; the stream first fills the buffer.
 * update: as above; "+rebuild": plus the draws after it up to the first that rebuilds the cached score CDF (the
   first score-driven replay: new levels and staleness draws do not read it);
-* draw: one `draw()`, replay and new mixed, buffer full (mean over k draws after 1,000 warm-up draws).
+* draw: one `draw()`, replay and new mixed, buffer full (mean over k draws after 1,000 warm-up draws);
+  `draw_many(64)`: per level, as the level service answers an actor's prefetch.
 
 The reference keeps its structure: per-actor Python loop over episodes with torch score functions, then
 the loop over every (actor, level) pair committing partial scores; `sample()` rebuilds the rank and
@@ -58,11 +59,13 @@ BUFFER_CONFIGS = {
     "value_l1": LevelConfig(**_DCD),
     "positive_value_loss": LevelConfig(strategy="positive_value_loss", temperature=0.3, staleness_coef=0.3, **_DCD),
 }
+PREFETCH = 64  # levels per draw_many call: an actor's refill on CartPole is a few hundred
 BUFFER_COLUMNS = [
     ("strategy", "strategy"),
     ("update_s", "update", lambda s: f"{s * 1e3:.3f} ms"),
     ("update_plus_rebuild_s", "+rebuild", lambda s: f"{s * 1e3:.3f} ms"),
     ("draw_s", "draw", lambda s: f"{s * 1e6:.2f} us"),
+    ("draw_many_s", f"draw_many({PREFETCH}) per level", lambda s: f"{s * 1e6:.2f} us"),
     ("new_per_update", "new eps/update", lambda x: f"{x:.0f}"),
     ("replayed_per_update", "replayed eps/update", lambda x: f"{x:.0f}"),
     ("inserted_per_update", "entered/update", lambda x: f"{x:.1f}"),
@@ -400,9 +403,13 @@ def time_buffer(cfg: LevelConfig, reps: int, k: int) -> dict:
     for _ in range(k):
         buf.draw()
     draw_s = (time.perf_counter() - t0) / k
+    t0 = time.perf_counter()
+    for _ in range(k // PREFETCH):
+        buf.draw_many(PREFETCH)
+    draw_many_s = (time.perf_counter() - t0) / (k // PREFETCH * PREFETCH)
     # per update: draws (the stream's episode starts and the rebuild draws), new or replayed; levels that entered
     per = {key: (after[key] - before[key]) / reps for key in ("num_samples", "num_replays", "num_inserted")}
-    return {"buffered": buf.size, "update_s": float(np.median(t_upd)), "draw_s": draw_s,
+    return {"buffered": buf.size, "update_s": float(np.median(t_upd)), "draw_s": draw_s, "draw_many_s": draw_many_s,
             "update_plus_rebuild_s": float(np.median(t_rebuild)), "replayed_per_update": per["num_replays"],
             "new_per_update": per["num_samples"] - per["num_replays"], "inserted_per_update": per["num_inserted"]}
 
