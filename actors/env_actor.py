@@ -33,8 +33,8 @@ class SeedPrefetcher(LevelDraws):
     buffer grows to about `2 * REFILL_INTERVAL_S` seconds of levels at the rate they were used since the last
     refill, which keeps refills to about two a second, and shrinks back when episodes get longer. A level
     therefore waits at most about a second between being drawn and being played: PLR's scores move over many
-    updates, and a Robust PLR replay flag is fixed when the level is drawn, so the wait changes nothing. Levels are handed out in the order the
-    service gave them, to envs in the order they ask.
+    updates, and a Robust PLR replay flag is fixed when the level is drawn, so the wait changes nothing. Levels
+    are handed out in the order the service gave them, to envs in the order they ask.
 
     Only `fill` (once, when the actor starts) waits for the service. During the step loop nothing does:
     a slow or restarting service would otherwise stall every env of the actor at each episode end. When
@@ -143,6 +143,7 @@ class EnvActor:
             cfg.actors.unroll_length,
             model_kind=cfg.learner.model,
             hidden_sizes=tuple(cfg.learner.hidden_sizes),
+            precision=cfg.learner.precision,
             actor_id=actor_id,
             env_id_offset=actor_id * K,
             seed=seed,

@@ -12,8 +12,9 @@ import torch
 from levelray.actors.env_vector import EnvVector, LevelDraws
 from levelray.contracts.spec import EnvSpec
 from levelray.policy import distributions
-from levelray.policy.models import build_model
+from levelray.policy.models import build_model, resolve_model_kind
 from levelray.policy.numpy_policy import NumpyPolicy
+from levelray.policy.precision import autocast, compute_dtype
 from levelray.policy.weights import load_numpy_weights
 
 
@@ -34,13 +35,15 @@ class RolloutWorker:
         *,
         model_kind: str = "auto",
         hidden_sizes: tuple[int, ...] = (64, 64),
+        precision: str = "fp32",
         actor_id: int = 0,
         env_id_offset: int = 0,
         seed: int = 0,
         level_draws: LevelDraws | None = None,
     ):
         """`level_draws`: the envs' level source when the level service feeds them (it knows which levels are
-        replays); without one every step's `level_replayed` flag is False."""
+        replays); without one every step's `level_replayed` flag is False. `precision`: `learner.precision`, the
+        torch network's arithmetic here too (the NumPy MLP path is float32)."""
         self.envs = envs
         self._level_draws = level_draws
         self.spec: EnvSpec = envs.spec
@@ -50,6 +53,8 @@ class RolloutWorker:
         self.model = build_model(self.spec, model_kind, hidden_sizes)
         self.model.eval()
         self._numpy_policy = NumpyPolicy(self.model) if NumpyPolicy.supports(self.model) else None
+        self._dtype = compute_dtype(precision, torch.device("cpu"), resolve_model_kind(self.spec, model_kind),
+                                    inference=True)
         self.policy_version = 0
         self._gen = torch.Generator().manual_seed(seed)
         self._rng = np.random.default_rng(seed)
@@ -77,8 +82,8 @@ class RolloutWorker:
         if self._numpy_policy is not None:
             dist_params = self._numpy_policy.dist_params(obs)
         else:
-            with torch.inference_mode():
-                dist_params = self.model.dist_params(torch.from_numpy(obs)).numpy()
+            with torch.inference_mode(), autocast(torch.device("cpu"), self._dtype):
+                dist_params = self.model.dist_params(torch.from_numpy(obs)).float().numpy()
         if greedy:
             if self.spec.discrete:
                 return np.argmax(dist_params, axis=1).astype(np.int64), dist_params

@@ -1,11 +1,16 @@
-"""Learner throughput: samples/s of one V-trace update (forward, backward, Adam step).
+"""Learner throughput: samples/s of one V-trace update (forward, backward, Adam step), fp32 against bf16, and the
+actors' inference in both.
 
-    python -m benchmarks.bench_learner [--device auto|cpu|cuda] [--json PATH] [--quick]
+    python -m benchmarks.bench_learner [--device auto|cpu|cuda] [--json PATH] [--quick] [--seconds S]
+        [--threads 1,2] [--precisions fp32,bf16]
 
-IMPALA CNN on procgen-shaped uint8 observations, batch of 32 unrolls x 20 steps (B=32, T=20), and the
-MLP on CartPole-shaped observations. On the CPU the CNN figure is the ceiling for procgen training
-on this machine (training is learner-bound there). Needs torch and numpy only, no Ray, so it runs
-on the lent GPU machines too.
+Updates: the IMPALA CNN on procgen-shaped uint8 observations at T=20 x B=32 (640 samples: the procgen preset's
+batch of 2 unrolls x 16 envs) and B=128 (2,560), the MiniGrid net on MiniGrid's symbolic view at B=32, and the MLP
+on CartPole-shaped observations at B=32 and B=256; each in each precision (`learner.precision`) and torch
+thread count. Inference: the actors' torch forward pass (`dist_params` under `inference_mode`, as
+`RolloutWorker.act`) at a batch of 16 observations (an actor's env vector), in obs/s; the MLP's actors use NumPy
+and are not timed here. On the CPU the CNN update is the ceiling of procgen training on this machine (training is
+learner-bound there). Needs torch and numpy only, no Ray, so it runs on the lent GPU machines too.
 """
 
 from __future__ import annotations
@@ -18,14 +23,23 @@ import torch
 
 from benchmarks.common import print_table, write_json
 from levelray.contracts.config import LearnerConfig
-from levelray.contracts.spec import EnvSpec
+from levelray.contracts.spec import MINIGRID_OBS, EnvSpec
 from levelray.learner.learner import Learner
+from levelray.policy.models import build_model
+from levelray.policy.precision import autocast, compute_dtype
 
 CASES = {
     "impala_cnn": EnvSpec((64, 64, 3), "uint8", True, num_actions=15),
+    "minigrid_cnn": EnvSpec((7, 7, 4), "uint8", True, num_actions=7, obs_encoding=MINIGRID_OBS),
     "mlp": EnvSpec((4,), "float32", True, num_actions=2),
 }
-COLUMNS = ["model", "device", "T", "B", ("update_ms", "update ms"), ("samples_per_s", "samples/s")]
+OBS_HIGH = {"minigrid_cnn": 6}  # MiniGrid's symbolic view: small object, colour and state indices
+UPDATES = [("impala_cnn", 32), ("impala_cnn", 128), ("minigrid_cnn", 32), ("mlp", 32), ("mlp", 256)]
+INFERENCE = ("impala_cnn", "minigrid_cnn")
+INFERENCE_BATCH = 16
+COLUMNS = ["model", "precision", ("torch_threads", "threads"), "T", "B", ("update_ms", "update ms"),
+           ("samples_per_s", "samples/s")]
+INFERENCE_COLUMNS = ["model", "precision", ("torch_threads", "threads"), "batch", ("obs_per_s", "obs/s")]
 
 
 def make_batch(spec: EnvSpec, T: int, B: int, rng: np.random.Generator, obs_high: int = 256) -> dict:
@@ -44,10 +58,10 @@ def make_batch(spec: EnvSpec, T: int, B: int, rng: np.random.Generator, obs_high
     }
 
 
-def measure(model: str, device: str, T: int, B: int, seconds: float) -> dict:
+def measure(model: str, device: str, T: int, B: int, seconds: float, precision: str = "fp32") -> dict:
     spec = CASES[model]
-    learner = Learner(spec, LearnerConfig(device=device), seed=0)
-    batch = make_batch(spec, T, B, np.random.default_rng(0))
+    learner = Learner(spec, LearnerConfig(device=device, precision=precision), seed=0)
+    batch = make_batch(spec, T, B, np.random.default_rng(0), OBS_HIGH.get(model, 256))
     for _ in range(3):
         learner.update(batch)
     sync = torch.cuda.synchronize if learner.device.type == "cuda" else (lambda: None)
@@ -58,24 +72,56 @@ def measure(model: str, device: str, T: int, B: int, seconds: float) -> dict:
         n += 1
     sync()
     elapsed = time.perf_counter() - start
-    return {"model": model, "device": str(learner.device), "T": T, "B": B, "updates": n,
+    return {"model": model, "precision": precision, "device": str(learner.device), "T": T, "B": B, "updates": n,
             "update_ms": elapsed / n * 1e3, "samples_per_s": n * T * B / elapsed,
             "torch_threads": torch.get_num_threads()}
+
+
+def measure_inference(model: str, seconds: float, precision: str) -> dict:
+    """Observations per second through the actors' CPU forward pass at a batch of `INFERENCE_BATCH`."""
+    spec = CASES[model]
+    net = build_model(spec, model).eval()
+    dtype = compute_dtype(precision, torch.device("cpu"), model, inference=True)
+    obs = torch.from_numpy(make_batch(spec, 1, INFERENCE_BATCH, np.random.default_rng(0),
+                                      OBS_HIGH.get(model, 256))["obs"][0])
+
+    def forward() -> None:
+        with torch.inference_mode(), autocast(torch.device("cpu"), dtype):
+            net.dist_params(obs).float().numpy()
+
+    for _ in range(5):
+        forward()
+    n, start = 0, time.perf_counter()
+    while time.perf_counter() - start < seconds:
+        forward()
+        n += 1
+    elapsed = time.perf_counter() - start
+    return {"model": model, "precision": precision, "batch": INFERENCE_BATCH, "calls": n,
+            "obs_per_s": n * INFERENCE_BATCH / elapsed, "torch_threads": torch.get_num_threads()}
 
 
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--device", default="auto")
     parser.add_argument("--json", default="benchmarks/out/bench_learner.json")
-    parser.add_argument("--quick", action="store_true")
+    parser.add_argument("--quick", action="store_true", help="2 s a case, the smaller batches, 1 thread")
     parser.add_argument("--seconds", type=float, default=10.0)
+    parser.add_argument("--threads", default="1,2", help="torch thread counts, comma-separated")
+    parser.add_argument("--precisions", default="fp32,bf16", help="learner.precision values, comma-separated")
     args = parser.parse_args()
     seconds = 2.0 if args.quick else args.seconds
-    results = [measure("impala_cnn", args.device, 20, 32, seconds), measure("mlp", args.device, 20, 32, seconds)]
-    if not args.quick:
-        results.append(measure("mlp", args.device, 20, 256, seconds))
+    threads = [1] if args.quick else [int(x) for x in args.threads.split(",")]
+    precisions = args.precisions.split(",")
+    updates = [(m, b) for m, b in UPDATES if not args.quick or b <= 32]
+    results, inference = [], []
+    for n_threads in threads:
+        torch.set_num_threads(n_threads)
+        for model, B in updates:
+            results += [measure(model, args.device, 20, B, seconds, p) for p in precisions]
+        inference += [measure_inference(model, seconds, p) for model in INFERENCE for p in precisions]
     print_table(results, COLUMNS)
-    write_json(args.json, {"results": results}, benchmark="bench_learner")
+    print_table(inference, INFERENCE_COLUMNS, title=f"\nactors' inference, batch {INFERENCE_BATCH}")
+    write_json(args.json, {"results": results, "inference": inference}, benchmark="bench_learner")
 
 
 if __name__ == "__main__":

@@ -152,6 +152,13 @@ class LearnerConfig(_Section):
                        "stop the job after this many updates in a row with a NaN/Inf loss or gradient", min=1),
     )
     device: str = field(default="auto", metadata=_flag("--device", "torch device: auto, cpu, cuda or cuda:N"))
+    precision: str = field(
+        default="auto",
+        metadata=_flag("--precision", "the networks' arithmetic: bf16 autocast (parameters, optimiser state, targets "
+                       "and losses stay float32), fp32, or auto: bf16 on a device with fast bf16 (a CUDA GPU with "
+                       "bf16, a CPU with AVX512-BF16 or AMX) for the networks measured faster in it, fp32 elsewhere",
+                       choices=("auto", "fp32", "bf16")),
+    )
 
 
 @dataclass(frozen=True)

@@ -75,7 +75,7 @@ def play_episodes(
     try:
         # The actors' own policy code (NumPy or torch inference, the same sampling).
         worker = RolloutWorker(vec, 1, model_kind=cfg.learner.model, hidden_sizes=tuple(cfg.learner.hidden_sizes),
-                               seed=int(seed))
+                               precision=cfg.learner.precision, seed=int(seed))
         worker.set_weights(0, weights)
         returns = np.zeros(episodes)
         lengths = np.zeros(episodes, dtype=np.int64)

@@ -60,6 +60,7 @@ class InlineBackend:
                 cfg.actors.unroll_length,
                 model_kind=cfg.learner.model,
                 hidden_sizes=tuple(cfg.learner.hidden_sizes),
+                precision=cfg.learner.precision,
                 actor_id=i,
                 env_id_offset=i * K,
                 seed=cfg.seed * 1000 + i,

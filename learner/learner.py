@@ -32,7 +32,8 @@ from levelray.learner.model_batch import ModelBatch, SequenceSampler
 from levelray.learner.model_loss import MuZeroLoss
 from levelray.learner.value_normalization import PopArt, preserve_outputs_, value_output_layer
 from levelray.policy import distributions
-from levelray.policy.models import build_model
+from levelray.policy.models import build_model, resolve_model_kind
+from levelray.policy.precision import autocast, compute_dtype
 from levelray.policy.weights import weights_to_numpy
 
 log = logging.getLogger(__name__)
@@ -92,6 +93,8 @@ class Learner:
             f" ({torch.cuda.get_device_name(self.device)})" if self.device.type == "cuda" else "",
         )
         self.model = build_model(spec, config.model, tuple(config.hidden_sizes)).to(self.device)
+        # bf16 or fp32 inside the policy network (policy/precision.py); its outputs are float32 either way
+        self.compute_dtype = compute_dtype(config.precision, self.device, resolve_model_kind(spec, config.model))
         if not spec.discrete:  # the box the env clips actions to (`losses.impala_losses`' action_bound term)
             self._action_low = torch.tensor(spec.action_low, dtype=torch.float32, device=self.device)
             self._action_high = torch.tensor(spec.action_high, dtype=torch.float32, device=self.device)
@@ -170,19 +173,26 @@ class Learner:
         metrics = {**self._metrics(forward, vt, log_rhos, terms, grad_norm), **model_metrics, "trained_steps": trained}
         return UpdateResult(metrics, self._outputs(forward, vt, model_priorities))
 
+    def _network(self, obs: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """The policy network's `(dist_params [N, P], values [N])` on `obs [N, ...]`, computed in
+        `compute_dtype` (bf16 autocast or fp32) and returned as float32: everything after is float32."""
+        with autocast(self.device, self.compute_dtype):
+            dist_params, values = self.model(obs)
+        return dist_params.float(), values.float()
+
     def _forward(self, batch: dict[str, Any]) -> Forward:
         """The network on all `[T+1, B]` observations in one pass (with gradients), and on the truncated steps'
         final observations (without)."""
         obs = self._tensor(batch["obs"])
         T1, B = obs.shape[:2]
-        dist_params, values = self.model(obs.reshape(T1 * B, *obs.shape[2:]))
+        dist_params, values = self._network(obs.reshape(T1 * B, *obs.shape[2:]))
         dist_params, values = dist_params.view(T1, B, -1), values.view(T1, B)
         if self.value_norm is not None:  # reward units, with the statistics before this update
             values = self.value_norm.unnormalize(values)
         final_values = None
         if batch.get("final_obs") is not None and len(batch["final_obs"]):
             with torch.no_grad():
-                _, v_final = self.model(self._tensor(batch["final_obs"]))
+                _, v_final = self._network(self._tensor(batch["final_obs"]))
                 if self.value_norm is not None:
                     v_final = self.value_norm.unnormalize(v_final)
             idx = self._tensor(batch["final_obs_index"], torch.long)

@@ -206,11 +206,18 @@ class MiniGridNet(_SharedTorso):
 MODEL_KINDS = ("auto", "impala_cnn", "minigrid_cnn", "mlp")
 
 
-def build_model(spec: EnvSpec, kind: str = "auto", hidden_sizes: tuple[int, ...] = (64, 64)) -> nn.Module:
-    """`kind`: 'auto' (impala_cnn for uint8 images, minigrid_cnn for MiniGrid's symbolic view, mlp
-    otherwise), 'impala_cnn', 'minigrid_cnn' or 'mlp'. `hidden_sizes` is the MLP's alone."""
+def resolve_model_kind(spec: EnvSpec, kind: str = "auto") -> str:
+    """The network `kind` names for `spec`: 'auto' is impala_cnn for uint8 images, minigrid_cnn for MiniGrid's
+    symbolic view, mlp otherwise; any other kind is itself."""
     if kind == "auto":
-        kind = "minigrid_cnn" if spec.is_minigrid else "impala_cnn" if spec.is_image else "mlp"
+        return "minigrid_cnn" if spec.is_minigrid else "impala_cnn" if spec.is_image else "mlp"
+    return kind
+
+
+def build_model(spec: EnvSpec, kind: str = "auto", hidden_sizes: tuple[int, ...] = (64, 64)) -> nn.Module:
+    """`kind`: 'auto' (see `resolve_model_kind`), 'impala_cnn', 'minigrid_cnn' or 'mlp'. `hidden_sizes` is the
+    MLP's alone."""
+    kind = resolve_model_kind(spec, kind)
     if kind == "impala_cnn":
         if not spec.is_image:
             what = "MiniGrid's symbolic view (use minigrid_cnn)" if spec.is_minigrid else list(spec.obs_shape)
