@@ -21,7 +21,7 @@ import threading
 import time
 import traceback
 
-from levelray.contracts.config import RunConfig
+from levelray.contracts.config import LearnerConfig, RunConfig
 from levelray.contracts.levels import LevelFeedback, training_range
 from levelray.contracts.spec import EnvSpec
 from levelray.contracts.trajectory import TrajectoryError, Unroll, validate_unroll
@@ -138,6 +138,14 @@ class RemoteLevels:
         self._last_send = time.monotonic()
 
 
+def inbound_queue_size(learner: LearnerConfig, batch_unrolls: int) -> int:
+    """Unrolls the learner's inbound queue holds: `learner.queue_size`, or one batch of `batch_unrolls` fresh
+    unrolls. A full queue blocks the actors' `submit_batch` (backpressure). Every batch waiting in it adds one
+    version to the policy lag of the unrolls behind it; one batch ready while the learner trains on another
+    keeps a learner-bound run at the same throughput (measured: benchmarks/RESULTS.md, "bf16 (issue 30)")."""
+    return learner.queue_size if learner.queue_size is not None else batch_unrolls
+
+
 class LearnerService:
     """`cfg` and `spec` are the job's `RunConfig` and `EnvSpec` objects (Ray pickles the frozen dataclasses);
     `level_service` / `replay_service` are actor handles (None: that service is off)."""
@@ -155,7 +163,7 @@ class LearnerService:
         self.replay = RemoteReplay(replay_service) if replay_service is not None else None
         self.core = LearnerCore(self.cfg, self.spec, levels=self.levels, replay=self.replay)
         self.level_range = training_range(self.cfg.env)
-        self.queue: queue.Queue = queue.Queue(maxsize=self.cfg.learner.queue_size)
+        self.queue: queue.Queue = queue.Queue(maxsize=inbound_queue_size(self.cfg.learner, self.core.num_fresh))
         self.publish_lock = threading.Lock()  # the published weights
         self.update_lock = threading.Lock()  # the model and optimiser, held for a whole update
         self.error: str | None = None

@@ -136,6 +136,8 @@ def test_sound_configs_pass(paths):
     (dict(replay__snapshot_interval_s=0.9), r"replay\.snapshot_interval_s = 0\.9 is below 1 s"),
     # a config built in Python never went through the CLI's per-field checks: they run here again
     (dict(learner__batch_size=0), r"learner\.batch_size: must be >= 1"),
+    (dict(learner__queue_size=0), r"learner\.queue_size: must be >= 1"),
+    (dict(learner__precision="fp16"), r"learner\.precision: expected one of auto, fp32, bf16"),
     (dict(replay__replay_ratio=1.0), r"replay\.replay_ratio: must be <= 0\.95"),
     (dict(learner__optimizer="sgd"), r"learner\.optimizer: expected one of adam, rmsprop"),
     (dict(levels__replay_prob=1.5), r"levels\.replay_prob: must be <= 1"),
