@@ -141,8 +141,9 @@ class RemoteLevels:
 def inbound_queue_size(learner: LearnerConfig, batch_unrolls: int) -> int:
     """Unrolls the learner's inbound queue holds: `learner.queue_size`, or one batch of `batch_unrolls` fresh
     unrolls. A full queue blocks the actors' `submit_batch` (backpressure). Every batch waiting in it adds one
-    version to the policy lag of the unrolls behind it; one batch ready while the learner trains on another
-    keeps a learner-bound run at the same throughput (measured: benchmarks/RESULTS.md, "bf16 (issue 30)")."""
+    version to the policy lag of the unrolls behind it. One batch ready while the learner trains on another kept
+    README's main job at a lag of 3 versions (16 with 32 unrolls) for 3% of its env steps/s (measured:
+    benchmarks/RESULTS.md, "bf16 (issue 30)")."""
     return learner.queue_size if learner.queue_size is not None else batch_unrolls
 
 

@@ -10,8 +10,8 @@
 
 What bf16 changes is only the arithmetic inside the networks. Parameters, gradients and the optimiser state stay
 float32 (autocast casts per op, and only the ops on its bf16 list), and the networks' outputs are cast back to
-float32 as they leave (`Learner._forward`), so V-trace, the losses, PopArt's statistics, the model loss's targets,
-replay priorities and PLR's scores are float32 arithmetic on those outputs.
+float32 as they leave (`Learner._network`, `RolloutWorker.act`), so V-trace, the losses, PopArt's statistics,
+replay priorities and PLR's scores are float32 arithmetic on those outputs. The model loss runs in float32.
 
 Fast bf16 means: a CUDA device that supports it (`torch.cuda.is_bf16_supported()`: Ampere or later), or a CPU
 whose flags include `avx512_bf16` or `amx_bf16` (oneDNN's native bf16 kernels; detected from the CPU, never
