@@ -2,7 +2,7 @@
 actors' inference in both.
 
     python -m benchmarks.bench_learner [--device auto|cpu|cuda] [--json PATH] [--quick] [--seconds S]
-        [--threads 1,2] [--precisions fp32,bf16]
+        [--threads 1,2] [--precisions fp32,bf16] [--compile]
 
 Updates: the IMPALA CNN on procgen-shaped uint8 observations at T=20 x B=32 (640 samples: the procgen preset's
 batch of 2 unrolls x 16 envs) and B=128 (2,560), the MiniGrid net on MiniGrid's symbolic view at B=32, and the MLP
@@ -38,7 +38,7 @@ UPDATES = [("impala_cnn", 32), ("impala_cnn", 128), ("minigrid_cnn", 32), ("mlp"
 INFERENCE = ("impala_cnn", "minigrid_cnn")
 INFERENCE_BATCH = 16
 COLUMNS = ["model", "precision", ("torch_threads", "threads"), "T", "B", ("update_ms", "update ms"),
-           ("samples_per_s", "samples/s")]
+           ("samples_per_s", "samples/s"), ("warmup_s", "first 3 updates s")]
 INFERENCE_COLUMNS = ["model", "precision", ("torch_threads", "threads"), "batch", ("obs_per_s", "obs/s")]
 
 
@@ -58,12 +58,15 @@ def make_batch(spec: EnvSpec, T: int, B: int, rng: np.random.Generator, obs_high
     }
 
 
-def measure(model: str, device: str, T: int, B: int, seconds: float, precision: str = "fp32") -> dict:
+def measure(model: str, device: str, T: int, B: int, seconds: float, precision: str = "fp32",
+            compile_net: bool = False) -> dict:
     spec = CASES[model]
-    learner = Learner(spec, LearnerConfig(device=device, precision=precision), seed=0)
+    learner = Learner(spec, LearnerConfig(device=device, precision=precision, compile=compile_net), seed=0)
     batch = make_batch(spec, T, B, np.random.default_rng(0), OBS_HIGH.get(model, 256))
-    for _ in range(3):
+    warmup = time.perf_counter()
+    for _ in range(3):  # with torch.compile, the first call compiles (the backward on the second)
         learner.update(batch)
+    warmup_s = time.perf_counter() - warmup
     sync = torch.cuda.synchronize if learner.device.type == "cuda" else (lambda: None)
     sync()
     n, start = 0, time.perf_counter()
@@ -72,7 +75,8 @@ def measure(model: str, device: str, T: int, B: int, seconds: float, precision: 
         n += 1
     sync()
     elapsed = time.perf_counter() - start
-    return {"model": model, "precision": precision, "device": str(learner.device), "T": T, "B": B, "updates": n,
+    return {"model": model, "precision": precision + ("+compile" if compile_net else ""),
+            "device": str(learner.device), "T": T, "B": B, "updates": n, "warmup_s": warmup_s,
             "update_ms": elapsed / n * 1e3, "samples_per_s": n * T * B / elapsed,
             "torch_threads": torch.get_num_threads()}
 
@@ -108,6 +112,9 @@ def main() -> None:
     parser.add_argument("--seconds", type=float, default=10.0)
     parser.add_argument("--threads", default="1,2", help="torch thread counts, comma-separated")
     parser.add_argument("--precisions", default="fp32,bf16", help="learner.precision values, comma-separated")
+    parser.add_argument("--compile", action="store_true",
+                        help="also each case with learner.compile (torch.compile; its compile time is in the first 3 "
+                             "updates)")
     args = parser.parse_args()
     seconds = 2.0 if args.quick else args.seconds
     threads = [1] if args.quick else [int(x) for x in args.threads.split(",")]
@@ -117,7 +124,8 @@ def main() -> None:
     for n_threads in threads:
         torch.set_num_threads(n_threads)
         for model, B in updates:
-            results += [measure(model, args.device, 20, B, seconds, p) for p in precisions]
+            results += [measure(model, args.device, 20, B, seconds, p, c) for p in precisions
+                        for c in ((False, True) if args.compile else (False,))]
         inference += [measure_inference(model, seconds, p) for model in INFERENCE for p in precisions]
     print_table(results, COLUMNS)
     print_table(inference, INFERENCE_COLUMNS, title=f"\nactors' inference, batch {INFERENCE_BATCH}")

@@ -164,6 +164,13 @@ class LearnerConfig(_Section):
                        "bf16, a CPU with AVX512-BF16 or AMX) for the networks measured faster in it, fp32 elsewhere",
                        choices=("auto", "fp32", "bf16")),
     )
+    compile: bool = field(
+        default=False,
+        metadata=_flag("--compile", "torch.compile the policy network's forward pass in the learner. Off by default: "
+                       "on the 2-core CPU it compiled for seconds and then made the IMPALA CNN's and the MLP's "
+                       "updates slower, the MiniGrid net's no faster (benchmarks/RESULTS.md, 'bf16 (issue 30)'); "
+                       "measure before turning it on, e.g. on a GPU learner"),
+    )
 
 
 @dataclass(frozen=True)

@@ -95,6 +95,9 @@ class Learner:
         self.model = build_model(spec, config.model, tuple(config.hidden_sizes)).to(self.device)
         # bf16 or fp32 inside the policy network (policy/precision.py); its outputs are float32 either way
         self.compute_dtype = compute_dtype(config.precision, self.device, resolve_model_kind(spec, config.model))
+        # `learner.compile`: the update's forward pass through torch.compile; `self.model` (the same parameters)
+        # stays what checkpoints, weights and the model loss read
+        self._net = torch.compile(self.model, dynamic=False) if config.compile else self.model
         if not spec.discrete:  # the box the env clips actions to (`losses.impala_losses`' action_bound term)
             self._action_low = torch.tensor(spec.action_low, dtype=torch.float32, device=self.device)
             self._action_high = torch.tensor(spec.action_high, dtype=torch.float32, device=self.device)
@@ -173,11 +176,13 @@ class Learner:
         metrics = {**self._metrics(forward, vt, log_rhos, terms, grad_norm), **model_metrics, "trained_steps": trained}
         return UpdateResult(metrics, self._outputs(forward, vt, model_priorities))
 
-    def _network(self, obs: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    def _network(self, obs: torch.Tensor, *, compiled: bool = True) -> tuple[torch.Tensor, torch.Tensor]:
         """The policy network's `(dist_params [N, P], values [N])` on `obs [N, ...]`, computed in
-        `compute_dtype` (bf16 autocast or fp32) and returned as float32: everything after is float32."""
+        `compute_dtype` (bf16 autocast or fp32) and returned as float32: everything after is float32.
+        `compiled`: through torch.compile when `learner.compile` is on; only for the batch's fixed `N = (T+1) B`
+        (a varying `N` would make it recompile for dynamic shapes)."""
         with autocast(self.device, self.compute_dtype):
-            dist_params, values = self.model(obs)
+            dist_params, values = (self._net if compiled else self.model)(obs)
         return dist_params.float(), values.float()
 
     def _forward(self, batch: dict[str, Any]) -> Forward:
@@ -192,7 +197,7 @@ class Learner:
         final_values = None
         if batch.get("final_obs") is not None and len(batch["final_obs"]):
             with torch.no_grad():
-                _, v_final = self._network(self._tensor(batch["final_obs"]))
+                _, v_final = self._network(self._tensor(batch["final_obs"]), compiled=False)
                 if self.value_norm is not None:
                     v_final = self.value_norm.unnormalize(v_final)
             idx = self._tensor(batch["final_obs_index"], torch.long)

@@ -7,6 +7,8 @@ flags (the only stand-in here: CI's CPU may or may not have them).
 
 from __future__ import annotations
 
+import shutil
+
 import numpy as np
 import pytest
 import torch
@@ -108,3 +110,20 @@ def test_actor_inference_in_bf16_gives_float32_close_to_fp32():
     assert out["bf16"].dtype == np.float32 and out["bf16"].shape == out["fp32"].shape
     np.testing.assert_allclose(out["bf16"], out["fp32"], atol=0.05)
     assert not np.array_equal(out["bf16"], out["fp32"])  # it did compute in bf16
+
+
+@pytest.mark.skipif(not (shutil.which("c++") or shutil.which("g++")),
+                    reason="torch.compile on CPU needs a C++ compiler")
+@pytest.mark.timeout(300)
+def test_a_compiled_learner_updates_as_the_eager_one():
+    """`learner.compile`: two updates of the MLP through torch.compile give the eager learner's losses and
+    weights (to float32 round-off), and its checkpoints keep the plain module's keys."""
+    batch = make_batch(MLP, 5, 4, np.random.default_rng(2))
+    eager, compiled = (Learner(MLP, LearnerConfig(compile=c), seed=0) for c in (False, True))
+    for _ in range(2):
+        a, b = eager.update(batch).metrics, compiled.update(batch).metrics
+        assert b["loss_total"] == pytest.approx(a["loss_total"], rel=1e-5, abs=1e-6)
+    for (ka, va), (kb, vb) in zip(eager.state_dict()["model"].items(), compiled.state_dict()["model"].items(),
+                                  strict=True):
+        assert ka == kb and not kb.startswith("_orig_mod")
+        torch.testing.assert_close(vb, va, rtol=1e-5, atol=1e-6)
