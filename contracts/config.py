@@ -166,10 +166,9 @@ class LearnerConfig(_Section):
     )
     compile: bool = field(
         default=False,
-        metadata=_flag("--compile", "torch.compile the policy network's forward pass in the learner. Off by default: "
-                       "on the 2-core CPU it compiled for seconds and then made the IMPALA CNN's and the MLP's "
-                       "updates slower, the MiniGrid net's no faster (benchmarks/RESULTS.md, 'bf16 (issue 30)'); "
-                       "measure before turning it on, e.g. on a GPU learner"),
+        metadata=_flag("--compile", "torch.compile the learner's policy network: off by default, as on the 2-core CPU "
+                       "it made every network's update slower or no faster (benchmarks/RESULTS.md, 'bf16 (issue "
+                       "30)'); measure before turning it on, e.g. on a GPU learner"),
     )
 
 
