@@ -157,8 +157,7 @@ class LevelBuffer:
             return int(self._seeds[i]), True
         k = self._counts["num_new"]
         self._counts["num_new"] += 1
-        a, c = self._perm
-        return self.start_level + (a * k + c) % self._space, False
+        return int(self._new_level(k)), False
 
     def draw_many(self, n: int) -> tuple[np.ndarray, np.ndarray]:
         """`n` draws in a row: `(seeds [n] int64, replayed [n] bool)`, distributed as `n` calls of `draw()`
@@ -203,11 +202,16 @@ class LevelBuffer:
         return cfg.replay_prob if cfg.replay_schedule == "fixed" else min(fill, cfg.replay_prob)
 
     def _new_seeds(self, m: int) -> np.ndarray:
-        """The next `m` new levels `[m]`: `start + (a k + c) mod R` for the next `m` values of k."""
-        a, c = self._perm
-        k = (self._counts["num_new"] + np.arange(m, dtype=np.int64)) % self._space
+        """The next `m` new levels `[m]`."""
+        k = self._counts["num_new"] + np.arange(m, dtype=np.int64)
         self._counts["num_new"] += m
-        return self.start_level + (a * k + c) % self._space  # a, k < 2**31: no int64 overflow
+        return self._new_level(k)
+
+    def _new_level(self, k):
+        """The k-th new level, `start + (a k + c) mod R`, for an int or an int64 array `k` (a, k mod R < 2**31: no
+        int64 overflow)."""
+        a, c = self._perm
+        return self.start_level + (a * (k % self._space) + c) % self._space
 
     def _mark_drawn(self, slots: np.ndarray, counters: np.ndarray) -> None:
         """`last[slot] = counter` for draws in order (`counters [k]` increasing); a slot drawn twice keeps the
