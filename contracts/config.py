@@ -74,7 +74,7 @@ class ActorConfig(_Section):
     unroll_length: int = field(default=20, metadata=_flag("--unroll-length", "steps per unroll (T)", min=1))
     seed_prefetch: int = field(
         default=4, metadata=_flag("--seed-prefetch", "levels each env keeps ready from the level service, at least "
-                                                     "(where episodes are short: about 0.5 s of them)", min=1)
+                                                     "(where episodes are short: about a second of them)", min=1)
     )
     unrolls_per_submit: int = field(
         default=1,
