@@ -17,6 +17,8 @@ from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from levelray.deploy.stats import ci_summary
+
 # A table column: a key (also the header), (key, header), or (key, header, format) where `format` turns the
 # cell's value into its text. For rows that are sequences the key is unused: cells are taken by position.
 Column = str | tuple[str, str] | tuple[str, str, Callable[[Any], str]]
@@ -150,6 +152,14 @@ def thread_share_env(parallel: int) -> dict[str, str]:
     (each run with torch's default threads would oversubscribe the machine)."""
     threads = str(max(1, (os.cpu_count() or 1) // max(1, parallel)))
     return {**os.environ, "OMP_NUM_THREADS": threads, "MKL_NUM_THREADS": threads}
+
+
+def paired(results: list[dict], a: str, b: str, key: str) -> dict:
+    """`b - a` of `key` over the seeds both arms ran (`results`: dicts with `arm`, `seed` and `key`): the
+    `ci_summary` of the per-seed differences, and the seeds."""
+    by = {(r["arm"], r["seed"]): r[key] for r in results}
+    seeds = sorted({s for arm, s in by if arm == a} & {s for arm, s in by if arm == b})
+    return {**ci_summary([by[(b, s)] - by[(a, s)] for s in seeds]), "seeds": seeds}
 
 
 def fmt_ci(stat: Mapping | None, spec: str = ".3f") -> str:

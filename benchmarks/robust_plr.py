@@ -34,7 +34,16 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
-from benchmarks.common import LEVELRAY, ROOT, fmt_ci, print_table, run_levelray, thread_share_env, write_json
+from benchmarks.common import (
+    LEVELRAY,
+    ROOT,
+    fmt_ci,
+    paired,
+    print_table,
+    run_levelray,
+    thread_share_env,
+    write_json,
+)
 from benchmarks.plr_vs_uniform import arm_summary, steps_to_threshold
 from levelray.deploy.stats import ci_summary
 
@@ -85,13 +94,6 @@ def one_run(args: argparse.Namespace, common: list[str], out: Path, arm: str, se
         "test_return": test["return_mean"], "test_success": test["success_rate"],
         "steps_to_threshold": steps_to_threshold(records, args.threshold),
     }
-
-
-def paired(results: list[dict], a: str, b: str, key: str) -> dict:
-    """`b - a` of `key` over the seeds both arms ran, mean and 95% interval."""
-    by = {(r["arm"], r["seed"]): r[key] for r in results}
-    seeds = sorted({s for arm, s in by if arm == a} & {s for arm, s in by if arm == b})
-    return {**ci_summary([by[(b, s)] - by[(a, s)] for s in seeds]), "seeds": seeds}
 
 
 def main(argv: list[str] | None = None) -> int:
