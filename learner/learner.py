@@ -27,6 +27,7 @@ import torch
 from levelray.contracts.config import LearnerConfig, ModelLossConfig
 from levelray.contracts.spec import EnvSpec
 from levelray.learner import vtrace
+from levelray.learner.device import host_to_device, pick_device
 from levelray.learner.losses import impala_losses
 from levelray.learner.model_batch import ModelBatch, SequenceSampler
 from levelray.learner.model_loss import MuZeroLoss
@@ -41,14 +42,6 @@ log = logging.getLogger(__name__)
 
 class NonFiniteUpdate(ArithmeticError):
     """An update whose loss or gradient was NaN/Inf: it was skipped and the model is unchanged."""
-
-
-def pick_device(requested: str = "auto") -> torch.device:
-    if requested == "auto":
-        requested = "cuda" if torch.cuda.is_available() else "cpu"
-    if requested.startswith("cuda") and not torch.cuda.is_available():
-        raise ValueError(f"device {requested!r} requested but CUDA is not available")
-    return torch.device(requested)
 
 
 class Forward(NamedTuple):
@@ -144,8 +137,7 @@ class Learner:
             group["lr"] = lr
 
     def _tensor(self, x: np.ndarray, dtype: torch.dtype | None = None) -> torch.Tensor:
-        t = torch.from_numpy(np.ascontiguousarray(x))
-        return t.to(self.device, dtype=dtype, non_blocking=True)
+        return host_to_device(x, self.device, dtype)
 
     # -- the update ------------------------------------------------------------------------------
     def update(self, batch: dict[str, Any], model_batch: ModelBatch | None = None) -> UpdateResult:

@@ -35,6 +35,7 @@ from torch.nn import functional as F
 
 from levelray.contracts.config import MODEL_LOSS_TERMS, ModelLossConfig
 from levelray.learner import vtrace
+from levelray.learner.device import host_to_device
 from levelray.learner.model_batch import ModelBatch
 from levelray.learner.model_targets import (
     ModelTargets,
@@ -138,7 +139,7 @@ class MuZeroLoss:
 
     # -- targets ---------------------------------------------------------------------------------
     def _tensor(self, x: np.ndarray, dtype: torch.dtype | None = None) -> torch.Tensor:
-        return torch.from_numpy(np.ascontiguousarray(x)).to(self.device, dtype=dtype)
+        return host_to_device(x, self.device, dtype)
 
     def _decode(self, logits: torch.Tensor) -> torch.Tensor:
         """A value/reward head's output `[N, W]` -> scalar `[N]` in reward units."""

@@ -4,21 +4,22 @@ No GPU can exist on this machine or in CI, so these tests MOCK one: they replace
 cluster's resources and torch's CUDA probe, and check the decisions made from them. A real GPU run
 goes through `python -m benchmarks.bench_learner --device cuda` on a lent GPU machine."""
 
+import numpy as np
 import pytest
 import torch
 
 from levelray.contracts.config import RunConfig
 from levelray.deploy import ray_backend
-from levelray.learner import learner as learner_mod
+from levelray.learner.device import host_to_device, pick_device
 
 
 def test_pick_device_prefers_cuda_when_torch_sees_it(monkeypatch):
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)  # mock: no GPU here
-    assert learner_mod.pick_device("auto").type == "cuda"
+    assert pick_device("auto").type == "cuda"
     monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
-    assert learner_mod.pick_device("auto").type == "cpu"
+    assert pick_device("auto").type == "cpu"
     with pytest.raises(ValueError, match="CUDA is not available"):
-        learner_mod.pick_device("cuda")
+        pick_device("cuda")
 
 
 @pytest.mark.parametrize("gpus_in_cluster, expected", [(0, 0), (1, 1), (4, 1)])
@@ -77,3 +78,23 @@ def test_a_restarted_learner_asks_again_for_what_the_cluster_has_now(monkeypatch
     resources["GPU"] = 0.0  # the GPU node is lost with the learner
     job.restart_learner("RayActorError")
     assert asked == [1, 0] and job.learner == "learner-2" and job.learner_restarts == 1
+
+
+def test_host_to_device_on_the_cpu_keeps_the_array_and_casts_on_request():
+    rng = np.random.default_rng(0)
+    obs = rng.integers(0, 256, size=(3, 2, 4, 4, 3), dtype=np.uint8)
+    t = host_to_device(obs, torch.device("cpu"))
+    assert t.dtype == torch.uint8 and np.shares_memory(t.numpy(), obs)  # observations cross as uint8, no copy
+    rewards = rng.normal(size=(3, 2))  # float64, as a NumPy sum would make them
+    r = host_to_device(rewards, torch.device("cpu"), torch.float32)
+    assert r.dtype == torch.float32 and np.array_equal(r.numpy(), rewards.astype(np.float32))
+    strided = host_to_device(obs[:, :, ::2], torch.device("cpu"))  # not contiguous: copied, then used
+    assert np.array_equal(strided.numpy(), obs[:, :, ::2])
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU (none here or in CI)")
+def test_host_to_device_on_a_gpu_copies_through_pinned_memory_and_casts_there():
+    obs = np.arange(2 * 3 * 5, dtype=np.uint8).reshape(2, 3, 5)
+    t = host_to_device(obs, torch.device("cuda"), torch.float32)
+    assert t.is_cuda and t.dtype == torch.float32
+    assert np.array_equal(t.cpu().numpy(), obs.astype(np.float32))
