@@ -141,9 +141,7 @@ class EnvActor:
         self.worker = RolloutWorker(
             envs,
             cfg.actors.unroll_length,
-            model_kind=cfg.learner.model,
-            hidden_sizes=tuple(cfg.learner.hidden_sizes),
-            precision=cfg.learner.precision,
+            learner=cfg.learner,
             actor_id=actor_id,
             env_id_offset=actor_id * K,
             seed=seed,

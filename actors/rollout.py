@@ -10,6 +10,7 @@ import numpy as np
 import torch
 
 from levelray.actors.env_vector import EnvVector, LevelDraws
+from levelray.contracts.config import LearnerConfig
 from levelray.contracts.spec import EnvSpec
 from levelray.policy import distributions
 from levelray.policy.models import build_model, resolve_model_kind
@@ -33,28 +34,28 @@ class RolloutWorker:
         envs: EnvVector,
         unroll_length: int,
         *,
-        model_kind: str = "auto",
-        hidden_sizes: tuple[int, ...] = (64, 64),
-        precision: str = "fp32",
+        learner: LearnerConfig | None = None,
         actor_id: int = 0,
         env_id_offset: int = 0,
         seed: int = 0,
         level_draws: LevelDraws | None = None,
     ):
         """`level_draws`: the envs' level source when the level service feeds them (it knows which levels are
-        replays); without one every step's `level_replayed` flag is False. `precision`: `learner.precision`, the
-        torch network's arithmetic here too (the NumPy MLP path is float32)."""
+        replays); without one every step's `level_replayed` flag is False. `learner`: the run's learner section,
+        for the network the actors run as the learner does (`model`, `hidden_sizes`, and `precision`: the torch
+        network's arithmetic here too; the NumPy MLP path is float32); None: that section's defaults."""
+        learner = learner if learner is not None else LearnerConfig()
         self.envs = envs
         self._level_draws = level_draws
         self.spec: EnvSpec = envs.spec
         self.T = unroll_length
         self.actor_id = actor_id
         self.env_ids = np.arange(env_id_offset, env_id_offset + envs.num_envs, dtype=np.int64)
-        self.model = build_model(self.spec, model_kind, hidden_sizes)
+        self.model = build_model(self.spec, learner.model, tuple(learner.hidden_sizes))
         self.model.eval()
         self._numpy_policy = NumpyPolicy(self.model) if NumpyPolicy.supports(self.model) else None
-        self._dtype = compute_dtype(precision, torch.device("cpu"), resolve_model_kind(self.spec, model_kind),
-                                    inference=True)
+        self._dtype = compute_dtype(learner.precision, torch.device("cpu"),
+                                    resolve_model_kind(self.spec, learner.model), inference=True)
         self.policy_version = 0
         self._gen = torch.Generator().manual_seed(seed)
         self._rng = np.random.default_rng(seed)

@@ -74,8 +74,7 @@ def play_episodes(
     vec = make_env_vector(cfg.env, K, level_source, seed=int(seed))
     try:
         # The actors' own policy code (NumPy or torch inference, the same sampling).
-        worker = RolloutWorker(vec, 1, model_kind=cfg.learner.model, hidden_sizes=tuple(cfg.learner.hidden_sizes),
-                               precision=cfg.learner.precision, seed=int(seed))
+        worker = RolloutWorker(vec, 1, learner=cfg.learner, seed=int(seed))
         worker.set_weights(0, weights)
         returns = np.zeros(episodes)
         lengths = np.zeros(episodes, dtype=np.int64)

@@ -58,9 +58,7 @@ class InlineBackend:
             self.workers.append(RolloutWorker(
                 make_env_vector(cfg.env, K, draws, seed=cfg.seed * 1000 + i),
                 cfg.actors.unroll_length,
-                model_kind=cfg.learner.model,
-                hidden_sizes=tuple(cfg.learner.hidden_sizes),
-                precision=cfg.learner.precision,
+                learner=cfg.learner,
                 actor_id=i,
                 env_id_offset=i * K,
                 seed=cfg.seed * 1000 + i,

@@ -117,8 +117,7 @@ def record_episode(cfg: RunConfig, weights: dict[str, np.ndarray], level_seed: i
 
     vec = make_env_vector(cfg.env, 1, lambda _k: int(level_seed), seed=int(seed), render=True)
     try:
-        worker = RolloutWorker(vec, 1, model_kind=cfg.learner.model, hidden_sizes=tuple(cfg.learner.hidden_sizes),
-                               precision=cfg.learner.precision, seed=int(seed))
+        worker = RolloutWorker(vec, 1, learner=cfg.learner, seed=int(seed))
         worker.set_weights(0, weights)
         obs, total, length = worker.observation, 0.0, 0
         with Mp4Writer(path, vec.render_fps) as out:

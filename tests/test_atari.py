@@ -18,7 +18,7 @@ from levelray.actors.atari_env import AtariVector
 from levelray.actors.envs import make_env_vector
 from levelray.actors.rollout import RolloutWorker
 from levelray.contracts.atari_scores import REFERENCE_SCORES, human_normalized_score
-from levelray.contracts.config import EnvConfig, RunConfig, replace_paths
+from levelray.contracts.config import EnvConfig, LearnerConfig, RunConfig, replace_paths
 from levelray.contracts.trajectory import validate_unroll
 from levelray.deploy.cli import main
 from levelray.deploy.periodic_eval import PeriodicEvaluator
@@ -130,7 +130,7 @@ def test_training_reward_is_clipped_and_the_reported_return_is_the_game_score():
     torch.manual_seed(0)
     vec = vector("atari:space_invaders", seed=11)
     # the MLP's NumPy path acts in microseconds; the policy's weights do not matter here, only the rollout code
-    worker = RolloutWorker(vec, 64, model_kind="mlp", seed=0)
+    worker = RolloutWorker(vec, 64, learner=LearnerConfig(model="mlp"), seed=0)
     actions, rewards, lives, terminal_lives = [], [], [], None
     try:
         ale = vec.envs[0].unwrapped.ale

@@ -207,8 +207,7 @@ def _cartpole_cfg(**model) -> RunConfig:
 
 def _unrolls(cfg: RunConfig, n: int) -> list:
     worker = RolloutWorker(make_env_vector(cfg.env, cfg.actors.envs_per_actor, None, seed=3),
-                           cfg.actors.unroll_length, model_kind=cfg.learner.model,
-                           hidden_sizes=tuple(cfg.learner.hidden_sizes), seed=3)
+                           cfg.actors.unroll_length, learner=cfg.learner, seed=3)
     torch.manual_seed(5)
     worker.set_weights(0, {k: v.numpy() for k, v in MLP(env_spec(cfg.env)).state_dict().items()})
     out = []

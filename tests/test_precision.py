@@ -99,7 +99,7 @@ def test_actor_inference_in_bf16_gives_float32_close_to_fp32():
     """The actors' torch network under bf16 autocast: float32 distribution parameters within bf16's rounding of
     fp32's (the behaviour policy V-trace corrects for is what the actor recorded)."""
     cfg = EnvConfig(id="procgen:bigfish", num_levels=10)
-    workers = {p: RolloutWorker(make_env_vector(cfg, 3, None, seed=0), 4, precision=p, seed=0)
+    workers = {p: RolloutWorker(make_env_vector(cfg, 3, None, seed=0), 4, learner=LearnerConfig(precision=p), seed=0)
                for p in ("fp32", "bf16")}
     weights = _learner(CNN, "fp32").get_weights()[1]
     obs = workers["fp32"].observation

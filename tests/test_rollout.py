@@ -5,7 +5,7 @@ import pytest
 
 from levelray.actors.envs import make_env_vector
 from levelray.actors.rollout import RolloutWorker
-from levelray.contracts.config import EnvConfig
+from levelray.contracts.config import EnvConfig, LearnerConfig
 from levelray.contracts.trajectory import TrajectoryError, stack_unrolls, validate_unroll
 
 
@@ -111,7 +111,7 @@ def test_numpy_policy_matches_a_float64_reference_before_and_after_new_weights(e
     from levelray.policy.weights import weights_to_numpy
 
     worker = RolloutWorker(make_env_vector(EnvConfig(id=env_id, num_levels=0), 4, None, seed=0), 5,
-                           hidden_sizes=(32, 16), seed=0)
+                           learner=LearnerConfig(hidden_sizes=[32, 16]), seed=0)
     assert worker._numpy_policy is not None  # the MLP takes the NumPy path on actors
     rng = np.random.default_rng(1)
     obs = rng.standard_normal((16, *worker.spec.obs_shape)).astype(np.float32) * 3
