@@ -19,6 +19,7 @@ from collections import Counter, deque
 from typing import Any
 
 import numpy as np
+import torch
 
 from levelray.contracts.clients import LevelClient, ReplayClient
 from levelray.contracts.config import RunConfig
@@ -186,6 +187,7 @@ class LearnerCore:
                 "last_nonfinite": self.last_nonfinite,
                 "metrics": dict(self.last_metrics),
                 "device": str(self.learner.device),
+                "threads": torch.get_num_threads(),
                 "replay_beta": self.replay_feed.beta(),
             }
 

@@ -16,6 +16,7 @@
 from __future__ import annotations
 
 import logging
+import os
 import queue
 import threading
 import time
@@ -138,6 +139,20 @@ class RemoteLevels:
         self._last_send = time.monotonic()
 
 
+# The learner's torch threads: every core of its machine, up to 4. Ray starts the actor with OMP_NUM_THREADS set
+# to its 1 reserved CPU, which would leave torch one thread. Measured on the 2-core machine, README's main job (2
+# env actors of 1 thread each, learner-bound) ran at 708 and 737 env steps/s with the learner on 1 thread, 1,071,
+# 1,106 and 1,104 with 2 (RESULTS: "bf16 (issue 30)"): the actors wait on the learner, so its second thread takes
+# time they would not use. The cap of 4 keeps a learner on a large shared node from crowding its co-located
+# actors (not measured here). The actors keep 1 thread each (`EnvActor`): with 2 each the same job lost 7%.
+MAX_LEARNER_THREADS = 4
+
+
+def learner_threads() -> int:
+    """Torch threads for the learner actor: the cores this process may run on, at most `MAX_LEARNER_THREADS`."""
+    return max(1, min(len(os.sched_getaffinity(0)), MAX_LEARNER_THREADS))
+
+
 def inbound_queue_size(learner: LearnerConfig, batch_unrolls: int) -> int:
     """Unrolls the learner's inbound queue holds: `learner.queue_size`, or one batch of `batch_unrolls` fresh
     unrolls. A full queue blocks the actors' `submit_batch` (backpressure). Every batch waiting in it adds one
@@ -159,7 +174,7 @@ class LearnerService:
         self._ray = ray
         self.cfg = cfg
         self.spec = spec
-        torch.set_num_threads(max(1, min(torch.get_num_threads(), 4)))
+        torch.set_num_threads(learner_threads())
         self.levels = RemoteLevels(level_service) if level_service is not None else None
         self.replay = RemoteReplay(replay_service) if replay_service is not None else None
         self.core = LearnerCore(self.cfg, self.spec, levels=self.levels, replay=self.replay)

@@ -127,7 +127,7 @@ def test_actor_sends_unrolls_in_groups_and_stops_at_max_unrolls(ray_session):
 
     from levelray.actors.env_actor import EnvActor
     from levelray.actors.envs import env_spec
-    from levelray.learner.service import learner_actor_class
+    from levelray.learner.service import learner_actor_class, learner_threads
 
     cfg = replace_paths(RunConfig(), {
         "env.id": "CartPole-v1", "env.num_levels": 0,
@@ -142,6 +142,8 @@ def test_actor_sends_unrolls_in_groups_and_stops_at_max_unrolls(ray_session):
         assert stats["unrolls_received"] == 5 and stats["env_steps"] == 5 * 7 * 3
         assert stats["dropped"] == {} and stats["error"] is None
         assert ray.get(actor.info.remote())["unrolls_sent"] == 5
+        # Ray starts the actor with OMP_NUM_THREADS=1 (its reserved CPUs); the learner takes the machine's cores
+        assert stats["threads"] == learner_threads() == min(len(os.sched_getaffinity(0)), 4)
     finally:
         ray.get(learner.stop.remote())
         ray.kill(actor)
