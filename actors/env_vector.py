@@ -3,8 +3,8 @@
 An env vector steps K copies of one environment, each copy playing a level chosen from outside:
 `level_source(env_index) -> int | None` picks the next level of an env when its episode ends (None: a
 uniform draw from the training level set, `LevelChooser`). Every step reports the level each env really
-played. The families (`actors.procgen_env`, `minigrid_env`, `atari_env`, `gymnasium_env`) build on this
-module; `actors.envs` picks the family of an env id.
+played. The families (`actors.procgen_env`, `minigrid_env`, `maze_env`, `atari_env`, `gymnasium_env`) build on
+this module; `actors.envs` picks the family of an env id.
 
 A vector built with `render=True` (one env, for an episode video or a level's picture) also gives each env's
 current frame as a person sees it, `render(k)`: procgen's 512x512 rendering, MiniGrid's whole grid, Atari's

@@ -1,8 +1,10 @@
 """Which env family builds an env id, behind one small interface (`EnvFamily`).
 
-Four families, one module each, tried in this order (the first whose `matches` takes the id builds it):
+Five families, one module each, tried in this order (the first whose `matches` takes the id builds it):
 - `actors.procgen_env`: `procgen:<game>`; a level is a procgen start state injected into an env slot.
 - `actors.minigrid_env`: `minigrid:<name>` (e.g. `minigrid:DoorKey-8x8`); the level is the reset seed.
+- `actors.maze_env`: `maze:<W>x<H>` (e.g. `maze:13x13`); a level id is a seed the maze is generated from, or a
+  maze of the test suite (`contracts.maze.level_for_id`).
 - `actors.atari_env`: `atari:<game>`, `ALE/<Game>-v5`, `<Game>NoFrameskip-v4`; the level is the reset seed.
 - `actors.gymnasium_env`: any other registered gymnasium id (CartPole's K envs as one NumPy array).
 An id no family takes is refused with the list of what exists.
@@ -46,9 +48,9 @@ class EnvFamily(Protocol):
 
 def families() -> tuple[EnvFamily, ...]:
     """The families in dispatch order; gymnasium takes any registered id, so it comes last."""
-    from levelray.actors import atari_env, gymnasium_env, minigrid_env, procgen_env
+    from levelray.actors import atari_env, gymnasium_env, maze_env, minigrid_env, procgen_env
 
-    return (procgen_env, minigrid_env, atari_env, gymnasium_env)
+    return (procgen_env, minigrid_env, maze_env, atari_env, gymnasium_env)
 
 
 def family_of(env_id: str) -> EnvFamily:

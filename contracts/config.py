@@ -4,67 +4,24 @@ A YAML file and CLI flags fill it (flags override the file); the resolved tree i
 run directory. Every leaf has a CLI flag: the name in its metadata, or `--<section>-<field>`.
 Unknown keys, wrong types and out-of-range values are rejected with the dotted path of the field; what needs
 several fields (or the machine) is checked once the tree is filled, by `contracts.validate`.
+
+The `env` section (`EnvConfig`, with `is_atari`) lives in `contracts.config_env` and a leaf's conversion and the
+sections' base (`Section`, `flag`) in `contracts.config_values`, so that this module stays readable; everything
+is imported from here.
 """
 
 from __future__ import annotations
 
 import dataclasses
-import re
 import warnings
 from dataclasses import dataclass, field
 from typing import Any
 
+from levelray.contracts.config_env import EnvConfig, is_atari  # noqa: F401  (imported from here everywhere)
 from levelray.contracts.config_values import ConfigError, coerce_value, field_types
+from levelray.contracts.config_values import Section as _Section
+from levelray.contracts.config_values import flag as _flag
 from levelray.contracts.levels import SCHEDULES, STRATEGIES, TRANSFORMS, UNSCORED_STRATEGIES
-
-
-def _flag(name: str, help: str, **kw) -> dict:
-    return {"flag": name, "help": help, **kw}
-
-
-class _Section:
-    """Every section is frozen (passed whole, never changed in place) and normalises its leaves when built, as
-    the CLI would: `learning_rate="0.001"` in Python becomes the float 0.001. A value that does not convert is
-    kept as given, for `contracts.validate` to refuse with its dotted path."""
-
-    def __post_init__(self) -> None:
-        hints = field_types(type(self))
-        for f in dataclasses.fields(self):
-            tp = hints[f.name]
-            if dataclasses.is_dataclass(tp):
-                continue
-            try:
-                value = coerce_value(f.name, tp, getattr(self, f.name), dict(f.metadata))
-            except ConfigError:
-                continue
-            object.__setattr__(self, f.name, value)
-
-
-@dataclass(frozen=True)
-class EnvConfig(_Section):
-    id: str = field(
-        default="procgen:bigfish",
-        metadata=_flag("--env", "environment: procgen:<game>, minigrid:<name> (e.g. minigrid:DoorKey-8x8), "
-                                  "atari:<game> (e.g. atari:breakout = ALE/Breakout-v5) or any gymnasium id "
-                                  "(e.g. CartPole-v1)"),
-    )
-    distribution_mode: str = field(
-        default="easy", metadata=_flag("--distribution-mode", "procgen distribution mode", choices=("easy", "hard"))
-    )
-    num_levels: int = field(
-        default=200, metadata=_flag("--num-levels", "size of the training level set (0 = unbounded)", min=0)
-    )
-    start_level: int = field(default=0, metadata=_flag("--start-level", "first seed of the training level set", min=0))
-    max_episode_steps: int | None = field(
-        default=None,
-        metadata=_flag("--max-episode-steps", "gymnasium time limit override (truncation; MiniGrid's max_steps; "
-                       "Atari: agent steps, within ALE's 108,000 frames)",
-                       min=1),
-    )
-    native_vector: bool = field(
-        default=True,
-        metadata=_flag("--native-vector", "step CartPole's K envs as one NumPy array (same episodes, same levels)"),
-    )
 
 
 @dataclass(frozen=True)
@@ -138,7 +95,7 @@ class LearnerConfig(_Section):
     model: str = field(
         default="auto",
         metadata=_flag("--model", "network (not the model loss: that is model_loss.loss): auto picks impala_cnn for "
-                       "images, minigrid_cnn for minigrid:<name>, mlp otherwise",
+                       "images, minigrid_cnn for minigrid:<name> and maze:<W>x<H>, mlp otherwise",
                        choices=("auto", "impala_cnn", "minigrid_cnn", "mlp")),
     )
     hidden_sizes: list[int] = field(default_factory=lambda: [64, 64], metadata=_flag("--hidden-sizes", "MLP sizes"))
@@ -493,8 +450,3 @@ def uses_level_service(cfg: RunConfig) -> bool:
     baselines), or a scored strategy on an unbounded space (PLR's level buffer). Domain randomisation on an
     unbounded space (`random`) needs none: each env draws a fresh seed itself."""
     return cfg.env.num_levels > 0 or cfg.levels.strategy not in UNSCORED_STRATEGIES
-
-
-def is_atari(env_id: str) -> bool:
-    """`atari:<game>`, `ALE/<Game>-vN` or `<Game>NoFrameskip-v4` (by name: ale_py is not imported here)."""
-    return env_id.startswith(("atari:", "ALE/")) or bool(re.match(r"^[A-Za-z0-9]+NoFrameskip-v4$", env_id))

@@ -1,10 +1,13 @@
-"""One config value: its conversion from YAML or a CLI string to the field's type, and its range and choices.
+"""One config value: its conversion from YAML or a CLI string to the field's type, and its range and choices;
+and what every config section is built on (`Section`, `flag`).
 
-Apart from `contracts.config` so that the sections there can normalise their own leaves when built.
+Apart from `contracts.config` so that the sections there (and `contracts.config_env`) can normalise their own
+leaves when built.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import types
 import typing
@@ -58,6 +61,8 @@ def coerce_value(path: str, tp, value: Any, meta: dict | None = None) -> Any:
             if out != out or out in (float("inf"), float("-inf")):
                 raise ValueError
         elif base is str:
+            if meta.get("numbers_as_text") and isinstance(value, int) and not isinstance(value, bool):
+                value = str(value)
             if not isinstance(value, str):
                 raise ValueError
             out = value
@@ -80,4 +85,34 @@ def coerce_value(path: str, tp, value: Any, meta: dict | None = None) -> Any:
         raise ConfigError(f"{path}: must be >= {meta['min']}, got {out!r}")
     if "max" in meta and out > meta["max"]:
         raise ConfigError(f"{path}: must be <= {meta['max']}, got {out!r}")
+    if "check" in meta:
+        try:
+            meta["check"](out)
+        except ValueError as exc:
+            raise ConfigError(f"{path}: {exc}") from None
     return out
+
+
+def flag(name: str, help: str, **kw) -> dict:
+    """A leaf's metadata: its CLI flag, its help, and optional `choices`, `min` and `max`; `check`, a function
+    that raises ValueError for a value of the right type that still means nothing (its message follows the
+    dotted path); `numbers_as_text`, a str leaf that also takes a YAML number as its text (`coerce_value`)."""
+    return {"flag": name, "help": help, **kw}
+
+
+class Section:
+    """Every section is frozen (passed whole, never changed in place) and normalises its leaves when built, as
+    the CLI would: `learning_rate="0.001"` in Python becomes the float 0.001. A value that does not convert is
+    kept as given, for `contracts.validate` to refuse with its dotted path."""
+
+    def __post_init__(self) -> None:
+        hints = field_types(type(self))
+        for f in dataclasses.fields(self):
+            tp = hints[f.name]
+            if dataclasses.is_dataclass(tp):
+                continue
+            try:
+                value = coerce_value(f.name, tp, getattr(self, f.name), dict(f.metadata))
+            except ConfigError:
+                continue
+            object.__setattr__(self, f.name, value)

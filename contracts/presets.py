@@ -125,7 +125,7 @@ def family(env_id: str) -> str:
         return "classic_control"
     if env_id.startswith(CONTINUOUS_CONTROL):
         return "continuous_control"
-    if env_id.startswith("minigrid:"):
+    if env_id.startswith(("minigrid:", "maze:")):  # a maze is a MiniGrid env: the same view, actions, network
         return "minigrid"
     if is_atari(env_id):
         return "atari"

@@ -118,16 +118,18 @@ def evaluate_on_ray(
 
 
 def evaluate_sets_on_ray(
-    cfg: RunConfig, weights: dict[str, np.ndarray], seeds_by_set: dict[str, np.ndarray], episodes: int, *,
-    greedy: bool, num_envs: int, seed: int, address: str | None, num_workers: int | None,
+    cfg: RunConfig | dict[str, RunConfig], weights: dict[str, np.ndarray], seeds_by_set: dict[str, np.ndarray],
+    episodes: int, *, greedy: bool, num_envs: int, seed: int, address: str | None, num_workers: int | None,
 ) -> dict[str, dict[str, Any]]:
     """`evaluate_on_ray` of each level set, on the cluster at `address` (or a local Ray started for it and
-    shut down after); the weights are put into the object store once."""
+    shut down after); the weights are put into the object store once. `cfg`: the run's config, or one per
+    level set (a maze run's `maze-<N>` sets generate their levels with N walls)."""
+    cfg_by_set = cfg if isinstance(cfg, dict) else dict.fromkeys(seeds_by_set, cfg)
     started_ray = init_ray(address, 1)
     try:
         ref = ray.put(weights)
-        return {which: evaluate_on_ray(cfg, ref, seeds, episodes, greedy=greedy, num_envs=num_envs, seed=seed,
-                                       num_workers=num_workers)
+        return {which: evaluate_on_ray(cfg_by_set[which], ref, seeds, episodes, greedy=greedy, num_envs=num_envs,
+                                       seed=seed, num_workers=num_workers)
                 for which, seeds in seeds_by_set.items()}
     finally:
         if started_ray:

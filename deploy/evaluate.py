@@ -6,11 +6,16 @@ playing episodes in this process (`deploy.episodes`), the same split over Ray ta
 and the checkpoint it loads (`deploy.rundir.resolve_checkpoint`). The training-time held-out evaluation
 is `deploy.periodic_eval.PeriodicEvaluator`. `--video DIR` adds episode videos (`deploy.video`), played in
 this process apart from the statistics' episodes, so the results are the same with or without them.
+
+A maze run's level sets (`maze-suite`, `maze-<N>`) are each played with their own env config
+(`deploy.level_sets.plan_level_sets`: `maze-25` generates its levels with 25 walls), and the suite's mazes
+add their mean (`maze_suite`).
 """
 
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import os
 from pathlib import Path
@@ -21,22 +26,35 @@ import numpy as np
 from levelray.contracts.config import ConfigError, RunConfig
 from levelray.contracts.levels import training_range
 from levelray.deploy.episodes import add_human_normalized, atari_game, evaluate_policy
-from levelray.deploy.level_sets import level_set_seeds, parse_level_sets
+from levelray.deploy.level_sets import MAZE_BLOCKS_RE, parse_level_sets, plan_level_sets
 from levelray.deploy.rundir import checkpoint_weights, resolve_checkpoint
 
 
 def _evaluate_sets(
-    cfg: RunConfig, weights: dict[str, np.ndarray], seeds_by_set: dict[str, np.ndarray], *, episodes: int,
-    greedy: bool, num_envs: int, seed: int, backend: str, address: str | None, num_workers: int | None,
+    cfg_by_set: dict[str, RunConfig], weights: dict[str, np.ndarray], seeds_by_set: dict[str, np.ndarray], *,
+    episodes: int, greedy: bool, num_envs: int, seed: int, backend: str, address: str | None,
+    num_workers: int | None,
 ) -> dict[str, dict[str, Any]]:
-    """The `evaluate_policy` result of each level set, in this process or over Ray tasks."""
+    """The `evaluate_policy` result of each level set, each played with its own config, in this process or
+    over Ray tasks."""
     if backend == "ray":
         from levelray.deploy.eval_ray import evaluate_sets_on_ray
 
-        return evaluate_sets_on_ray(cfg, weights, seeds_by_set, episodes, greedy=greedy, num_envs=num_envs,
+        return evaluate_sets_on_ray(cfg_by_set, weights, seeds_by_set, episodes, greedy=greedy, num_envs=num_envs,
                                     seed=seed, address=address, num_workers=num_workers)
-    return {which: evaluate_policy(cfg, weights, seeds, episodes, greedy=greedy, num_envs=num_envs, seed=seed)
+    return {which: evaluate_policy(cfg_by_set[which], weights, seeds, episodes, greedy=greedy, num_envs=num_envs,
+                                   seed=seed)
             for which, seeds in seeds_by_set.items()}
+
+
+def maze_suite_summary(results: dict[str, dict[str, Any]], mazes: list[str]) -> dict[str, Any]:
+    """The mean over the suite's mazes `mazes` (each weighted alike, whatever its episodes): `{success_rate,
+    return_mean, mazes}`."""
+    return {
+        "success_rate": float(np.mean([results[name]["success_rate"] for name in mazes])),
+        "return_mean": float(np.mean([results[name]["return_mean"] for name in mazes])),
+        "mazes": list(mazes),
+    }
 
 
 def evaluate_checkpoint(
@@ -45,7 +63,8 @@ def evaluate_checkpoint(
     num_workers: int | None = None, video_dir: str | os.PathLike | None = None, video_episodes: int = 1,
 ) -> dict[str, Any]:
     """Evaluate CHECKPOINT on each level set; the result of `levelray evaluate --json`. With `video_dir`,
-    also `video_episodes` videos per level set there (`deploy.video`), listed under `videos`."""
+    also `video_episodes` videos per level set there (`deploy.video`), listed under `videos`. Suite mazes
+    (`--levels maze-suite`) add `maze_suite`, the mean over those played (`maze_suite_summary`)."""
     ckpt = resolve_checkpoint(checkpoint)
     cfg: RunConfig = ckpt["cfg"]
     if video_dir is not None:
@@ -55,9 +74,11 @@ def evaluate_checkpoint(
     episodes = episodes or cfg.eval.episodes
     num_envs = num_envs or cfg.eval.num_envs
     game = atari_game(cfg.env.id)
+    plan = plan_level_sets(cfg, level_sets, episodes, seed)  # maze sets of another env are refused here
     weights = checkpoint_weights(ckpt)
-    seeds_by_set = {which: level_set_seeds(cfg, which, episodes, seed) for which in level_sets}
-    results = _evaluate_sets(cfg, weights, seeds_by_set, episodes=episodes, greedy=greedy,
+    seeds_by_set = {s.name: s.seeds for s in plan}
+    cfg_by_set = {s.name: cfg if s.env == cfg.env else dataclasses.replace(cfg, env=s.env) for s in plan}
+    results = _evaluate_sets(cfg_by_set, weights, seeds_by_set, episodes=episodes, greedy=greedy,
                              num_envs=num_envs, seed=seed, backend=backend, address=address,
                              num_workers=num_workers)
     results = {which: add_human_normalized(res, game) for which, res in results.items()}
@@ -80,11 +101,15 @@ def evaluate_checkpoint(
     }
     if "train" in results and "test" in results and train is not None:
         out["generalization_gap"] = results["train"]["return_mean"] - results["test"]["return_mean"]
+    suite = [s.name for s in plan if s.suite]
+    if suite:
+        out["maze_suite"] = maze_suite_summary(results, suite)
     if video_dir is not None:
         from levelray.deploy.video import write_level_set_videos
 
-        out["videos"] = write_level_set_videos(cfg, weights, seeds_by_set, video_dir, video_episodes,
-                                               greedy=greedy, seed=seed)
+        out["videos"] = [video for which, seeds in seeds_by_set.items()
+                         for video in write_level_set_videos(cfg_by_set[which], weights, {which: seeds}, video_dir,
+                                                             video_episodes, greedy=greedy, seed=seed)]
     return out
 
 
@@ -99,11 +124,14 @@ def format_result(out: dict[str, Any]) -> str:
     header = f"{'levels':>22}  {'episodes':>8}  {'mean':>9}  {'median':>9}  {'std':>8}  {'success':>7}"
     lines += [header, "-" * len(header)]
     for which, r in out["results"].items():
-        name = {"train": "train", "test": "test (held out)" if out["held_out"] else "test (NOT held out)"}.get(
-            which, which)
         succ = f"{r['success_rate']:.2f}" if r["success_rate"] is not None else "n/a"
-        lines.append(f"{name:>22}  {r['episodes']:>8d}  {r['return_mean']:>9.3f}  {r['return_median']:>9.3f}  "
-                     f"{r['return_std']:>8.3f}  {succ:>7}")
+        lines.append(f"{_row_name(which, out):>22}  {r['episodes']:>8d}  {r['return_mean']:>9.3f}  "
+                     f"{r['return_median']:>9.3f}  {r['return_std']:>8.3f}  {succ:>7}")
+    if "maze_suite" in out:
+        suite = out["maze_suite"]
+        episodes = sum(out["results"][name]["episodes"] for name in suite["mazes"])
+        lines.append(f"{'suite mean, ' + str(len(suite['mazes'])) + ' mazes':>22}  {episodes:>8d}  "
+                     f"{suite['return_mean']:>9.3f}  {'':>9}  {'':>8}  {suite['success_rate']:>7.2f}")
     for which, r in out["results"].items():
         if r.get("human_normalized_score") is not None:
             lines.append(f"human-normalised score ({out.get('atari_game')}, {which} mean): "
@@ -116,10 +144,25 @@ def format_result(out: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
+def _row_name(which: str, out: dict[str, Any]) -> str:
+    """A level set's name in the table: whether `test` and `maze-<N>` are held out, suite mazes marked."""
+    held = "held out" if out["held_out"] else "NOT held out"
+    if which == "test":
+        return f"test ({held})"
+    blocks = MAZE_BLOCKS_RE.match(which)
+    if blocks is not None:
+        return f"{blocks.group(1)} blocks ({held})"
+    if which in out.get("maze_suite", {}).get("mazes", ()):
+        return f"maze {which}"
+    return which
+
+
 def add_evaluate_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("checkpoint", metavar="CHECKPOINT", help="run directory (its latest checkpoint) or checkpoint dir")
     p.add_argument("--levels", default="train,test",
-                   help="level sets, comma-separated: train, test (held out) or A-B (seeds A..B inclusive)")
+                   help="level sets, comma-separated: train, test (held out) or A-B (seeds A..B inclusive); a "
+                        "maze:<W>x<H> run also maze-suite (each suite maze, and their mean), maze-suite:<name> "
+                        "and maze-<N> (held-out levels generated with N walls, e.g. maze-25)")
     p.add_argument("--episodes", type=int, default=None, help="episodes per level set (default: eval.episodes)")
     p.add_argument("--greedy", action="store_true", help="argmax actions (Gaussian mean) instead of sampling")
     p.add_argument("--num-envs", type=int, default=None, help="envs per evaluation worker (default: eval.num_envs)")

@@ -90,7 +90,8 @@ def evaluate(
     video_episodes: int = 1,
 ) -> dict[str, Any]:
     """`levelray evaluate` from Python: returns on each level set of a checkpoint or run directory
-    (`levels`: `train`, `test`, `A-B` ranges, comma separated), the dict `--json` prints. With `video_dir`,
+    (`levels`: `train`, `test`, `A-B` ranges, and for a maze run `maze-suite`, `maze-suite:<name>`,
+    `maze-<N>`; comma separated), the dict `--json` prints. With `video_dir`,
     `video_episodes` MP4 files per level set are written there too (`--video DIR --video-episodes N`)."""
     from levelray.deploy.evaluate import evaluate_checkpoint
     from levelray.deploy.level_sets import parse_level_sets

@@ -227,8 +227,8 @@ def build_model(spec: EnvSpec, kind: str = "auto", hidden_sizes: tuple[int, ...]
         return ImpalaCNN(spec)
     if kind == "minigrid_cnn":
         if not spec.is_minigrid:
-            raise ValueError(f"model minigrid_cnn needs MiniGrid's symbolic observations (--env minigrid:<name>), "
-                             f"got {spec.obs_dtype} {list(spec.obs_shape)}")
+            raise ValueError(f"model minigrid_cnn needs MiniGrid's symbolic observations (--env minigrid:<name> or "
+                             f"maze:<W>x<H>), got {spec.obs_dtype} {list(spec.obs_shape)}")
         return MiniGridNet(spec)
     if kind == "mlp":
         return MLP(spec, tuple(hidden_sizes))

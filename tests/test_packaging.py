@@ -30,6 +30,7 @@ def test_the_wheel_holds_only_the_levelray_namespace(tmp_path):
     for part in ("contracts", "actors", "learner", "level_service", "replay_service", "deploy"):
         assert f"levelray/{part}/__init__.py" in names, part
     assert "levelray/learner/vtrace.py" in names
+    assert "levelray/contracts/maze_suite/spiral.txt" in names  # package data: the maze test suite
     dist_info = next(n for n in names if n.endswith(".dist-info/entry_points.txt"))
     assert "levelray = levelray.deploy.cli:main" in zipfile.ZipFile(wheel).read(dist_info).decode()
 
