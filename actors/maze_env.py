@@ -19,33 +19,17 @@ from __future__ import annotations
 
 import dataclasses
 import math
-import re
 
 from levelray.actors.env_vector import LevelSource, spec_of_one_env
 from levelray.actors.gymnasium_env import GymnasiumVector
 from levelray.contracts.config import EnvConfig
+from levelray.contracts.maze import ENV_FORM as FORM
+from levelray.contracts.maze import ENV_PREFIX as PREFIX
+from levelray.contracts.maze import maze_size
 from levelray.contracts.spec import MINIGRID_OBS, EnvSpec
 
-PREFIX = "maze:"
-FORM = "maze:<W>x<H>"
-_ID = re.compile(r"^maze:(\d+)x(\d+)$")
 DCD_MAX_STEPS = 250  # DCD's maze time limit, at 13x13 inner cells
 DCD_INNER_CELLS = 13 * 13
-
-
-def maze_size(env_id: str) -> tuple[int, int]:
-    """`maze:13x9` -> `(13, 9)`, the inner width and height; ValueError naming the form `maze:<W>x<H>` and the
-    sizes allowed for anything else."""
-    from levelray.contracts.maze import MAX_SIZE, MIN_SIZE
-
-    m = _ID.match(env_id)
-    sizes = f"W and H the inner width and height, each in [{MIN_SIZE}, {MAX_SIZE}], e.g. maze:13x13"
-    if m is None:
-        raise ValueError(f"maze env id {env_id!r} is not of the form {FORM} ({sizes})")
-    width, height = int(m.group(1)), int(m.group(2))
-    if not (MIN_SIZE <= width <= MAX_SIZE and MIN_SIZE <= height <= MAX_SIZE):
-        raise ValueError(f"maze env id {env_id!r}: {FORM} needs {sizes}")
-    return width, height
 
 
 def default_max_steps(width: int, height: int) -> int:

@@ -32,6 +32,8 @@ from levelray.contracts.levels import MAX_SEED
 __all__ = [
     "EDITED_ID_BASE",
     "ENCODING_VERSION",
+    "ENV_FORM",
+    "ENV_PREFIX",
     "LEVEL_ID_BASE",
     "MAX_SIZE",
     "MIN_SIZE",
@@ -40,6 +42,7 @@ __all__ = [
     "generate",
     "is_seed",
     "level_for_id",
+    "maze_size",
     "parse_blocks",
     "render_rgb",
     "shortest_path_length",
@@ -56,6 +59,10 @@ EDITED_ID_BASE = LEVEL_ID_BASE + (1 << 32)
 MIN_SIZE = 3
 MAX_SIZE = 63
 
+ENV_PREFIX = "maze:"
+ENV_FORM = "maze:<W>x<H>"
+_ENV_ID = re.compile(r"^maze:(\d+)x(\d+)$")
+
 _HEADER_BYTES = 8  # version, width, height, agent x, agent y, agent dir, goal x, goal y: one byte each
 _ARROWS = ">v<^"  # the agent drawn facing MiniGrid direction 0, 1, 2, 3
 _SUITE_PACKAGE = "levelray.contracts"
@@ -64,6 +71,20 @@ _SUITE_FOLDER = "maze_suite"
 
 def _is_int(value) -> bool:
     return isinstance(value, numbers.Integral) and not isinstance(value, bool)
+
+
+def maze_size(env_id: str) -> tuple[int, int]:
+    """`maze:13x9` -> `(13, 9)`, the inner width and height; ValueError naming the form `maze:<W>x<H>` and the
+    sizes allowed for anything else. Here rather than beside the env (`actors.maze_env`) so that the level
+    service, which measures the levels it holds, reads the size without importing the env libraries."""
+    m = _ENV_ID.match(env_id) if isinstance(env_id, str) else None
+    sizes = f"W and H the inner width and height, each in [{MIN_SIZE}, {MAX_SIZE}], e.g. maze:13x13"
+    if m is None:
+        raise ValueError(f"maze env id {env_id!r} is not of the form {ENV_FORM} ({sizes})")
+    width, height = int(m.group(1)), int(m.group(2))
+    if not (MIN_SIZE <= width <= MAX_SIZE and MIN_SIZE <= height <= MAX_SIZE):
+        raise ValueError(f"maze env id {env_id!r}: {ENV_FORM} needs {sizes}")
+    return width, height
 
 
 def _check_cell(name: str, cell, width: int, height: int) -> tuple[int, int]:

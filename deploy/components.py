@@ -20,11 +20,13 @@ def service_section(section: Section) -> Section:
 
 def make_level_service(cfg: RunConfig, initial_state: dict | None = None):
     """The level service's core over the run's level space (its training set, or the unbounded space from
-    `env.start_level`), configured by `cfg.levels` (discount and seed from `cfg`)."""
+    `env.start_level`), configured by `cfg.levels` (discount and seed from `cfg`; the `env` section whole, so
+    that a maze run's stats measure its levels)."""
     from levelray.level_service.service import LevelServiceCore
 
     return LevelServiceCore(training_seeds(cfg.env), service_section(cfg.levels), start_level=cfg.env.start_level,
-                            discount=cfg.learner.discount, rng=cfg.seed, initial_state=initial_state)
+                            discount=cfg.learner.discount, rng=cfg.seed, initial_state=initial_state,
+                            env=cfg.env)
 
 
 def make_replay(cfg: RunConfig):

@@ -61,6 +61,12 @@ METRICS = {
     "levelray_levels_evicted_total": ("counter", "Levels evicted from the level buffer by higher-scoring new ones"),
     "levelray_levels_replay_fraction": (
         "gauge", "Fraction of the episodes since the last report played on a replayed level"),
+    "levelray_levels_mean_walls": ("gauge", "Maze runs: mean wall count of the scored levels (NaN for other envs)"),
+    "levelray_levels_mean_path_length": (
+        "gauge", "Maze runs: mean shortest path start to goal (BFS, cell moves) of the scored levels whose goal is "
+                 "reachable"),
+    "levelray_levels_unsolvable_fraction": (
+        "gauge", "Maze runs: fraction of the scored levels whose goal cannot be reached"),
     "levelray_replay_size": ("gauge", "Unrolls in the replay buffer"),
     "levelray_service_snapshot_errors_total": ("counter", "Periodic service snapshots that failed, by service"),
     "levelray_replay_inserts_total": ("counter", "Unrolls inserted into replay"),
@@ -145,6 +151,9 @@ def _level_families(levels: dict):
         _gauge("levelray_level_seen_fraction", levels.get("seen_fraction")),
         _gauge("levelray_levels_buffered", levels.get("levels_buffered")),
         _counter("levelray_levels_evicted_total", levels.get("levels_evicted")),
+        _gauge("levelray_levels_mean_walls", levels.get("levels_mean_walls")),
+        _gauge("levelray_levels_mean_path_length", levels.get("levels_mean_path_length")),
+        _gauge("levelray_levels_unsolvable_fraction", levels.get("levels_unsolvable_fraction")),
         _labelled("levelray_level_score", "quantile",
                   [([q], (levels.get("score") or {}).get(key)) for q, key in
                    (("0", "min"), ("0.25", "p25"), ("0.5", "median"), ("0.75", "p75"), ("1", "max"))]),

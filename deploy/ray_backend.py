@@ -90,6 +90,7 @@ class RayJob:
                 rng=cfg.seed,
                 snapshot_path=str(services / "levels.msgpack"),
                 initial_state=resume_state.get("levels"),
+                env=cfg.env,
             )
         self.replay_service = None
         if uses_replay(cfg):

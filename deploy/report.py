@@ -15,6 +15,9 @@ Reads each run's `config.yaml`, `metrics.jsonl` and checkpoints, and writes (mat
     level_buffer.png       left: the scored levels' score distribution (`level_score`: median, p25-p75 band,
                            min-max band) and `levels_buffered` (right axis), right: `levels_replay_fraction`,
                            against env steps, one colour per run (level-buffer and fixed-set PLR runs)
+    curriculum_complexity.png
+                           maze runs: the mean wall count, mean shortest path (start to goal, over the solvable
+                           levels) and unsolvable share of the scored levels against env steps, one line per run
     replay_priorities.png  the replay buffer's priority histogram (latest) of each run with replay
     summary.md             per run: config highlights, final env steps, train/test return, steps/s
     return_bands.png       with `--group-by PATH` (e.g. `levels.strategy`): the runs grouped by that config
@@ -51,6 +54,7 @@ import numpy as np
 from levelray.contracts.config import ConfigError, leaves
 from levelray.deploy.report_figures import (
     bands_figure,
+    complexity_figure,
     level_buffer_figure,
     level_figure,
     line_figure,
@@ -192,6 +196,7 @@ def make_report(run_dirs: list[Path], out_dir: Path, group_by: str | None = None
         "level_weights": level_figure(runs, out_dir / "level_weights.png", "weights"),
         "level_staleness": level_figure(runs, out_dir / "level_staleness.png", "staleness"),
         "level_buffer": level_buffer_figure(runs, out_dir / "level_buffer.png"),
+        "curriculum_complexity": complexity_figure(runs, out_dir / "curriculum_complexity.png"),
         "replay_priorities": priorities_figure(runs, out_dir / "replay_priorities.png"),
     }
     if group_by is not None:

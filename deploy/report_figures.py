@@ -248,6 +248,21 @@ def level_buffer_figure(runs, out: Path) -> dict:
     return {"path": str(out), "series": labels}
 
 
+COMPLEXITY_PANELS = [("levels_mean_walls", "Mean walls of the scored levels"),
+                     ("levels_mean_path_length", "Mean shortest path, start to goal (solvable levels)"),
+                     ("levels_unsolvable_fraction", "Fraction of the scored levels with no path")]
+
+
+def complexity_figure(runs, out: Path) -> dict:
+    """Maze runs: how complex the levels the curriculum holds are (the buffered levels, or the scored ones of a
+    fixed set), against env steps, one line per run in each panel: mean walls, mean shortest path (BFS, cell
+    moves) and the unsolvable share."""
+    return _panels_figure(runs, out, COMPLEXITY_PANELS, 3, (16, 4.5),
+                          "no run has levels_mean_walls, levels_mean_path_length or levels_unsolvable_fraction "
+                          "records (only maze runs with a level service have them: --env maze:<W>x<H> with "
+                          "--num-levels N, or a scored strategy on --num-levels 0)")
+
+
 def priorities_figure(runs, out: Path) -> dict:
     fig, axes = _figure()
     ax = axes[0, 0]

@@ -39,8 +39,9 @@ from typing import Any
 import numpy as np
 
 from levelray.contracts import snapshot
-from levelray.contracts.config import LevelConfig
+from levelray.contracts.config import EnvConfig, LevelConfig
 from levelray.contracts.levels import LevelFeedback
+from levelray.level_service.maze_stats import MazeComplexity
 from levelray.level_service.spaces import (
     LevelView,
     Sampler,
@@ -62,6 +63,8 @@ class LevelServiceCore:
 
     `discount` is the learner's (for `one_step_td_error`); `rng` seeds the sampler (an int, a Generator or
     None). The section's `snapshot_interval_s` is the period of the automatic snapshots to `snapshot_path`.
+    `env` is the run's `env` section: for a maze run (`maze:<W>x<H>`) `stats()` also measures the levels it
+    holds (`level_service.maze_stats`); without it, or for another env, those keys are absent.
     """
 
     def __init__(
@@ -74,7 +77,9 @@ class LevelServiceCore:
         rng=None,
         snapshot_path: str | None = None,
         initial_state: dict | None = None,
+        env: EnvConfig | None = None,
     ):
+        self._complexity = MazeComplexity.for_env(env)
         fresh = make_sampler(seeds, config, start_level=start_level, discount=discount, rng=rng)
         snapshot_interval_s = fresh.config.snapshot_interval_s
         if isinstance(snapshot_interval_s, bool) or not isinstance(snapshot_interval_s, int | float):
@@ -232,6 +237,8 @@ class LevelServiceCore:
         out.update(counts)
         out["levels_evicted"] = counts.get("num_evicted", 0)
         out.update(_distribution_stats(view, not view.buffered if vectors is None else vectors))
+        if self._complexity is not None:  # a maze run: how complex the scored levels are
+            out.update(self._complexity.summary(view.seeds[view.scored]))
         return out
 
 

@@ -307,6 +307,8 @@ def test_level_buffer_figure_from_records(tmp_path):
     assert skipped["skipped"].startswith("no run has level_score, levels_buffered or levels_replay_fraction")
     assert not (tmp_path / "none" / "level_buffer.png").exists()
     assert f"- level_buffer: skipped ({skipped['skipped']})" in (tmp_path / "none" / "summary.md").read_text()
+    # none of these is a maze run: no level complexity records, so no curriculum complexity figure
+    assert figs["curriculum_complexity"]["path"] is None and not (out / "curriculum_complexity.png").exists()
 
 
 def _episodes(seeds: list[int], scores: list[float]) -> LevelFeedback:
