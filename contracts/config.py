@@ -238,7 +238,8 @@ class ModelLossConfig(_Section):
     )
     recurrent_gradient_scaling: float = field(
         default=0.5,
-        metadata=_flag("--model-gradient-scaling", "gradient factor after each dynamics step (forward unchanged)",
+        metadata=_flag("--model-gradient-scaling", "gradient factor on the latent passed to the next dynamics step "
+                       "(the heads read it unscaled; forward unchanged)",
                        min=0.0, max=1.0),
     )
     value_repr: str = field(

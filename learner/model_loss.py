@@ -214,13 +214,20 @@ class MuZeroLoss:
 
     # -- the loss --------------------------------------------------------------------------------
     def unroll(self, net: nn.Module, obs0: torch.Tensor, actions: torch.Tensor) -> list[torch.Tensor]:
-        """Latents `s_0 .. s_K` from `obs0 [n, ...]` and `actions [n, K]`; after each dynamics step the
-        latent's gradient is scaled by `recurrent_gradient_scaling` (forward unchanged)."""
+        """Latents `s_0 .. s_K [n, D]` from `obs0 [n, ...]` and `actions [n, K]`, for the heads.
+
+        As MuZero's pseudocode and ALF's `train_step`: the heads read each dynamics output `s_k` as it is; only
+        the copy passed on to the next dynamics step has its gradient scaled by `c = recurrent_gradient_scaling`
+        (forward unchanged). So the gradient from step k's predictions (k >= 1) reaches `s_0` through k
+        dynamics steps and k - 1 scalings: `c^(k-1) (d s_k / d s_0)^T`. The scaling keeps the gradient reaching
+        the representation from growing with K, while the first step's predictions train it at full weight."""
         latents = [net.representation(obs0)]
         onehot = F.one_hot(actions.long(), self.module.num_actions).to(latents[0].dtype)  # every step at once
         scale = float(self.cfg.recurrent_gradient_scaling)
+        passed_on = latents[0]
         for k in range(actions.shape[1]):
-            latents.append(scale_gradient(self.module.step(latents[-1], onehot[:, k]), scale))
+            latents.append(self.module.step(passed_on, onehot[:, k]))
+            passed_on = scale_gradient(latents[-1], scale)  # a view: the heads' reads of latents[-1] stay unscaled
         return latents
 
     def loss(self, net: nn.Module, batch: ModelBatch) -> tuple[torch.Tensor, dict[str, float], np.ndarray]:
