@@ -157,6 +157,7 @@ def test_predictions_at_step_k_reach_the_representation_scaled_by_c_to_the_k_min
     D = mz.module.transition[-1].out_features
     linear = torch.nn.Linear(mz.module.transition[0].in_features, D).double()
     mz.module.transition = linear
+    mz.module.normalize = lambda s: s  # linear dynamics: the min-max normalisation is tested on its own
     s0 = torch.randn(3, D, dtype=torch.float64, requires_grad=True)
 
     class Identity(torch.nn.Module):
@@ -172,6 +173,28 @@ def test_predictions_at_step_k_reach_the_representation_scaled_by_c_to_the_k_min
     d = directions.numpy()
     expected = d[0] + sum(scale ** (k - 1) * np.linalg.matrix_power(A, k).T @ d[k] for k in range(1, K + 1))
     np.testing.assert_allclose(s0.grad.numpy(), np.broadcast_to(expected, (3, D)), rtol=1e-10, atol=1e-12)
+
+
+@pytest.mark.parametrize("value_repr", ["categorical", "scalar"])
+def test_model_latents_are_min_max_normalised_and_scalar_heads_start_at_zero(value_repr):
+    """Every latent the heads read (the encoded torso output and each dynamics output) spans [0, 1] per row, as
+    ALF's; a constant row maps to 0, not NaN. A fresh model predicts value, reward and game-over 0 exactly."""
+    mz = _muzero(num_unroll_steps=4, game_over=True, value_repr=value_repr)
+    net = MLP(SPEC)
+    torch.manual_seed(3)
+    obs0 = torch.randn(16, *SPEC.obs_shape) * 5
+    assert (net.representation(obs0) < 0).any()  # the torso's output itself is not in [0, 1]
+    latents = mz.unroll(net, obs0, torch.randint(0, 2, (16, 4)))
+    for s in latents:
+        assert torch.all((s >= 0) & (s <= 1))
+        torch.testing.assert_close(s.min(-1).values, torch.zeros(16))
+        torch.testing.assert_close(s.max(-1).values, torch.ones(16), rtol=0, atol=1e-4)
+    assert torch.equal(mz.module.normalize(torch.full((2, 5), 3.0)), torch.zeros(2, 5))
+    heads = mz.module.heads(torch.cat(latents))
+    for name in ("value", "reward", "game_over"):
+        assert torch.equal(heads[name], torch.zeros_like(heads[name])), name
+    assert heads["policy"].abs().sum() > 0
+    assert mz._decode(heads["value"]).abs().max() < 1e-6  # uniform over the support decodes to 0
 
 
 def test_target_network_update_schedule_and_buffers():
@@ -223,6 +246,13 @@ def _unrolls(cfg: RunConfig, n: int) -> list:
     return out
 
 
+def _min_max64(s: torch.Tensor) -> torch.Tensor:
+    """Each row of `s` scaled to [0, 1] (a span below 1e-5 padded by 1e-5), written apart from the code's."""
+    lo, hi = s.min(dim=1, keepdim=True).values, s.max(dim=1, keepdim=True).values
+    span = hi - lo
+    return (s - lo) / (span + 1e-5 * (span < 1e-5))
+
+
 def _expected_priorities(core: LearnerCore, net, module, batch: ModelBatch) -> np.ndarray:
     """sqrt(step-weighted masked value loss) per sequence, recomputed in float64 from the weights the
     update started from."""
@@ -235,14 +265,14 @@ def _expected_priorities(core: LearnerCore, net, module, batch: ModelBatch) -> n
     cols = torch.arange(n)
     starts = torch.from_numpy(batch.starts)
     x = obs[starts, cols]  # MLP.representation casts to float32: the same layers, in float64
-    s = torch.cat([net64.policy[:-1](x), net64.value[:-1](x)], dim=1)
+    s = _min_max64(torch.cat([net64.policy[:-1](x), net64.value[:-1](x)], dim=1))
     support = mz.support.double()
     w = step_weights(K, dtype=torch.float64)
     total = torch.zeros(n, dtype=torch.float64)
     for k in range(K + 1):
         if k:
             a = torch.from_numpy(batch.actions)[(starts + k - 1).clamp(max=T - 1), cols]
-            s = s + module64.transition(torch.cat([s, F.one_hot(a, 2).double()], 1))
+            s = _min_max64(s + module64.transition(torch.cat([s, F.one_hot(a, 2).double()], 1)))
         probs = two_hot(value_transform(targets.value[:, k].double()), support)
         value_logits = module64.prediction(s)[:, :support.numel()]  # the first outputs of f are the value's
         loss = -(probs * value_logits.log_softmax(-1)).sum(-1)
