@@ -254,7 +254,11 @@ class MuZeroLoss:
         (forward unchanged). So the gradient from step k's predictions (k >= 1) reaches `s_0` through k
         dynamics steps and k - 1 scalings: `c^(k-1) (d s_k / d s_0)^T`. The scaling keeps the gradient reaching
         the representation from growing with K, while the first step's predictions train it at full weight."""
-        latents = [self.module.encode(net.representation(obs0))]
+        return self.unroll_latent(net.representation(obs0), actions)
+
+    def unroll_latent(self, torso: torch.Tensor, actions: torch.Tensor) -> list[torch.Tensor]:
+        """`unroll` from the torso's output `[n, D]` (the representation of the sequences' first observations)."""
+        latents = [self.module.encode(torso)]
         onehot = F.one_hot(actions.long(), self.module.num_actions).to(latents[0].dtype)  # every step at once
         scale = float(self.cfg.recurrent_gradient_scaling)
         passed_on = latents[0]
@@ -280,7 +284,8 @@ class MuZeroLoss:
         columns = torch.arange(n, device=self.device).unsqueeze(1)
         steps = (starts.unsqueeze(1) + self._offsets[:K]).clamp(max=T - 1)  # [n, K]
         actions = self._tensor(batch.actions)[steps, columns]
-        latents = self.unroll(net, obs[starts, columns.squeeze(1)], actions)
+        torso = net.representation(obs[starts, columns.squeeze(1)])  # [n, D]
+        latents = self.unroll_latent(torso, actions)
         flat = torch.stack(latents, dim=1).reshape(n * (K + 1), -1)  # [n (K+1), D], sequence-major like the targets
         out = self.module.prediction(flat)  # the heads' outputs side by side (LatentModel.heads splits the same)
         real = None
@@ -294,6 +299,9 @@ class MuZeroLoss:
         with torch.no_grad():
             priorities = per_seq[:, 0].clamp(min=0).sqrt().cpu().numpy().astype(np.float64)
             metrics = self._metrics(out, targets, reanalysed, term_means, total)
+            # what a regression would be traced to: the torso's scale, and how old the replayed data is
+            metrics["feature_rms"] = float(torso.float().pow(2).mean().sqrt())
+            metrics["model_batch_age"] = float(np.median(batch.age))  # learner updates since insertion
         return total, metrics, priorities
 
     def _per_step_losses(self, flat: torch.Tensor, out: torch.Tensor, targets: ModelTargets,

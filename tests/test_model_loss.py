@@ -299,6 +299,11 @@ def test_priorities_written_back_equal_the_formula():
     metrics = core.train(unrolls[8:10])
     batch = seen["batch"]
     assert batch is not None and "model_value_loss" in metrics
+    assert metrics["model_batch_age"] == np.median(batch.age) and batch.age.max() > 0
+    x = torch.from_numpy(batch.obs).double()[torch.from_numpy(batch.starts), torch.arange(len(batch.starts))]
+    net64 = copy.deepcopy(net).double()
+    torso = torch.cat([net64.policy[:-1](x), net64.value[:-1](x)], dim=1).detach()  # MLP.representation, float64
+    assert metrics["feature_rms"] == pytest.approx(float(torso.pow(2).mean().sqrt()), rel=1e-5)
     expected = _expected_priorities(core, net, module, batch)
     np.testing.assert_allclose(seen["result"].outputs.model_priorities, expected, rtol=1e-4, atol=1e-6)
     replay = core.replay_feed.replay._replay
