@@ -226,6 +226,16 @@ class ModelLossConfig(_Section):
     loss_weight: float = field(
         default=1.0, metadata=_flag("--model-loss-weight", "weight of the model loss in the learner's loss", min=0.0)
     )
+    optimizer: str = field(
+        default="separate",
+        metadata=_flag("--model-optimizer", "separate: the model loss's own optimiser (the learner's kind and rate, "
+                       "its own moments) and gradient clip over the torso and the model, as ALF's representation "
+                       "learner, so its gradients do not shrink V-trace's steps through a shared second moment; "
+                       "shared: one optimiser and clip for the sum of both losses", choices=("separate", "shared")),
+    )
+    grad_clip: float = field(
+        default=40.0, metadata=_flag("--model-grad-clip", "the separate optimiser's gradient norm clip", min=0.0)
+    )
     batch_size: int = field(
         default=32, metadata=_flag("--model-batch-size", "sequences sampled from replay per update for it", min=1)
     )

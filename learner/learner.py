@@ -95,7 +95,9 @@ class Learner:
             self._action_low = torch.tensor(spec.action_low, dtype=torch.float32, device=self.device)
             self._action_high = torch.tensor(spec.action_high, dtype=torch.float32, device=self.device)
         # The model loss's dynamics and heads are not part of `self.model`: actors load exactly the policy
-        # network's weights. One optimiser trains both (agent parameters first, so its state is ordered).
+        # network's weights. `model_loss.optimizer`: "shared", one optimiser trains both (agent parameters first,
+        # so its state is ordered); "separate", a second one (`model_optimizer`) trains the torso and the model's
+        # modules on the model loss alone, with its own moments and clip, as ALF's representation learner.
         self.muzero: MuZeroLoss | None = None
         self.sequences: SequenceSampler | None = None
         if model_loss is not None and model_loss.loss == "muzero":
@@ -107,8 +109,12 @@ class Learner:
             self.sequences = SequenceSampler(model_loss, seed)
         # What the gradient norm and clipping walk every update: the list made once (module.parameters()
         # walks the module tree each call, ~0.1 ms an update with the model loss's modules added).
-        self._trained = self.parameters()
+        separate = self.muzero is not None and model_loss.optimizer == "separate"
+        self._trained = list(self.model.parameters()) if separate else self.parameters()
         self.optimizer = self._make_optimizer(self._trained)
+        # what the model loss trains: the policy network (only its torso gets gradient) and the model's modules
+        self._model_trained = self.parameters() if self.muzero is not None else []
+        self.model_optimizer = self._make_optimizer(self._model_trained) if separate else None
         # PopArt (learner/value_normalization.py): the value head outputs normalised values.
         self.value_norm = PopArt(config.popart_beta) if config.value_normalization else None
         self.version = 0
@@ -133,8 +139,9 @@ class Learner:
         return params
 
     def set_learning_rate(self, lr: float) -> None:
-        for group in self.optimizer.param_groups:
-            group["lr"] = lr
+        for optimizer in (self.optimizer, self.model_optimizer):
+            for group in optimizer.param_groups if optimizer is not None else ():
+                group["lr"] = lr
 
     def _tensor(self, x: np.ndarray, dtype: torch.dtype | None = None) -> torch.Tensor:
         return host_to_device(x, self.device, dtype)
@@ -157,6 +164,7 @@ class Learner:
         model_priorities = None
         if self.muzero is not None and model_batch is not None:
             terms["model"], model_metrics, model_priorities = self.muzero.loss(self.model, model_batch)
+            terms["agent"] = terms["total"]  # V-trace's terms: what the agent's optimiser steps on alone
             terms["total"] = terms["total"] + self.muzero.cfg.loss_weight * terms["model"]
         T, B = vt.vs.shape
         trained = T * B if batch.get("mask") is None else int(np.count_nonzero(batch["mask"]))
@@ -260,25 +268,70 @@ class Learner:
 
     def _apply_gradients(self, terms: dict[str, torch.Tensor], model_metrics: dict[str, float],
                          popart_before: dict | None, popart_old: tuple[float, float] | None) -> float:
-        """Backward and the optimiser step; returns the gradient's global norm before clipping (after PopArt's
-        rescale of the value layer). The norm is computed once and serves the non-finite check too."""
+        """Backward and the optimiser step(s); returns the agent optimiser's gradient norm before clipping (after
+        PopArt's rescale of the value layer). The model loss's gradient is taken apart first (`_model_gradients`):
+        added to the agent's with a shared optimiser, stepped by `model_optimizer` after the agent's step with a
+        separate one (both from the weights the update started from). Every norm is computed once and serves
+        the non-finite check, which skips the whole update before anything changes."""
         self.optimizer.zero_grad(set_to_none=True)
-        raw_grad_norm = float("nan")
+        raw_grad_norm, model_grads = float("nan"), None
         if torch.isfinite(terms["total"]):
-            terms["total"].backward()
-            raw_grad_norm = self._gradient_norm()
-        if not np.isfinite(raw_grad_norm):  # before anything below changes weights or statistics
+            model_grads = self._model_gradients(terms, model_metrics)
+            terms.get("agent", terms["total"]).backward()
+            if model_grads is not None:
+                model_metrics["torso_grad_norm_vtrace"] = self._torso_vtrace_norm(model_grads)
+            if model_grads is not None and self.model_optimizer is None:  # shared: the gradient of the sum
+                for p, g in zip(self._model_trained, model_grads, strict=True):
+                    if g is not None:
+                        p.grad = g if p.grad is None else p.grad + g
+            raw_grad_norm = self._gradient_norm(self._trained)
+        if not np.isfinite(raw_grad_norm) or not np.isfinite(model_metrics.get("grad_norm_model", 0.0)):
             self._skip_update(popart_before, terms, raw_grad_norm, model_metrics)
         grad_norm = raw_grad_norm
         if self.value_norm is not None:  # rescales the value layer's gradients too: their norm changes
             new_stats = (self.value_norm.mu, self.value_norm.sigma)
             preserve_outputs_(value_output_layer(self.model), popart_old, new_stats)
-            grad_norm = self._gradient_norm()
-        self._clip_gradients(grad_norm)
+            grad_norm = self._gradient_norm(self._trained)
+        self._clip_gradients(self._trained, grad_norm, self.config.grad_clip)
         self.optimizer.step()
+        if model_grads is not None and self.model_optimizer is not None:
+            self._step_model_optimizer(model_grads, model_metrics["grad_norm_model"])
         if self.muzero is not None:
             self.muzero.after_update(self.model)
         return grad_norm
+
+    def _model_gradients(self, terms: dict[str, torch.Tensor], model_metrics: dict[str, float]) -> list | None:
+        """The weighted model loss's gradient over `_model_trained` (None where a parameter gets none), taken
+        before any backward of the agent's loss; adds its norm (`grad_norm_model`) and the torso's part of it
+        (`torso_grad_norm_model`: the policy network's parameters it reaches) to `model_metrics`. None without
+        a model loss term."""
+        if "model" not in terms:
+            return None
+        grads = list(torch.autograd.grad(self.muzero.cfg.loss_weight * terms["model"], self._model_trained,
+                                         allow_unused=True))
+        agent = set(map(id, self.model.parameters()))
+        torso = [g for p, g in zip(self._model_trained, grads, strict=True) if g is not None and id(p) in agent]
+        model_metrics["grad_norm_model"] = float(torch.nn.utils.get_total_norm([g for g in grads if g is not None]))
+        model_metrics["torso_grad_norm_model"] = float(torch.nn.utils.get_total_norm(torso)) if torso else 0.0
+        return grads
+
+    def _torso_vtrace_norm(self, model_grads: list) -> float:
+        """The norm of the agent loss's gradient (now in `.grad`) over the torso: the parameters of the policy
+        network that the model loss's gradient reaches too."""
+        agent = set(map(id, self.model.parameters()))
+        grads = [p.grad for p, g in zip(self._model_trained, model_grads, strict=True)
+                 if g is not None and id(p) in agent and p.grad is not None]
+        return float(torch.nn.utils.get_total_norm(grads)) if grads else 0.0
+
+    def _step_model_optimizer(self, grads: list, norm: float) -> None:
+        """The separate optimiser's step on the model loss's gradient `grads` (taken before the agent's step)."""
+        self.model_optimizer.zero_grad(set_to_none=True)
+        for p, g in zip(self._model_trained, grads, strict=True):
+            p.grad = g
+        trained = [p for p in self._model_trained if p.grad is not None]
+        self._clip_gradients(trained, norm, self.muzero.cfg.grad_clip, by="norm")
+        self.model_optimizer.step()
+        self.model_optimizer.zero_grad(set_to_none=True)
 
     @torch.no_grad()
     def _metrics(self, forward: Forward, vt: vtrace.VTraceReturns, log_rhos: torch.Tensor,
@@ -322,21 +375,23 @@ class Learner:
             model_priorities=model_priorities,
         )
 
-    def _gradient_norm(self) -> float:
-        """The global L2 norm of the gradients (before clipping)."""
-        grads = [p.grad for p in self._trained if p.grad is not None]
+    @staticmethod
+    def _gradient_norm(params: list[torch.nn.Parameter]) -> float:
+        """The global L2 norm of `params`' gradients (before clipping)."""
+        grads = [p.grad for p in params if p.grad is not None]
         return float(torch.nn.utils.get_total_norm(grads))
 
-    def _clip_gradients(self, norm: float) -> None:
-        """Clip by `grad_clip_type`; `norm` is the gradients' global norm as they are now (computed once an
-        update: the non-finite check needs it first). By norm: scale by min(1, max_norm / (norm + 1e-6)),
-        `clip_grad_norm_`'s rule, in float64 as the norm is."""
-        cfg = self.config
-        if cfg.grad_clip_type == "norm":
+    def _clip_gradients(self, params: list[torch.nn.Parameter], norm: float, clip: float,
+                        by: str | None = None) -> None:
+        """Clip `params`' gradients by `by` (default `learner.grad_clip_type`) at `clip`; `norm` is their global
+        norm as they are now (computed once an update: the non-finite check needs it first). By norm: scale by
+        min(1, clip / (norm + 1e-6)), `clip_grad_norm_`'s rule, in float64 as the norm is."""
+        by = by or self.config.grad_clip_type
+        if by == "norm":
             total = torch.tensor(norm, dtype=torch.float64)
-            torch.nn.utils.clip_grads_with_norm_(self._trained, cfg.grad_clip, total)
-        elif cfg.grad_clip_type == "value":
-            torch.nn.utils.clip_grad_value_(self._trained, cfg.grad_clip)
+            torch.nn.utils.clip_grads_with_norm_(params, clip, total)
+        elif by == "value":
+            torch.nn.utils.clip_grad_value_(params, clip)
 
     def _skip_update(self, popart_before: dict | None, terms: dict[str, torch.Tensor], grad_norm: float,
                      model_metrics: dict[str, float]) -> None:
@@ -350,7 +405,7 @@ class Learner:
         parts = {"loss_total": terms["total"], "loss_policy": terms["policy"], "loss_value": terms["value"],
                  "entropy": terms["entropy"]}
         values = {k: float(v.detach()) for k, v in parts.items()}
-        values.update({k: v for k, v in model_metrics.items() if k.endswith("_loss")})
+        values.update({k: v for k, v in model_metrics.items() if k.endswith("_loss") or k == "grad_norm_model"})
         values["grad_norm"] = grad_norm
         bad = [k for k, v in values.items() if not np.isfinite(v)]
         raise NonFiniteUpdate(
@@ -366,6 +421,8 @@ class Learner:
             # Copies: optimizer.state_dict() returns live references to Adam's moment buffers.
             "model": {k: v.detach().to("cpu", copy=True) for k, v in self.model.state_dict().items()},
             "optimizer": copy.deepcopy(self.optimizer.state_dict()),
+            "model_optimizer": (copy.deepcopy(self.model_optimizer.state_dict())
+                                if self.model_optimizer is not None else None),
             "version": self.version,
             "samples_trained": self.samples_trained,
             "torch_rng": torch.get_rng_state(),
@@ -374,8 +431,11 @@ class Learner:
         }
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
+        self._check_optimizers(state)
         self.model.load_state_dict(state["model"])
         self.optimizer.load_state_dict(state["optimizer"])
+        if self.model_optimizer is not None:
+            self.model_optimizer.load_state_dict(state["model_optimizer"])
         self.version = int(state["version"])
         self.samples_trained = int(state.get("samples_trained", 0))
         if "torch_rng" in state:
@@ -384,6 +444,16 @@ class Learner:
         if self.muzero is not None and state.get("model_loss") is not None:
             self.muzero.load_state_dict(state["model_loss"])
             self.sequences.load_state_dict(state["model_loss"]["rng"])
+
+    def _check_optimizers(self, state: dict[str, Any]) -> None:
+        """ValueError, before anything is loaded, for a checkpoint whose optimisers are not this learner's:
+        a model loss with a shared optimiser resumed as separate, or the other way round."""
+        saved_separate = state.get("model_optimizer") is not None
+        if self.muzero is None or saved_separate == (self.model_optimizer is not None):
+            return
+        saved, mine = ("separate", "shared") if saved_separate else ("shared", "separate")
+        raise ValueError(f"the checkpoint's model loss has a {saved} optimiser, this run's model_loss.optimizer is "
+                         f"{mine}: resume with --model-optimizer {saved}")
 
     def _model_loss_state(self) -> dict[str, Any] | None:
         """The model loss's modules, target network and schedule, and its sequence sampler's generator."""

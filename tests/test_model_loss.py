@@ -359,13 +359,75 @@ def test_checkpoint_and_resume_give_the_same_next_update():
     for x, y in pairs:
         for (name, p), q in zip(x.state_dict().items(), y.state_dict().values(), strict=True):
             assert torch.equal(p, q), name
-    sa, sb = a.learner.optimizer.state_dict()["state"], b.learner.optimizer.state_dict()["state"]
-    assert sa.keys() == sb.keys() and len(sa) == len(a.learner.parameters())
-    for key in sa:
-        for name in ("exp_avg", "exp_avg_sq"):
-            assert torch.equal(sa[key][name], sb[key][name])
+    # the agent's optimiser over the policy network; the model loss's own over the torso and the model
+    for which, count in (("optimizer", len(list(a.learner.model.parameters()))), ("model_optimizer", None)):
+        sa, sb = getattr(a.learner, which).state_dict()["state"], getattr(b.learner, which).state_dict()["state"]
+        assert sa.keys() == sb.keys() and len(sa) == (count or len(sa)) > 0
+        for key in sa:
+            for name in ("exp_avg", "exp_avg_sq"):
+                assert torch.equal(sa[key][name], sb[key][name])
+    model_state = a.learner.model_optimizer.state_dict()["state"]
+    torso_and_model = len(model_state)  # the policy network's output layers get no model-loss gradient
+    assert len(list(a.learner.muzero.module.parameters())) < torso_and_model < len(a.learner.parameters())
     np.testing.assert_array_equal(a.replay_feed.replay._replay.raw_priorities(),
                                   b.replay_feed.replay._replay.raw_priorities())
+
+
+def test_separate_optimiser_adds_the_model_loss_step_to_the_torso_and_leaves_the_agent_step_as_it_was():
+    """`model_loss.optimizer separate`: the agent's optimiser steps on V-trace's gradient alone, exactly as
+    with no model loss; the model loss's own Adam adds its step to the torso. From fresh optimisers the first
+    step of Adam is -lr g / (|g| + eps), so on the torso (separate - no model loss) = -lr g_m / (|g_m| + eps),
+    with g_m the model loss's gradient at the starting weights, taken here apart from the update."""
+    from levelray.contracts.trajectory import stack_unrolls
+    from levelray.learner.learner import Learner
+
+    cfg = _cartpole_cfg(num_unroll_steps=3, td_steps=2)
+    spec = env_spec(cfg.env)
+    batch, model_batch = stack_unrolls(_unrolls(cfg, 2)), _hand_batch()
+    off = Learner(spec, cfg.learner, seed=0)
+    learners = {mode: Learner(spec, cfg.learner, seed=0, model_loss=replace_path(cfg, "model_loss.optimizer",
+                                                                               mode).model_loss)
+                for mode in ("separate", "shared")}
+    sep = learners["separate"]
+    probe = copy.deepcopy(sep)  # the model loss's gradient at the starting weights, apart from the update
+    names = [name for name, _ in probe.model.named_parameters()]
+    loss = probe.muzero.loss(probe.model, model_batch)[0] * cfg.model_loss.loss_weight
+    g_model = dict(zip(names, torch.autograd.grad(loss, list(probe.model.parameters()), allow_unused=True),
+                       strict=True))
+    off.update(batch)
+    metrics = {mode: learner.update(batch, model_batch).metrics for mode, learner in learners.items()}
+    for m in metrics.values():  # each loss's gradient on the torso, what a regression would be traced to
+        assert m["torso_grad_norm_vtrace"] > 0 and m["torso_grad_norm_model"] > 0 and m["grad_norm_model"] > 0
+    lr, eps = cfg.learner.learning_rate, cfg.learner.adam_eps
+    moved = 0
+    for (name, p_sep), p_off in zip(sep.model.named_parameters(), off.model.parameters(), strict=True):
+        g = g_model[name]
+        if g is None:  # the policy and value output layers: no model-loss gradient, the agent's step only
+            torch.testing.assert_close(p_sep, p_off, rtol=0, atol=1e-7)
+            continue
+        g = g.double()
+        expected = -lr * g / (g.abs() + eps)
+        torch.testing.assert_close((p_sep - p_off).double(), expected, rtol=1e-4, atol=1e-7)
+        moved += int((p_sep != p_off).any())
+    assert moved > 0
+    shared_torso = [p for (name, p) in learners["shared"].model.named_parameters() if g_model[name] is not None]
+    sep_torso = [p for (name, p) in sep.model.named_parameters() if g_model[name] is not None]
+    assert any(not torch.allclose(a, b) for a, b in zip(shared_torso, sep_torso, strict=True))
+
+
+def test_resuming_with_the_other_optimiser_mode_is_refused_before_anything_loads():
+    from levelray.learner.learner import Learner
+
+    cfg = _cartpole_cfg()
+    spec = env_spec(cfg.env)
+    saved = Learner(spec, cfg.learner, seed=0, model_loss=cfg.model_loss).state_dict()  # separate, the default
+    shared = Learner(spec, cfg.learner, seed=1,
+                     model_loss=replace_path(cfg, "model_loss.optimizer", "shared").model_loss)
+    before = copy.deepcopy(shared.model.state_dict())
+    with pytest.raises(ValueError, match="resume with --model-optimizer separate"):
+        shared.load_state_dict(saved)
+    for name, value in shared.model.state_dict().items():
+        assert torch.equal(value, before[name]), name
 
 
 def test_actors_get_the_policy_network_alone():
