@@ -5,10 +5,12 @@
 At each family's default sizes: IMPALA CNN with the procgen preset (2 unrolls of 16 envs x 20 steps), the
 MLP with the classic_control preset (8 unrolls of 8 envs), the MiniGrid net with the minigrid preset (2 unrolls
 of 16 envs); the model loss at its defaults (32 sequences, K = 5, categorical heads, game-over head), and once
-more with every option on (consistency term, reanalyse of half the batch, dynamic horizon). The update is the
-real one: fresh synthetic unrolls (random observations, actions and rewards with a few episode ends) go through
-the replay service core in process, which the model batch is sampled from. The arms are measured in
-alternating blocks and the medians compared, so a change of load on a shared machine hits both alike.
+more with every option on (consistency term, reanalyse of half the batch, dynamic horizon), and once with one
+optimiser for both losses (`shared_optimizer`, `--model-optimizer shared`; the default is a separate one).
+The update is the real one: fresh synthetic unrolls (random observations, actions and rewards with a few
+episode ends) go through the replay service core in process, which the model batch is sampled from. The arms
+are measured in alternating blocks and the medians compared, so a change of load on a shared machine hits both
+alike.
 The target in issue 15 is <= 1.5x on CPU.
 
 A fourth arm, `fixed_cost`, runs the model loss on one sequence with one hidden unit: next to no
@@ -39,6 +41,7 @@ CASES = {  # name: (env id for the preset, spec)
     "minigrid_cnn": ("minigrid:DoorKey-8x8", EnvSpec((7, 7, 4), "uint8", True, num_actions=7,
                                                     obs_encoding=MINIGRID_OBS)),
 }
+ARMS = ("none", "muzero", "shared_optimizer", "all_options", "fixed_cost")
 COLUMNS = ["model", "arm", "device", ("columns", "B"), ("update_ms", "update ms"), ("ratio", "x no model"),
            "updates"]
 
@@ -58,6 +61,8 @@ def make_core(case: str, arm: str, device: str) -> tuple[LearnerCore, RunConfig]
     cfg = replace_paths(cfg, {"learner.device": device, "learner.max_policy_lag": 10**9})
     if arm != "none":
         cfg = replace_path(cfg, "model_loss.loss", "muzero")
+    if arm == "shared_optimizer":
+        cfg = replace_path(cfg, "model_loss.optimizer", "shared")
     if arm == "fixed_cost":
         cfg = replace_paths(cfg, {"model_loss.batch_size": 1, "model_loss.hidden_size": 1})
     if arm == "all_options":
@@ -118,7 +123,7 @@ def main() -> None:
     for case in args.cases.split(","):
         cnn = case == "impala_cnn" and args.device == "cpu"
         blocks, per_block = (1, 1) if args.quick else ((3, 2) if cnn else (5, 10))
-        results += measure(case, args.device, blocks, per_block, ("none", "muzero", "all_options", "fixed_cost"))
+        results += measure(case, args.device, blocks, per_block, ARMS)
     load_after = os.getloadavg()
     print_table(results, COLUMNS)
     print(f"load average (1, 5, 15 min): before {load_before}, after {load_after}; cores: {os.cpu_count()}")

@@ -114,6 +114,8 @@ class Learner:
         self.optimizer = self._make_optimizer(self._trained)
         # what the model loss trains: the policy network (only its torso gets gradient) and the model's modules
         self._model_trained = self.parameters() if self.muzero is not None else []
+        agent_ids = set(map(id, self.model.parameters()))
+        self._in_agent = [id(p) in agent_ids for p in self._model_trained]  # the torso is where both reach
         self.model_optimizer = self._make_optimizer(self._model_trained) if separate else None
         # PopArt (learner/value_normalization.py): the value head outputs normalised values.
         self.value_norm = PopArt(config.popart_beta) if config.value_normalization else None
@@ -309,18 +311,18 @@ class Learner:
             return None
         grads = list(torch.autograd.grad(self.muzero.cfg.loss_weight * terms["model"], self._model_trained,
                                          allow_unused=True))
-        agent = set(map(id, self.model.parameters()))
-        torso = [g for p, g in zip(self._model_trained, grads, strict=True) if g is not None and id(p) in agent]
-        model_metrics["grad_norm_model"] = float(torch.nn.utils.get_total_norm([g for g in grads if g is not None]))
-        model_metrics["torso_grad_norm_model"] = float(torch.nn.utils.get_total_norm(torso)) if torso else 0.0
+        present = [i for i, g in enumerate(grads) if g is not None]
+        squares = torch.stack(torch._foreach_norm([grads[i] for i in present])).double().square()  # one kernel
+        in_torso = torch.tensor([self._in_agent[i] for i in present])
+        model_metrics["grad_norm_model"] = float(squares.sum().sqrt())
+        model_metrics["torso_grad_norm_model"] = float(squares[in_torso].sum().sqrt())
         return grads
 
     def _torso_vtrace_norm(self, model_grads: list) -> float:
         """The norm of the agent loss's gradient (now in `.grad`) over the torso: the parameters of the policy
         network that the model loss's gradient reaches too."""
-        agent = set(map(id, self.model.parameters()))
-        grads = [p.grad for p, g in zip(self._model_trained, model_grads, strict=True)
-                 if g is not None and id(p) in agent and p.grad is not None]
+        grads = [p.grad for p, g, mine in zip(self._model_trained, model_grads, self._in_agent, strict=True)
+                 if g is not None and mine and p.grad is not None]
         return float(torch.nn.utils.get_total_norm(grads)) if grads else 0.0
 
     def _step_model_optimizer(self, grads: list, norm: float) -> None:
