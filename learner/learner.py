@@ -311,11 +311,9 @@ class Learner:
             return None
         grads = list(torch.autograd.grad(self.muzero.cfg.loss_weight * terms["model"], self._model_trained,
                                          allow_unused=True))
-        present = [i for i, g in enumerate(grads) if g is not None]
-        squares = torch.stack(torch._foreach_norm([grads[i] for i in present])).double().square()  # one kernel
-        in_torso = torch.tensor([self._in_agent[i] for i in present])
-        model_metrics["grad_norm_model"] = float(squares.sum().sqrt())
-        model_metrics["torso_grad_norm_model"] = float(squares[in_torso].sum().sqrt())
+        torso = [g for g, mine in zip(grads, self._in_agent, strict=True) if g is not None and mine]
+        model_metrics["grad_norm_model"] = float(torch.nn.utils.get_total_norm([g for g in grads if g is not None]))
+        model_metrics["torso_grad_norm_model"] = float(torch.nn.utils.get_total_norm(torso)) if torso else 0.0
         return grads
 
     def _torso_vtrace_norm(self, model_grads: list) -> float:

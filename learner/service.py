@@ -149,8 +149,10 @@ MAX_LEARNER_THREADS = 4
 
 
 def learner_threads() -> int:
-    """Torch threads for the learner actor: the cores this process may run on, at most `MAX_LEARNER_THREADS`."""
-    return max(1, min(len(os.sched_getaffinity(0)), MAX_LEARNER_THREADS))
+    """Torch threads for the learner actor: the cores this process may run on (all the machine's where the OS
+    has no affinity call, as macOS), at most `MAX_LEARNER_THREADS`."""
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+    return max(1, min(cores, MAX_LEARNER_THREADS))
 
 
 def inbound_queue_size(learner: LearnerConfig, batch_unrolls: int) -> int:
