@@ -25,7 +25,8 @@ from levelray.contracts.config import RunConfig
 
 
 class SeedPrefetcher(LevelDraws):
-    """A local buffer of levels, `(seed, replayed)` pairs, refilled from the level service before it runs dry.
+    """A local buffer of levels, `(level id, replayed)` pairs (with the encodings of edited ones, `LevelDraws`),
+    refilled from the level service before it runs dry.
 
     Holds at least `per_env * num_envs` levels and asks for more when under half full. Where episodes are short
     (CartPole with a fresh policy ends ~100 episodes a second per env) that floor would mean a Ray call to the
@@ -65,7 +66,7 @@ class SeedPrefetcher(LevelDraws):
     def _request(self) -> None:
         if self.pending is None:
             self._resize(time.monotonic())
-            self.pending = self.service.sample_levels.remote(self.capacity - len(self.buffer))
+            self.pending = self.service.draw_levels.remote(self.capacity - len(self.buffer))
             self.requests += 1
 
     def _resize(self, now: float) -> None:
@@ -84,8 +85,9 @@ class SeedPrefetcher(LevelDraws):
         ready, _ = self._ray.wait([self.pending], timeout=timeout_s)
         if ready:
             try:
-                seeds, replayed = self._ray.get(self.pending)
+                seeds, replayed, encodings = self._ray.get(self.pending)
                 self.buffer.extend(zip((int(s) for s in seeds), (bool(r) for r in replayed), strict=True))
+                self.remember(encodings, (level for level, _ in self.buffer))
             except self._ray.exceptions.RayError as exc:  # the service is restarting
                 self.service_errors += 1
                 self.last_error = f"{type(exc).__name__}"

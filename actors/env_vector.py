@@ -13,7 +13,7 @@ screen, a gymnasium env's `rgb_array`. Only such a vector renders: rendering cos
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -91,13 +91,20 @@ def rgb_frame(frame, env_id: str) -> np.ndarray:
 class LevelDraws:
     """A level source fed by the level service, that remembers whether each env's current level is a replay.
 
-    The service hands out `(seed, replayed)` pairs; `replayed [K]` holds the flag of the level each env plays
+    The service hands out `(level id, replayed)` pairs; `replayed [K]` holds the flag of the level each env plays
     now, so a rollout reads it before a step to know the flag of that step's level (an env whose episode ends
     in the step asks for its next level inside it). Robust PLR trains only on replayed steps; a level this
-    source could not give (None: a uniform draw) counts as new. Subclasses say where the pairs come from."""
+    source could not give (None: a uniform draw) counts as new. Subclasses say where the pairs come from.
+
+    Levels that exist only as data (ACCEL's children) arrive with their encodings: `encodings` maps their ids
+    to them for the env to build the level from at its reset (`actors.maze_env`). It keeps what is queued and
+    what an env plays, and forgets the rest once it grows past twice that.
+    """
 
     def __init__(self, num_envs: int):
         self.replayed = np.zeros(num_envs, dtype=bool)
+        self.playing = np.full(num_envs, -1, dtype=np.int64)  # [K] the level id each env was last handed
+        self.encodings: dict[int, bytes] = {}
 
     def next_level(self) -> tuple[int, bool] | None:
         raise NotImplementedError
@@ -105,7 +112,18 @@ class LevelDraws:
     def __call__(self, env_index: int) -> int | None:
         drawn = self.next_level()
         self.replayed[env_index] = drawn is not None and drawn[1]
+        self.playing[env_index] = -1 if drawn is None else drawn[0]
         return None if drawn is None else drawn[0]
+
+    def remember(self, encodings: dict[int, bytes], queued: Iterable[int] = ()) -> None:
+        """Keep `encodings` (`{id: bytes}` from the service); `queued`: the ids still waiting to be handed out."""
+        if not encodings:
+            return
+        self.encodings.update(encodings)
+        queued = list(queued)
+        if len(self.encodings) > 2 * (len(queued) + self.playing.size) + 64:
+            keep = {*queued, *self.playing.tolist()}
+            self.encodings = {i: data for i, data in self.encodings.items() if i in keep}
 
 
 class LevelChooser:

@@ -3,6 +3,7 @@
 A level is a `contracts.maze.MazeLevel` (walls, the agent's start cell and direction, the goal), and a level id
 names one (`contracts.maze.level_for_id`): a seed is the level `generate` makes from it with `env.maze_blocks`
 walls (domain randomisation, DCD's generator), and an id of the reserved range is a maze of the test suite.
+An edited level (ACCEL's) is played from the encoding that came with its id (`LevelDraws.encodings`).
 Each env is a `actors.maze_grid.MazeGridEnv` wrapped by `actors.minigrid_obs.MiniGridObs`, so a maze looks to
 the agent exactly as `minigrid:*` does (uint8 `[7, 7, 4]`, 7 actions, `obs_encoding` MINIGRID_OBS: the
 `minigrid_cnn` network and the `minigrid` preset apply), and success is reaching the goal.
@@ -44,15 +45,18 @@ class MazeVector(GymnasiumVector):
                  seed: int = 0, render: bool = False):
         from levelray.actors.maze_grid import MazeGridEnv
         from levelray.actors.minigrid_obs import MiniGridObs
-        from levelray.contracts.maze import level_for_id, parse_blocks
+        from levelray.contracts.maze import MazeLevel, level_for_id, parse_blocks
 
         width, height = maze_size(env_id)
         blocks = parse_blocks(cfg.maze_blocks)
         max_steps = cfg.max_episode_steps or default_max_steps(width, height)
         mode = "rgb_array" if render else None  # render(): the whole grid, as a person sees the level
 
+        encodings = getattr(level_source, "encodings", None)  # `LevelDraws`: levels that exist only as data
+
         def resolve(level_id: int):
-            return level_for_id(level_id, width, height, blocks)
+            data = None if encodings is None else level_source.encodings.get(level_id)
+            return level_for_id(level_id, width, height, blocks) if data is None else MazeLevel.decode(data)
 
         def make_env():
             return MiniGridObs(MazeGridEnv(width, height, resolve, max_steps, render_mode=mode))

@@ -21,7 +21,7 @@ from levelray.contracts.config_env import EnvConfig, is_atari  # noqa: F401  (im
 from levelray.contracts.config_values import ConfigError, coerce_value, field_types
 from levelray.contracts.config_values import Section as _Section
 from levelray.contracts.config_values import flag as _flag
-from levelray.contracts.levels import SCHEDULES, STRATEGIES, TRANSFORMS, UNSCORED_STRATEGIES
+from levelray.contracts.levels import EDITORS, SCHEDULES, STRATEGIES, TRANSFORMS, UNSCORED_STRATEGIES
 
 
 @dataclass(frozen=True)
@@ -179,6 +179,15 @@ class LevelConfig(_Section):
         default=False,
         metadata=_flag("--level-robust", "Robust PLR (PLR-perp): steps on new levels are scored but not trained "
                                          "on; only replayed levels carry gradient"),
+    )
+    editor: str = field(
+        default="none",
+        metadata=_flag("--level-editor", "accel: after a replayed level's episode is scored, queue a child of it "
+                                         "with levels.num_edits random edits, played as a new level (ACCEL: maze "
+                                         "runs on unbounded levels with Robust PLR)", choices=EDITORS),
+    )
+    num_edits: int = field(
+        default=5, metadata=_flag("--level-num-edits", "edits per child of levels.editor (DCD's num_edits)", min=1)
     )
 
 

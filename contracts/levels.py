@@ -32,6 +32,7 @@ LOGIT_STRATEGIES = ("policy_entropy", "least_confidence", "min_margin")
 ADVANTAGE_STRATEGIES = ("gae", "value_l1", "positive_value_loss")
 TRANSFORMS = ("constant", "max", "eps_greedy", "rank", "power", "softmax")
 SCHEDULES = ("fixed", "proportionate")
+EDITORS = ("none", "accel")  # levels.editor: ACCEL's editor makes children of replayed levels (maze runs)
 
 
 class LevelRange(Protocol):

@@ -121,9 +121,11 @@ def actor_counts(snap: StatusSnapshot) -> ActorCounts:
 # How complex a maze run's scored levels are (`level_service.maze_stats`): in the level service's stats() and
 # the records of maze runs only (absent, not None, for other envs).
 LEVEL_COMPLEXITY_KEYS = ("levels_mean_walls", "levels_mean_path_length", "levels_unsolvable_fraction")
+# ACCEL's editor (`levels.editor accel`): children made so far; in the records of runs with the editor only.
+LEVEL_EDITOR_KEYS = ("levels_edited",)
 # The learner's fields `levelray status` shows beside the supervisor's.
 # What the driver hands the supervisor of each record, for `levelray status` (the rate and the level counters are
 # computed by the driver, or read from the level service, not by the learner).
 PUBLISHED_KEYS = ("env_steps_per_second", "time", "levels_buffered", "levels_replay_fraction", "levels_evicted",
-                  *LEVEL_COMPLEXITY_KEYS)
+                  *LEVEL_COMPLEXITY_KEYS, *LEVEL_EDITOR_KEYS)
 STATUS_LEARNER_KEYS = ("learner_version", "env_steps", "episode_return_mean", "policy_lag_mean", "queue_depth")

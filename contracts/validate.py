@@ -43,6 +43,7 @@ from dataclasses import dataclass
 
 from levelray.contracts.config import ConfigError, RunConfig, coerce_value, get_path, leaves, uses_replay
 from levelray.contracts.levels import UNSCORED_STRATEGIES
+from levelray.contracts.maze import ENV_PREFIX as MAZE_PREFIX
 
 # The Ray driver never polls the job more often than this (`deploy.ray_backend` waits at least this long
 # between polls: each one is a remote call to the learner, the supervisor and both services), so a shorter
@@ -289,7 +290,27 @@ def _level_problems(cfg: RunConfig) -> list[Problem]:
             f"levels.robust with model_loss.loss {cfg.model_loss.loss} is not supported: the model loss is not "
             f"masked to replayed levels, so new levels would still move the torso; use one or the other",
         ))
-    return found
+    return [*found, *_editor_problems(cfg)]
+
+
+def _editor_problems(cfg: RunConfig) -> list[Problem]:
+    """ACCEL's editor needs what its children are: maze levels held as data, kept in a level buffer, scored by a
+    strategy, and (as ACCEL is Robust PLR plus the editor) played without gradient."""
+    lv = cfg.levels
+    if lv.editor == "none":
+        return []
+    needs = []
+    if not str(cfg.env.id).startswith(MAZE_PREFIX):
+        needs.append((("levels.editor", "env.id"), f"a maze family (--env maze:<W>x<H>), not {cfg.env.id}"))
+    if cfg.env.num_levels != 0:
+        needs.append((("levels.editor", "env.num_levels"), "an unbounded level space (--num-levels 0)"))
+    if lv.strategy in UNSCORED_STRATEGIES:
+        needs.append((("levels.editor", "levels.strategy"), f"a scored strategy (not {lv.strategy}), such as "
+                                                            "--level-strategy positive_value_loss"))
+    if not lv.robust:
+        needs.append((("levels.editor", "levels.robust"), "Robust PLR (--level-robust): children are scored, "
+                                                          "never trained on"))
+    return [Problem(paths, f"levels.editor {lv.editor} needs {what}") for paths, what in needs]
 
 
 def problems(cfg: RunConfig) -> list[Problem]:

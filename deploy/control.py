@@ -83,7 +83,8 @@ def cmd_status(args: argparse.Namespace) -> int:
     if status.get("levels_buffered") is not None:
         fraction = status.get("levels_replay_fraction")
         print(f"levels buffered {status['levels_buffered']:,}  evicted {status.get('levels_evicted') or 0:,}  "
-              f"replayed {'-' if fraction is None else f'{fraction:.0%}'} of recent episodes")
+              f"replayed {'-' if fraction is None else f'{fraction:.0%}'} of recent episodes"
+              + ("" if status.get("levels_edited") is None else f"  edited {status['levels_edited']:,}"))
     if status.get("levels_mean_walls") is not None:  # a maze run
         path, unsolvable = status.get("levels_mean_path_length"), status.get("levels_unsolvable_fraction")
         print(f"levels mean walls {status['levels_mean_walls']:.1f}  mean path {_number(path, '.1f')}  "

@@ -26,7 +26,7 @@ from typing import Any, Protocol
 import numpy as np
 
 from levelray.contracts.config import RunConfig, replace_path
-from levelray.contracts.status import LEVEL_COMPLEXITY_KEYS, StatusSnapshot, actor_counts
+from levelray.contracts.status import LEVEL_COMPLEXITY_KEYS, LEVEL_EDITOR_KEYS, StatusSnapshot, actor_counts
 from levelray.deploy.errors import JobFailed
 from levelray.deploy.periodic_eval import PeriodicEvaluator
 from levelray.deploy.progress import ProgressPrinter, reached_return, say
@@ -137,7 +137,7 @@ def build_record(snap: StatusSnapshot, *, steps_per_second: float, elapsed_s: fl
         rec["level_snapshot_errors"] = lv.get("snapshot_errors", 0)
         rec["level_score"] = lv.get("score")
         rec["level_top"] = lv.get("top_levels")
-        rec.update({key: lv[key] for key in LEVEL_COMPLEXITY_KEYS if key in lv})  # maze runs only
+        rec.update({key: lv[key] for key in (*LEVEL_COMPLEXITY_KEYS, *LEVEL_EDITOR_KEYS) if key in lv})  # mazes only
         if not lv.get("buffered"):  # a buffer's slots change levels at each eviction: no per-level series
             rec["level_weights"] = np.round(np.asarray(lv["weights"], dtype=float), 6).tolist()
             if "staleness_vector" in lv:

@@ -33,7 +33,8 @@ class ServiceDraws(LevelDraws):
         self.levels = levels
 
     def next_level(self) -> tuple[int, bool]:
-        seeds, replayed = self.levels.sample_levels(1)
+        seeds, replayed, encodings = self.levels.draw_levels(1)
+        self.remember(encodings)
         return seeds[0], replayed[0]
 
 

@@ -61,6 +61,7 @@ METRICS = {
     "levelray_levels_evicted_total": ("counter", "Levels evicted from the level buffer by higher-scoring new ones"),
     "levelray_levels_replay_fraction": (
         "gauge", "Fraction of the episodes since the last report played on a replayed level"),
+    "levelray_levels_edited_total": ("counter", "ACCEL runs: children the level editor made from replayed levels"),
     "levelray_levels_mean_walls": ("gauge", "Maze runs: mean wall count of the scored levels (NaN for other envs)"),
     "levelray_levels_mean_path_length": (
         "gauge", "Maze runs: mean shortest path start to goal (BFS, cell moves) of the scored levels whose goal is "
@@ -151,6 +152,7 @@ def _level_families(levels: dict):
         _gauge("levelray_level_seen_fraction", levels.get("seen_fraction")),
         _gauge("levelray_levels_buffered", levels.get("levels_buffered")),
         _counter("levelray_levels_evicted_total", levels.get("levels_evicted")),
+        _counter("levelray_levels_edited_total", levels.get("levels_edited")),
         _gauge("levelray_levels_mean_walls", levels.get("levels_mean_walls")),
         _gauge("levelray_levels_mean_path_length", levels.get("levels_mean_path_length")),
         _gauge("levelray_levels_unsolvable_fraction", levels.get("levels_unsolvable_fraction")),

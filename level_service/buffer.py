@@ -24,7 +24,14 @@ strictly above the lowest buffered score, which it evicts (ties: the lowest slot
 evicted while an env still plays it comes back as a candidate when that episode ends. A level entering the
 buffer has staleness 0. Every draw advances the staleness counter, as in the fixed-set sampler.
 
-Any seed of the space is a valid level id: feedback for a seed outside `[start_level, MAX_SEED)` is rejected.
+With ACCEL's editor (`levels.editor accel`, a maze run; `level_service.editor`), every complete episode of a
+buffered level (a replay) makes a child with `num_edits` edits, and each draw plays a queued child before
+anything else: children are as many as replays, as DCD and JaxUED follow each replay step with an edit step,
+so the episodes split replay : child : fresh level as `p : p : 1 - p` for the replay probability `p`. A child
+is a new level (never a replay) and enters the buffer by the rule above once its episode is scored.
+
+Any seed of the space is a valid level id, and so is an edited level the editor holds: feedback for any other
+id is rejected.
 Every public mutator validates all of its input before changing anything (ValueError naming the field).
 """
 
@@ -41,6 +48,7 @@ from levelray.contracts.rng import make_rng
 from levelray.level_service import episodes
 from levelray.level_service.buffer_state import BUFFER_STATE_VERSION, read_buffer_state
 from levelray.level_service.checks import check_real, checked_config
+from levelray.level_service.editor import MazeEditor
 from levelray.level_service.sampler_state import config_state, pending_state
 from levelray.level_service.scores import step_scores
 from levelray.level_service.transforms import transform_weights
@@ -67,10 +75,12 @@ class LevelBuffer:
     """PLR's level buffer over the seeds `[start_level, MAX_SEED)`; see the module docstring.
 
     `config` is the run's `levels` section (`buffer_size`, `replay_prob` and PLR's settings); `discount` is the
-    learner's (for `one_step_td_error`); `rng` seeds the draws and the new-level permutation.
+    learner's (for `one_step_td_error`); `rng` seeds the draws, the new-level permutation and the edits; `editor`
+    makes children of replayed levels (ACCEL; None: no editing).
     """
 
-    def __init__(self, start_level: int, config: LevelConfig | None = None, *, discount: float = 0.99, rng=None):
+    def __init__(self, start_level: int, config: LevelConfig | None = None, *, discount: float = 0.99, rng=None,
+                 editor: MazeEditor | None = None):
         if isinstance(start_level, bool) or not isinstance(start_level, int | np.integer) or not (
             0 <= start_level < MAX_SEED
         ):
@@ -97,6 +107,7 @@ class LevelBuffer:
         # power at temperature 1: P_staleness is staleness itself, normalised (no transform call needed)
         self._fast_staleness = self.config.staleness_transform == "power" and self.config.staleness_temperature == 1.0
         self._score_cache: tuple[np.ndarray, np.ndarray] | None = None  # (probs, cdf) over the filled slots
+        self.editor = editor
 
     # ------------------------------------------------------------------ reading
     @property
@@ -141,9 +152,12 @@ class LevelBuffer:
         return self.draw()[0]
 
     def draw(self) -> tuple[int, bool]:
-        """One level for an episode start: `(seed, replayed)`; advances staleness."""
+        """One level for an episode start: `(level id, replayed)`; advances staleness."""
         self._counter += 1
         self._counts["num_samples"] += 1
+        if self.editor is not None and self.editor.queue:
+            self._counts["num_new"] += 1
+            return self.editor.take(1)[0], False
         p = self._replay_prob()
         if p > 0.0 and self._rng.random() < p:
             c = self.config.staleness_coef
@@ -171,6 +185,14 @@ class LevelBuffer:
         if n == 1:  # one level at a time (the inline backend): the scalar path, without NumPy's per-call cost
             seed, replayed = self.draw()
             return np.array([seed], dtype=np.int64), np.array([replayed])
+        children = self.editor.take(n) if self.editor is not None else []
+        if children:  # played first (see the module doc); each is a draw that advances staleness
+            self._counter += len(children)
+            self._counts["num_samples"] += len(children)
+            self._counts["num_new"] += len(children)
+            seeds, replayed = self.draw_many(n - len(children))
+            return np.concatenate([np.array(children, dtype=np.int64), seeds]), np.concatenate(
+                [np.zeros(len(children), dtype=bool), replayed])
         counters = self._counter + 1 + np.arange(n, dtype=np.int64)  # [n] the staleness counter at each draw
         p = self._replay_prob()
         replayed = self._rng.random(n) < p if p > 0.0 else np.zeros(n, dtype=bool)
@@ -253,10 +275,10 @@ class LevelBuffer:
         """Score the episodes of a time-major rollout batch (`LevelFeedback`), stitching episodes across calls
         by actor id, and let each complete episode's level into the buffer by the buffer's rule."""
         seeds, dones, ids = episodes.feedback_columns(feedback)
-        outside = (seeds < self.start_level) | (seeds >= MAX_SEED)
-        if outside.any():
-            raise ValueError(f"seeds holds seed {int(seeds[outside][0])}, outside the level space "
-                             f"[{self.start_level}, {MAX_SEED})")
+        unknown = self._unknown_ids(seeds)
+        if unknown.any():
+            raise ValueError(f"seeds holds level id {int(seeds[unknown][0])}, outside the level space "
+                             f"[{self.start_level}, {MAX_SEED}){self._edited_note()}")
         episodes.check_constant_levels(seeds, dones)
         seg = episodes.segment(step_scores(self.config.strategy, feedback, dones, self.discount), dones, seeds)
         dropped = episodes.merge_pending(self._pending, seg, ids)
@@ -275,6 +297,16 @@ class LevelBuffer:
         if chrono.size:
             self._score_cache = None
 
+    def _unknown_ids(self, ids: np.ndarray) -> np.ndarray:
+        """`[...] bool`: the level ids of `ids` that are neither a seed of the space nor an edited level held."""
+        unknown = (ids < self.start_level) | (ids >= MAX_SEED)
+        if self.editor is not None and unknown.any():
+            unknown[unknown] = ~self.editor.knows(ids[unknown])
+        return unknown
+
+    def _edited_note(self) -> str:
+        return "" if self.editor is None else " and not an edited level this service holds"
+
     def _commit_all(self, seeds: list[int], scores: list[float]) -> None:
         """Complete episodes' scores in the order they ended: the EWA for a buffered level, the buffer's rule
         for any other. `lowest` caches `argmin(scores)` (the first slot of the lowest score, as the rule
@@ -284,6 +316,8 @@ class LevelBuffer:
         for seed, score in zip(seeds, scores, strict=True):
             slot = slot_of.get(seed)
             if slot is not None:
+                if self.editor is not None:  # a replay was scored: ACCEL edits it
+                    self.editor.make_child(seed, self._rng)
                 old = buf[slot]
                 new = buf[slot] = (1.0 - alpha) * old + alpha * score
                 if lowest == slot:
@@ -297,12 +331,17 @@ class LevelBuffer:
                 if lowest < 0:
                     lowest = int(buf.argmin())
                 if score > buf[lowest]:
-                    del slot_of[int(self._seeds[lowest])]
+                    evicted = int(self._seeds[lowest])
+                    del slot_of[evicted]
                     self._place(lowest, seed, score)
                     counts["num_evicted"] += 1
                     lowest = -1
+                    if self.editor is not None:
+                        self.editor.released(evicted)
                 else:
                     counts["num_rejected"] += 1
+                    if self.editor is not None:
+                        self.editor.released(seed)
 
     def _place(self, slot: int, seed: int, score: float) -> None:
         self._seeds[slot] = seed
@@ -310,6 +349,8 @@ class LevelBuffer:
         self._last[slot] = self._counter
         self._slot_of[seed] = slot
         self._counts["num_inserted"] += 1
+        if self.editor is not None:
+            self.editor.buffered(seed)
 
     # ------------------------------------------------------------------ state
     def state_dict(self) -> dict[str, Any]:
@@ -329,13 +370,14 @@ class LevelBuffer:
             "pending": pending_state(self._pending),
             "counts": dict(self._counts),
             "rng": self._rng.bit_generator.state,
+            "editor": None if self.editor is None else self.editor.state_dict(),
         }
 
     @classmethod
     def from_state_dict(cls, d: dict[str, Any]) -> LevelBuffer:
         """A buffer rebuilt from `state_dict()` output; ValueError naming the first bad field."""
         st = read_buffer_state(d, BUFFER_COUNT_KEYS)
-        obj = cls(st.start_level, st.config, discount=st.discount)
+        obj = cls(st.start_level, st.config, discount=st.discount, editor=st.editor)
         obj._rng = st.rng
         obj._perm = st.permutation
         obj._seeds, obj._scores, obj._last = st.seeds, st.scores, st.last

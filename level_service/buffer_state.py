@@ -11,6 +11,7 @@ import numpy as np
 from levelray.contracts.config import LevelConfig
 from levelray.contracts.levels import MAX_SEED
 from levelray.contracts.rng import rng_from_state
+from levelray.level_service.editor import MazeEditor
 from levelray.level_service.sampler_state import read_config, read_pending_rows
 
 __all__ = ["BUFFER_STATE_VERSION", "BufferState", "read_buffer_state"]
@@ -33,13 +34,14 @@ class BufferState(NamedTuple):
     permutation: tuple[int, int]
     pending: dict[int, tuple[int, float, int]]  # actor id -> (seed, score sum, steps)
     counts: dict[str, int]
+    editor: MazeEditor | None
 
 
 def read_buffer_state(d: Any, count_keys: Sequence[str]) -> BufferState:
     """The checked content of a buffer state; ValueError naming the first bad field."""
     try:
         return _read(d, count_keys)
-    except (KeyError, TypeError, AttributeError, IndexError) as exc:
+    except (KeyError, TypeError, AttributeError, IndexError, OverflowError) as exc:
         raise ValueError(f"malformed level-buffer state: {type(exc).__name__}: {exc}") from exc
 
 
@@ -63,10 +65,21 @@ def _read(d: Any, count_keys: Sequence[str]) -> BufferState:
     last = _array(d, "last_sampled", np.int64, cap)
     size, counter = int(d["size"]), int(d["counter"])
     filled = seeds[:size]
-    if not 0 <= size <= cap or ((filled < start) | (filled >= MAX_SEED)).any() or (seeds[size:] != -1).any():
-        raise ValueError(f"state['seeds'] must hold `size` seeds of [{start}, {MAX_SEED}) first, then -1")
+    editor = None if d.get("editor") is None else MazeEditor.from_state_dict(d["editor"])
+
+    def unknown(ids: np.ndarray) -> np.ndarray:  # neither a seed of the space nor an edited level held
+        out = (ids < start) | (ids >= MAX_SEED)
+        if editor is not None and out.any():
+            out[out] = ~editor.knows(ids[out])
+        return out
+
+    if not 0 <= size <= cap or unknown(filled).any() or (seeds[size:] != -1).any():
+        raise ValueError(f"state['seeds'] must hold `size` level ids (seeds of [{start}, {MAX_SEED}) or edited "
+                         "levels the state holds) first, then -1")
     if np.unique(filled).size != size:
         raise ValueError("state['seeds'] holds a level twice")
+    if editor is not None:
+        editor.check_held(filled)
     if not np.isfinite(scores).all():
         raise ValueError("state['scores'] must be finite")
     if counter < 0 or (last < 0).any() or (last > counter).any():
@@ -75,9 +88,10 @@ def _read(d: Any, count_keys: Sequence[str]) -> BufferState:
     space = MAX_SEED - start
     if not (1 <= a <= max(space - 1, 1) and math.gcd(a, space) == 1 and 0 <= c < space):
         raise ValueError(f"state['permutation'] must be (a, c) with a coprime to {space} and c in [0, {space})")
-    pending = read_pending_rows(d["pending"], lambda lv: (lv < start) | (lv >= MAX_SEED))
+    pending = read_pending_rows(d["pending"], unknown)
     counts = {k: int(d["counts"][k]) for k in count_keys}
     if any(v < 0 for v in counts.values()):
         raise ValueError("state['counts'] must be non-negative")
     rng = rng_from_state(d["rng"], "state['rng']")
-    return BufferState(start, config, discount, rng, seeds, scores, last, size, counter, (a, c), pending, counts)
+    return BufferState(start, config, discount, rng, seeds, scores, last, size, counter, (a, c), pending, counts,
+                       editor)

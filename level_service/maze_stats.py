@@ -42,6 +42,7 @@ class MazeComplexity:
     def __init__(self, width: int, height: int, blocks: tuple[int, int],
                  resolve: Callable[[int], MazeLevel] | None = None):
         self.width, self.height, self.blocks = width, height, blocks
+        self.family = (width, height, blocks)  # `level_for_id`'s arguments after the id
         self._resolve = resolve or (lambda level_id: level_for_id(level_id, width, height, blocks))
         self._ids = np.empty(0, dtype=np.int64)  # [n] sorted, distinct
         self._walls = np.empty(0, dtype=np.int64)  # [n]
@@ -49,13 +50,14 @@ class MazeComplexity:
         self.num_measured = 0
 
     @classmethod
-    def for_env(cls, env: EnvConfig | None) -> MazeComplexity | None:
-        """The tracker of a run's `env` section (its maze size and `maze_blocks`); None for an env that is not
-        `maze:<W>x<H>`, or no section: those levels have no walls to count."""
+    def for_env(cls, env: EnvConfig | None, resolve: Callable[[int], MazeLevel] | None = None
+                ) -> MazeComplexity | None:
+        """The tracker of a run's `env` section (its maze size and `maze_blocks`), resolving ids with `resolve`;
+        None for an env that is not `maze:<W>x<H>`, or no section: those levels have no walls to count."""
         if env is None or not str(env.id).startswith(ENV_PREFIX):
             return None
         width, height = maze_size(env.id)
-        return cls(width, height, parse_blocks(env.maze_blocks))
+        return cls(width, height, parse_blocks(env.maze_blocks), resolve)
 
     def _measure(self, ids: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """`(walls [m], paths [m])` of the levels `ids [m]`, each resolved and searched."""

@@ -14,8 +14,10 @@ Why `sample_levels(n)` returns a batch: one actor round trip costs a few hundred
 millisecond (serialisation, two RPC hops, scheduling), versus ~10 us to draw a seed.  Env actors therefore
 prefetch a small buffer of levels per env (e.g. n = 32 for a vector env) and take the next one locally at
 every episode start, so an episode never waits on the service; the buffer is refilled in the background.
-Each level comes with whether it is a replay (Robust PLR trains on replays only). The learner's scores arrive
-the same way, several updates per call (`update_with_rollouts_batch`).
+Each level comes with whether it is a replay (Robust PLR trains on replays only), and actors call `draw_levels(n)`,
+which adds the encodings of the edited levels among them (ACCEL's children exist only as data, held here), so
+an episode on an edited level needs no extra round trip either. The learner's scores arrive the same way,
+several updates per call (`update_with_rollouts_batch`).
 Slightly stale priorities (a seed drawn a few episodes before it is played) are harmless: scores change
 slowly and the staleness term only needs approximate counts.  `benchmarks/bench_plr.py` measures one call
 through Ray for n = 1 and n = 32 and the amortised cost per seed.
@@ -41,11 +43,13 @@ import numpy as np
 from levelray.contracts import snapshot
 from levelray.contracts.config import EnvConfig, LevelConfig
 from levelray.contracts.levels import LevelFeedback
+from levelray.contracts.maze import EDITED_ID_BASE, MazeLevel, level_for_id
 from levelray.level_service.maze_stats import MazeComplexity
 from levelray.level_service.spaces import (
     LevelView,
     Sampler,
     check_same_space,
+    level_encodings,
     levels_view,
     make_sampler,
     sampler_from_state,
@@ -64,7 +68,8 @@ class LevelServiceCore:
     `discount` is the learner's (for `one_step_td_error`); `rng` seeds the sampler (an int, a Generator or
     None). The section's `snapshot_interval_s` is the period of the automatic snapshots to `snapshot_path`.
     `env` is the run's `env` section: for a maze run (`maze:<W>x<H>`) `stats()` also measures the levels it
-    holds (`level_service.maze_stats`); without it, or for another env, those keys are absent.
+    holds (`level_service.maze_stats`), and ACCEL's editor (`levels.editor`) edits its levels; without it, or
+    for another env, those keys are absent (and the editor refused).
     """
 
     def __init__(
@@ -79,8 +84,8 @@ class LevelServiceCore:
         initial_state: dict | None = None,
         env: EnvConfig | None = None,
     ):
-        self._complexity = MazeComplexity.for_env(env)
-        fresh = make_sampler(seeds, config, start_level=start_level, discount=discount, rng=rng)
+        self._complexity = MazeComplexity.for_env(env, resolve=self._maze_level)
+        fresh = make_sampler(seeds, config, start_level=start_level, discount=discount, rng=rng, env=env)
         snapshot_interval_s = fresh.config.snapshot_interval_s
         if isinstance(snapshot_interval_s, bool) or not isinstance(snapshot_interval_s, int | float):
             raise ValueError(f"snapshot_interval_s must be a positive number, got {snapshot_interval_s!r}")
@@ -155,6 +160,12 @@ class LevelServiceCore:
         finally:
             self._maybe_snapshot()
 
+    def draw_levels(self, n: int) -> tuple[list[int], list[bool], dict[int, bytes]]:
+        """`sample_levels(n)` and the encodings of the edited levels among them, `{id: MazeLevel encoding}` (what
+        an actor needs to play them; empty without an editor)."""
+        ids, replayed = self.sample_levels(n)
+        return ids, replayed, level_encodings(self._sampler, ids)
+
     def sample_seeds(self, n: int) -> list[int]:
         """The seeds of `sample_levels(n)`, for tools that do not need the replay flags."""
         return self.sample_levels(n)[0]
@@ -203,6 +214,13 @@ class LevelServiceCore:
         self._sampler = sampler
         self._restored = True
 
+    def _maze_level(self, level_id: int) -> MazeLevel:
+        """A maze level by id: an edited one from the editor, else a seed or suite maze (`MazeComplexity`)."""
+        editor = getattr(self._sampler, "editor", None)
+        if editor is not None:
+            return editor.level(level_id)
+        return level_for_id(level_id, *self._complexity.family)
+
     def stats(self, vectors: bool | None = None) -> dict[str, Any]:
         """Summary for logs/metrics (see the module docstring of the sampler for definitions). `vectors`: with
         the per-level `seeds`, `weights` and `staleness_vector` (by default for a fixed set only, whose driver
@@ -236,6 +254,11 @@ class LevelServiceCore:
         counts["num_rollout_batches"] = counts.pop("num_update_calls")
         out.update(counts)
         out["levels_evicted"] = counts.get("num_evicted", 0)
+        editor = getattr(s, "editor", None)
+        if editor is not None:  # ACCEL: children made (levels_edited), dropped, waiting, edited levels buffered
+            out["levels_edited"] = editor.counts["num_children"]
+            out["editor"] = {**editor.counts, "queued": len(editor.queue), "held": len(editor.encodings),
+                             "buffered": int((view.seeds >= EDITED_ID_BASE).sum())}
         out.update(_distribution_stats(view, not view.buffered if vectors is None else vectors))
         if self._complexity is not None:  # a maze run: how complex the scored levels are
             out.update(self._complexity.summary(view.seeds[view.scored]))

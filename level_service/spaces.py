@@ -11,21 +11,36 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
-from levelray.contracts.config import LevelConfig
+from levelray.contracts.config import EnvConfig, LevelConfig
 from levelray.level_service.buffer import LevelBuffer
+from levelray.level_service.editor import MazeEditor
 from levelray.level_service.sampler import LevelSampler
 
-__all__ = ["LevelView", "Sampler", "check_same_space", "levels_view", "make_sampler", "sampler_from_state"]
+__all__ = ["LevelView", "Sampler", "check_same_space", "level_encodings", "levels_view", "make_sampler",
+           "sampler_from_state"]
 
 Sampler = LevelSampler | LevelBuffer
 
 
 def make_sampler(seeds, config: LevelConfig | None, *, start_level: int = 0, discount: float = 0.99,
-                 rng=None) -> Sampler:
-    """`LevelSampler(seeds)` for a fixed set; `LevelBuffer(start_level)` when `seeds` is None (unbounded)."""
+                 rng=None, env: EnvConfig | None = None) -> Sampler:
+    """`LevelSampler(seeds)` for a fixed set; `LevelBuffer(start_level)` when `seeds` is None (unbounded), with
+    ACCEL's editor over the maze family of `env` where `config.editor` is accel (ValueError for a fixed set)."""
+    editor = None
+    if config is not None and config.editor != "none":
+        if seeds is not None:
+            raise ValueError(f"levels.editor {config.editor} needs an unbounded level space (--num-levels 0): its "
+                             "children are levels outside any fixed set")
+        editor = MazeEditor.for_run(env, config.num_edits, config.buffer_size)
     if seeds is None:
-        return LevelBuffer(start_level, config, discount=discount, rng=rng)
+        return LevelBuffer(start_level, config, discount=discount, rng=rng, editor=editor)
     return LevelSampler(seeds, config, discount=discount, rng=rng)
+
+
+def level_encodings(sampler: Sampler, ids) -> dict[int, bytes]:
+    """`{id: encoding}` of the edited levels among `ids` (empty where the sampler has no editor)."""
+    editor = getattr(sampler, "editor", None)
+    return {} if editor is None else editor.encodings_of(ids)
 
 
 def sampler_from_state(state: Any) -> Sampler:
@@ -41,10 +56,18 @@ def check_same_space(loaded: Sampler, expected: Sampler, what: str) -> None:
         if not isinstance(loaded, LevelBuffer) or loaded.start_level != expected.start_level:
             raise ValueError(f"{what} was not written for an unbounded level space from seed "
                              f"{expected.start_level} (--num-levels 0 --start-level {expected.start_level})")
+        family = [None if e is None else (e.width, e.height, e.blocks) for e in (loaded.editor, expected.editor)]
+        if family[0] != family[1]:
+            raise ValueError(f"{what} was written with level editor {_editor_name(family[0])}, this run has "
+                             f"{_editor_name(family[1])} (levels.editor, --env, --maze-blocks)")
     elif not isinstance(loaded, LevelSampler) or not np.array_equal(loaded.seeds, expected.seeds):
         size = loaded.num_levels if isinstance(loaded, LevelSampler) else "an unbounded space of"
         raise ValueError(f"{what} was written for a different seed set ({size} levels) than the "
                          f"{expected.num_levels} seeds given")
+
+
+def _editor_name(family) -> str:
+    return "none" if family is None else f"accel on {family[0]}x{family[1]} mazes with {family[2]} walls"
 
 
 class LevelView(NamedTuple):
