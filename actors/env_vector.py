@@ -116,13 +116,14 @@ class LevelDraws:
         return None if drawn is None else drawn[0]
 
     def remember(self, encodings: dict[int, bytes], queued: Iterable[int] = ()) -> None:
-        """Keep `encodings` (`{id: bytes}` from the service); `queued`: the ids still waiting to be handed out."""
+        """Keep `encodings` (`{id: bytes}` from the service, about to be handed out); `queued`: the ids still
+        waiting to be handed out."""
         if not encodings:
             return
         self.encodings.update(encodings)
         queued = list(queued)
-        if len(self.encodings) > 2 * (len(queued) + self.playing.size) + 64:
-            keep = {*queued, *self.playing.tolist()}
+        if len(self.encodings) > 2 * (len(queued) + len(encodings) + self.playing.size) + 64:
+            keep = {*queued, *encodings, *self.playing.tolist()}
             self.encodings = {i: data for i, data in self.encodings.items() if i in keep}
 
 

@@ -547,7 +547,8 @@ def test_version_1_state_resumes():
     s = busy_sampler()
     d = unpackb(packb(s.state_dict()))
     d["version"] = 1
-    for key in ("snapshot_interval_s", "buffer_size", "replay_prob", "robust", "editor", "num_edits"):  # fields added since version 1
+    # fields added since version 1
+    for key in ("snapshot_interval_s", "buffer_size", "replay_prob", "robust", "editor", "num_edits"):
         del d["config"][key]
     del d["counts"]["num_replays"]
     t = LevelSampler.from_state_dict(d)

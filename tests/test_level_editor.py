@@ -1,0 +1,275 @@
+"""ACCEL's level editor (`level_service.editor`) and the way edited levels travel: children of replayed levels, ids
+that never collide with seeds, unreachable goals dropped, the level buffer playing children first and scoring
+them, encodings sent with the ids an actor draws, saved in snapshots and checked on restore, and an env
+playing a level it only has as data. End to end on both backends with a resume, and the suite's evaluation."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+
+from levelray.contracts.config import EnvConfig, LevelConfig, from_dict
+from levelray.contracts.levels import MAX_SEED, LevelFeedback
+from levelray.contracts.maze import EDITED_ID_BASE, MazeLevel, generate, is_seed, level_for_id, suite_names
+from levelray.contracts.snapshot import packb, unpackb
+from levelray.level_service.editor import MazeEditor, edit_maze
+from levelray.level_service.service import LevelServiceCore
+
+EMPTY = EnvConfig(id="maze:13x13", num_levels=0, maze_blocks="0")
+ACCEL = LevelConfig(strategy="value_l1", buffer_size=8, rho=0.5, replay_prob=0.8, robust=True, editor="accel",
+                    num_edits=5)
+
+
+def changed_cells(parent: MazeLevel, child: MazeLevel) -> int:
+    """Cells whose content differs: walls flipped, plus the goal's old and new cell where it moved."""
+    flipped = int(np.count_nonzero(parent.walls != child.walls))
+    return flipped + (2 if parent.goal != child.goal else 0)
+
+
+def episodes(ids, scores) -> LevelFeedback:
+    """One complete one-step episode per id (one column each), value_l1 score from `scores`."""
+    k = len(ids)
+    return LevelFeedback(np.asarray(ids, dtype=np.int64).reshape(1, k), np.ones((1, k), dtype=bool),
+                         actor_ids=np.arange(k), advantages=np.asarray(scores, dtype=np.float64).reshape(1, k))
+
+
+def state_bytes(core: LevelServiceCore) -> bytes:
+    return packb(core.state_dict())
+
+
+@pytest.mark.parametrize("num_edits", [1, 5, 20])
+def test_children_differ_by_at_most_num_edits_and_keep_the_agent(num_edits):
+    rng = np.random.default_rng(num_edits)
+    moved = 0
+    for seed in range(200):
+        parent = generate(seed, 13, 13, (0, 60))
+        child = edit_maze(parent, num_edits, rng)
+        # a flip changes one cell; a goal move two (its old cell and its new one) and counts as one edit
+        assert changed_cells(parent, child) <= num_edits + 1
+        assert int(np.count_nonzero(parent.walls != child.walls)) + (parent.goal != child.goal) <= num_edits
+        assert (child.agent, child.agent_dir) == (parent.agent, parent.agent_dir)
+        assert child != parent
+        assert not child.walls[child.goal[1], child.goal[0]] and not child.walls[child.agent[1], child.agent[0]]
+        moved += parent.goal != child.goal
+    assert moved > 0  # goal moves happen (GOAL_MOVE_PROB per edit)
+
+
+def test_child_ids_never_collide_with_seeds_and_are_held_as_data():
+    editor = MazeEditor(13, 13, (0, 0), 5, queue_limit=100)
+    rng = np.random.default_rng(0)
+    ids = [editor.make_child(seed, rng) for seed in range(50)]
+    ids = [i for i in ids if i is not None]
+    assert ids == list(range(EDITED_ID_BASE, EDITED_ID_BASE + len(ids)))
+    assert min(ids) > MAX_SEED and not any(is_seed(i) for i in ids)
+    with pytest.raises(ValueError, match="edited levels"):
+        level_for_id(ids[0], 13, 13, (0, 0))  # only the level service's editor resolves them
+    child = editor.level(ids[0])
+    assert child.encode() == editor.encodings[ids[0]]
+    assert changed_cells(generate(0, 13, 13, (0, 0)), child) <= 6
+    # a child of a child: edited levels are parents too
+    grandchild = editor.make_child(ids[0], rng)
+    assert grandchild is None or changed_cells(child, editor.level(grandchild)) <= 6
+    with pytest.raises(ValueError, match="does not hold"):
+        editor.level(EDITED_ID_BASE + 10**6)
+
+
+def test_a_child_whose_goal_is_unreachable_is_dropped():
+    # the goal in a corner with one open neighbour: flipping that one cell cuts it off
+    parent = MazeLevel.from_text("\n".join(["...#G", ".....", ".....", ".....", ">...."]))
+    editor = MazeEditor(5, 5, (0, 0), 1, queue_limit=1000)
+    editor.encodings[EDITED_ID_BASE] = parent.encode()
+    editor.next_index = 1
+    rng = np.random.default_rng(1)
+    made = [editor.make_child(EDITED_ID_BASE, rng) for _ in range(300)]
+    dropped = made.count(None)
+    assert dropped == editor.counts["num_unsolvable"] > 0  # 1 in ~23 children flips the one open neighbour
+    assert editor.counts["num_children"] == 300 and len(editor.queue) == 300 - dropped
+    from levelray.contracts.maze import shortest_path_length
+    assert all(shortest_path_length(editor.level(i)) is not None for i in made if i is not None)
+
+
+def test_the_buffer_edits_replays_and_plays_children_first():
+    core = LevelServiceCore(None, ACCEL, env=EMPTY, rng=0)
+    ids, replayed, encodings = core.draw_levels(8)  # nothing buffered: all new seeds
+    assert not any(replayed) and all(is_seed(i) for i in ids) and encodings == {}
+    core.update_with_rollouts(episodes(ids, np.arange(8.0)))  # all 8 enter the buffer
+    assert core.stats()["levels_edited"] == 0  # new levels are not edited, replays are
+    first = None
+    for _ in range(20):  # until a replay is drawn (P = 0.8 per draw)
+        ids, replayed, _ = core.draw_levels(1)
+        if replayed[0]:
+            first = ids[0]
+            break
+    assert first is not None
+    core.update_with_rollouts(episodes([first], [0.5]))  # a replay scored: one child queued
+    stats = core.stats()
+    assert stats["levels_edited"] == 1 and stats["editor"]["queued"] == 1
+    ids, replayed, encodings = core.draw_levels(3)
+    child = ids[0]
+    assert child >= EDITED_ID_BASE and not replayed[0] and set(encodings) == {child}  # the child comes first
+    assert changed_cells(generate(first, 13, 13, (0, 0)), MazeLevel.decode(encodings[child])) <= 6
+    core.update_with_rollouts(episodes([child], [100.0]))  # the child's episode scores high: it enters
+    view = core.state_dict()
+    assert child in view["seeds"][: view["size"]].tolist()
+    assert core.stats()["editor"]["buffered"] == 1
+
+
+def test_unknown_edited_ids_are_rejected_and_change_nothing():
+    core = LevelServiceCore(None, ACCEL, env=EMPTY, rng=0)
+    ids, _, _ = core.draw_levels(8)
+    before = state_bytes(core)
+    for bad in (EDITED_ID_BASE + 7, MAX_SEED, -1):
+        with pytest.raises(ValueError, match=f"level id {bad}"):
+            core.update_with_rollouts(episodes([ids[0], bad], [1.0, 1.0]))
+        assert state_bytes(core) == before
+
+
+def busy_service(n_rounds: int = 40) -> LevelServiceCore:
+    """A service after `n_rounds` of 4 one-step episodes with random scores."""
+    core = LevelServiceCore(None, ACCEL, env=EMPTY, rng=0)
+    rng = np.random.default_rng(0)
+    for _ in range(n_rounds):
+        ids, _, _ = core.draw_levels(4)
+        core.update_with_rollouts(episodes(ids, rng.normal(size=4)))
+    stats = core.stats()
+    assert stats["levels_edited"] > 10 and stats["editor"]["buffered"] > 0
+    return core
+
+
+def test_state_round_trip_holds_every_encoding_and_resumes_exactly():
+    core = busy_service()
+    saved = unpackb(packb(core.state_dict()))
+    editor_state = saved["editor"]
+    buffered = saved["seeds"][: saved["size"]]
+    assert {int(i) for i in buffered if i >= EDITED_ID_BASE} <= set(editor_state["ids"].tolist())
+    restored = LevelServiceCore(None, ACCEL, env=EMPTY, rng=99, initial_state=saved)
+    assert state_bytes(restored) == state_bytes(core)
+    assert restored.draw_levels(50) == core.draw_levels(50)
+    assert restored.stats()["levels_mean_walls"] == core.stats()["levels_mean_walls"]
+
+
+def test_a_state_missing_an_encoding_or_from_another_family_is_refused():
+    core = busy_service()
+    saved = core.state_dict()
+    edited = [i for i in saved["seeds"][: saved["size"]].tolist() if i >= EDITED_ID_BASE]
+    broken = unpackb(packb(saved))
+    keep = broken["editor"]["ids"] != edited[0]
+    broken["editor"]["encodings"] = [e for e, k in zip(broken["editor"]["encodings"], keep, strict=True) if k]
+    broken["editor"]["ids"] = broken["editor"]["ids"][keep]
+    with pytest.raises(ValueError, match="level ids"):
+        LevelServiceCore(None, ACCEL, env=EMPTY, rng=0, initial_state=broken)
+    plain = LevelConfig(strategy="value_l1", buffer_size=8, rho=0.5, robust=True)
+    with pytest.raises(ValueError, match="level editor accel"):
+        LevelServiceCore(None, plain, env=EMPTY, rng=0, initial_state=unpackb(packb(saved)))
+    other = EnvConfig(id="maze:11x11", num_levels=0, maze_blocks="0")
+    with pytest.raises(ValueError, match="11x11"):
+        LevelServiceCore(None, ACCEL, env=other, rng=0, initial_state=unpackb(packb(saved)))
+
+
+def test_config_checks_name_what_the_editor_needs():
+    from levelray.contracts.validate import problems
+
+    base = {"env": {"id": "maze:13x13", "num_levels": 0, "maze_blocks": "0"},
+            "levels": {"strategy": "value_l1", "robust": True, "editor": "accel"}}
+    assert problems(from_dict(base)) == []
+    for change, paths in (
+        ({"env": {"id": "minigrid:Empty-5x5"}}, ("levels.editor", "env.id")),
+        ({"env": {"num_levels": 100}}, ("levels.editor", "env.num_levels")),
+        ({"levels": {"strategy": "random"}}, ("levels.editor", "levels.strategy")),
+        ({"levels": {"robust": False}}, ("levels.editor", "levels.robust")),
+    ):
+        cfg = {section: {**base[section], **change.get(section, {})} for section in base}
+        found = [p for p in problems(from_dict(cfg)) if "levels.editor" in p.paths]
+        assert [p.paths for p in found] == [paths], change
+    with pytest.raises(Exception, match="num_edits"):
+        from_dict({"levels": {"num_edits": 0}})
+
+
+def test_level_draws_keep_the_encodings_still_needed():
+    from levelray.actors.env_vector import LevelDraws
+
+    draws = LevelDraws(num_envs=2)
+    draws.playing[:] = [EDITED_ID_BASE, EDITED_ID_BASE + 1]
+    draws.remember({EDITED_ID_BASE + i: bytes([i]) for i in range(100)}, queued=[EDITED_ID_BASE + 99])
+    assert len(draws.encodings) == 100  # all just arrived: none forgotten yet
+    for i in range(100, 160):  # one at a time, as the inline backend hands them out, each played at once
+        draws.remember({EDITED_ID_BASE + i: bytes([i % 256])}, queued=[EDITED_ID_BASE + 99])
+        assert EDITED_ID_BASE + i in draws.encodings
+        draws.playing[i % 2] = EDITED_ID_BASE + i
+    assert set(draws.encodings) <= {EDITED_ID_BASE + i for i in (0, 1, 99, *range(100, 160))}
+    assert {EDITED_ID_BASE + 99, EDITED_ID_BASE + 158, EDITED_ID_BASE + 159} <= set(draws.encodings)
+    assert len(draws.encodings) < 80  # bounded: the ones no env plays any more are forgotten
+
+
+def test_a_maze_env_plays_a_level_it_only_has_as_data():
+    from levelray.actors.env_vector import LevelDraws
+    from levelray.actors.maze_env import make_vector
+
+    level = MazeLevel.from_text("\n".join(["#" * 12 + ".", *(["." * 13] * 11), "G" * 1 + "." * 11 + "<"]))
+
+    class OneEditedLevel(LevelDraws):
+        def next_level(self):
+            self.remember({EDITED_ID_BASE + 5: level.encode()})
+            return EDITED_ID_BASE + 5, False
+
+    draws = OneEditedLevel(1)
+    vec = make_vector(EMPTY, 1, draws, seed=0)
+    try:
+        vec.reset()
+        assert vec.current_levels().tolist() == [EDITED_ID_BASE + 5]
+        assert vec.envs[0].unwrapped.level == level
+    finally:
+        vec.close()
+
+
+def e2e_args(backend: str, run_dir, steps: int) -> list[str]:
+    return ["train", "--backend", backend, "--env", "maze:13x13", "--maze-blocks", "0", "--num-levels", "0",
+            "--level-editor", "accel", "--level-robust", "--level-strategy", "positive_value_loss",
+            "--level-buffer-size", "24", "--level-rho", "0.5", "--level-replay-prob", "0.8", "--num-actors", "1",
+            "--envs-per-actor", "8", "--unroll-length", "20", "--batch-size", "2", "--max-episode-steps", "30",
+            "--total-steps", str(steps), "--metrics-port", "0", "--report-interval", "0", "--quiet",
+            "--tensorboard", "false", "--run-dir", str(run_dir)]
+
+
+@pytest.mark.timeout(300)
+@pytest.mark.parametrize("backend", ["inline", "ray"])
+def test_accel_run_end_to_end(backend, tmp_path, capsys, one_thread, request):
+    """A short ACCEL run from empty rooms: its buffer holds edited levels, their complexity and `levels_edited`
+    are logged; the suite evaluates with one level set per maze; a resumed run starts from the checkpoint's
+    buffer with its encodings."""
+    from levelray.deploy.cli import main
+    from levelray.deploy.components import make_level_service
+    from levelray.deploy.driver import load_resume_state
+    from levelray.deploy.rundir import RunDir
+
+    if backend == "ray":
+        request.getfixturevalue("ray_session")
+    run = tmp_path / "accel"
+    assert main(e2e_args(backend, run, 12_000)) == 0
+    records = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
+    last = records[-1]
+    assert last["levels_edited"] > 0 and last["levels_mean_walls"] is not None
+    saved = load_resume_state(RunDir(run))["levels"]
+    buffered = saved["seeds"][: saved["size"]].tolist()
+    edited = [i for i in buffered if i >= EDITED_ID_BASE]
+    assert edited, "no edited level entered the buffer"
+    assert set(edited) <= set(saved["editor"]["ids"].tolist())
+    import yaml
+
+    cfg = from_dict(yaml.safe_load((run / "config.yaml").read_text()))
+    assert packb(make_level_service(cfg, saved).state_dict()) == packb(saved)  # what a resume starts from
+
+    capsys.readouterr()
+    assert main(["evaluate", str(run), "--levels", "maze-suite", "--episodes", "2", "--json", "--backend",
+                 "inline"]) == 0
+    result = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    assert result["maze_suite"]["mazes"] == suite_names()
+    assert all(0 <= result["results"][name]["success_rate"] <= 1 for name in suite_names())
+
+    if backend == "inline":  # resume: the run goes on from the saved buffer, and edits on
+        assert main(["train", "--resume", str(run), "--total-steps", "16000", "--quiet"]) == 0
+        after = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
+        assert after[-1]["levels_edited"] >= last["levels_edited"]
+        assert after[-1]["env_steps"] >= 16_000
