@@ -23,7 +23,7 @@ from typing import Protocol
 
 import numpy as np
 
-from levelray.actors.env_vector import EnvVector, LevelSource
+from levelray.actors.env_vector import EnvVector, LevelDraws, LevelSource
 from levelray.contracts.config import EnvConfig
 from levelray.contracts.spec import EnvSpec
 
@@ -75,12 +75,25 @@ def make_env_vector(cfg: EnvConfig, num_envs: int, level_source: LevelSource | N
     return family_of(cfg.id).make_vector(cfg, num_envs, level_source, seed, render=render)
 
 
-def level_frame(cfg: EnvConfig, seed: int) -> np.ndarray:
+class _OneLevel(LevelDraws):
+    """Always level `level_id`, with the encodings of levels that exist only as data (edited mazes)."""
+
+    def __init__(self, level_id: int, encodings: dict[int, bytes] | None):
+        super().__init__(1)
+        self.level_id = int(level_id)
+        self.encodings = dict(encodings or {})
+
+    def next_level(self) -> tuple[int, bool]:
+        return self.level_id, False
+
+
+def level_frame(cfg: EnvConfig, seed: int, encodings: dict[int, bytes] | None = None) -> np.ndarray:
     """The first frame of level `seed` as a person sees it, uint8 `[H, W, 3]`: procgen's 512x512 rendering
     of the level's start, MiniGrid's whole grid after `reset(seed=seed)` (32 pixels a cell), Atari's screen,
     a gymnasium env's `render()` after `reset(seed=seed)` (CartPole: 400x600). The same frame for the same
-    `cfg` and seed. `env_vector.CannotRender` (a ValueError) names an env that cannot draw frames."""
-    vec = make_env_vector(cfg, 1, lambda _k: int(seed), render=True)
+    `cfg` and seed. `encodings`: `{id: bytes}` of levels that exist only as data (an edited maze's id is drawn
+    from its encoding). `env_vector.CannotRender` (a ValueError) names an env that cannot draw frames."""
+    vec = make_env_vector(cfg, 1, _OneLevel(seed, encodings), render=True)
     try:
         vec.reset()
         return vec.render(0)

@@ -27,7 +27,9 @@ Reads each run's `config.yaml`, `metrics.jsonl` and checkpoints, and writes (mat
     level_gallery_run<i>_<env steps>.png
                            each PLR run's levels (of its set or its buffer): the first frame of the 16 most and
                            16 least likely levels at the end of the run and at up to 3 earlier checkpoints
-                           (`deploy.report_gallery`)
+                           (`deploy.report_gallery`); an ACCEL run's edited levels are drawn from their
+                           encodings
+    maze_suite.png         maze runs: every maze of the zero-shot test suite, as the env draws it
     index.html             one page with all of the above, the runs' configs side by side and the videos found
                            in the run directories, copied into videos/ (`deploy.report_html`)
 
@@ -63,7 +65,7 @@ from levelray.deploy.report_figures import (
     priorities_figure,
     returns_figure,
 )
-from levelray.deploy.report_gallery import gallery_figure
+from levelray.deploy.report_gallery import gallery_figure, suite_figure
 from levelray.deploy.report_html import write_page
 from levelray.deploy.report_runs import label_runs, last_value, load_run
 
@@ -201,6 +203,7 @@ def make_report(run_dirs: list[Path], out_dir: Path, group_by: str | None = None
     }
     if group_by is not None:
         figures["return_bands"] = bands_figure(runs, out_dir / "return_bands.png", group_by)
+    figures["maze_suite"] = suite_figure(runs, out_dir / "maze_suite.png")
     figures["level_gallery"] = gallery_figure(runs, out_dir)
     summary = out_dir / "summary.md"
     summary.write_text(summary_markdown(runs, figures))

@@ -20,7 +20,9 @@ draws it as a new level, not as a replay), so listing unseen levels would show a
 levels PLR has scored and puts off.
 
 Frames come from `actors.envs.level_frame` (procgen's rgb render of the level's first observation, MiniGrid's and
-the maze family's full grid), rendered once per (env config, seed) for all points and runs.
+the maze family's full grid), rendered once per (env config, seed) for all points and runs. An edited maze level
+(ACCEL, `levels.editor accel`) is drawn from the encoding its state holds, captioned with its id's offset in the
+edited range (`edited #k`).
 """
 
 from __future__ import annotations
@@ -32,6 +34,7 @@ import numpy as np
 
 from levelray.contracts.config import ConfigError, EnvConfig, from_dict
 from levelray.contracts.levels import STRATEGIES, UNSCORED_STRATEGIES
+from levelray.contracts.maze import EDITED_ID_BASE, suite_names
 from levelray.deploy.report_runs import checkpoint_dirs, checkpoint_env_steps, load_level_state
 
 GALLERY_LEVELS = 16  # levels per side: the most and the least likely
@@ -40,15 +43,16 @@ _GRID = 4  # each side is a 4 x 4 grid of frames
 
 
 def _load_view(path: Path):
-    """The `LevelView` of the sampler state saved at `path` (a checkpoint's or the service snapshot's, a fixed
-    set or a buffer); None when it cannot be read or has scored no level yet (all P = 0)."""
-    from levelray.level_service.spaces import levels_view
+    """`(view, encodings)`: the `LevelView` of the sampler state saved at `path` (a checkpoint's or the service
+    snapshot's, a fixed set or a buffer) and the encodings of its edited levels (`{id: bytes}`, ACCEL); None when
+    it cannot be read or has scored no level yet (all P = 0)."""
+    from levelray.level_service.spaces import level_encodings, levels_view
 
     sampler = load_level_state(path)
     if sampler is None:
         return None
     view = levels_view(sampler)
-    return view if view.scored.any() else None
+    return (view, level_encodings(sampler, view.seeds.tolist())) if view.scored.any() else None
 
 
 def sampler_points(run: dict) -> list[dict[str, Any]]:
@@ -60,17 +64,17 @@ def sampler_points(run: dict) -> list[dict[str, Any]]:
         env_steps = checkpoint_env_steps(ckpt)
         if env_steps is None or not (ckpt / "levels.msgpack").exists():
             continue
-        view = _load_view(ckpt / "levels.msgpack")
-        if view is not None:
-            points.append({"env_steps": env_steps, "source": f"checkpoint {ckpt.name}", "view": view,
-                           "mtime": (ckpt / "levels.msgpack").stat().st_mtime})
+        loaded = _load_view(ckpt / "levels.msgpack")
+        if loaded is not None:
+            points.append({"env_steps": env_steps, "source": f"checkpoint {ckpt.name}", "view": loaded[0],
+                           "encodings": loaded[1], "mtime": (ckpt / "levels.msgpack").stat().st_mtime})
     points.sort(key=lambda p: p["env_steps"])
     service = run["path"] / "services" / "levels.msgpack"
     if service.exists() and (not points or service.stat().st_mtime > points[-1]["mtime"]):
-        view = _load_view(service)
-        if view is not None:
+        loaded = _load_view(service)
+        if loaded is not None:
             points.append({"env_steps": None, "source": "level service snapshot (after the last checkpoint)",
-                           "view": view, "mtime": service.stat().st_mtime})
+                           "view": loaded[0], "encodings": loaded[1], "mtime": service.stat().st_mtime})
     if not points:
         return []
     end, before = points[-1], points[:-1]
@@ -99,8 +103,9 @@ def choose_levels(view, k: int = GALLERY_LEVELS) -> tuple[list[dict], list[dict]
 
 
 def _caption(level: dict) -> str:
-    return (f"seed {level['seed']}\nscore {level['score']:.3g}  stale {level['staleness']}\n"
-            f"P {100 * level['p']:.3g}%")
+    seed = level["seed"]
+    name = f"seed {seed}" if seed < EDITED_ID_BASE else f"edited #{seed - EDITED_ID_BASE}"
+    return f"{name}\nscore {level['score']:.3g}  stale {level['staleness']}\nP {100 * level['p']:.3g}%"
 
 
 def _draw_side(subfig, rows: int, title: str, levels: list[dict], frames: dict[int, np.ndarray]) -> None:
@@ -140,12 +145,14 @@ class _Frames:
     def __init__(self):
         self._cache: dict[tuple[EnvConfig, int], np.ndarray] = {}
 
-    def get(self, cfg: EnvConfig, seeds: list[int]) -> dict[int, np.ndarray]:
+    def get(self, cfg: EnvConfig, seeds: list[int], encodings: dict[int, bytes] | None = None
+            ) -> dict[int, np.ndarray]:
+        """Frames of `seeds`; `encodings`: the levels among them that exist only as data (edited mazes)."""
         from levelray.actors.envs import level_frame
 
         for seed in seeds:
             if (cfg, seed) not in self._cache:
-                frame = np.asarray(level_frame(cfg, seed))
+                frame = np.asarray(level_frame(cfg, seed, encodings))
                 if frame.dtype != np.uint8 or frame.ndim != 3 or frame.shape[2] != 3:
                     raise ValueError(f"level_frame({cfg.id!r}, {seed}) gave {frame.dtype} {frame.shape}, "
                                      "not uint8 [H, W, 3]")
@@ -170,7 +177,7 @@ def _run_gallery(run: dict, index: int, out_dir: Path, frames: _Frames) -> dict[
         view = point["view"]
         most, least = choose_levels(view)
         try:
-            images = frames.get(env_cfg, [lv["seed"] for lv in most + least])
+            images = frames.get(env_cfg, [lv["seed"] for lv in most + least], point["encodings"])
         except (ImportError, ValueError, RuntimeError, OSError) as exc:  # e.g. the report is made on a machine
             # without this env's package: the gallery is skipped with the reason, the rest of the report is not
             return {"label": label, "skipped": f"cannot render {env_cfg.id} levels here: "
@@ -206,3 +213,36 @@ def gallery_figure(runs: list[dict], out_dir: Path) -> dict[str, Any]:
                 "skipped": "; ".join(f"{g['label']}: {g['skipped']}" for g in galleries)}
     return {"path": paths[0], "paths": paths, "series": [g["label"] for g in galleries if g.get("points")],
             "galleries": galleries}
+
+
+def suite_figure(runs: list[dict], out: Path) -> dict[str, Any]:
+    """Maze runs: each maze of the hand-designed test suite (`levelray evaluate --levels maze-suite`), its whole
+    grid as the first maze run's env draws it, captioned with its name and shortest path. {path, series (the
+    maze names)}, or {path: None, series: [], skipped: reason} without a maze run of the suite's size."""
+    from matplotlib.figure import Figure
+
+    from levelray.contracts.maze import ENV_PREFIX, maze_size, shortest_path_length, suite_level, suite_level_id
+
+    names = suite_names()
+    size = (suite_level(names[0]).width, suite_level(names[0]).height) if names else None
+    for run in runs:
+        env = (run.get("config") or {}).get("env") or {}
+        if str(env.get("id", "")).startswith(ENV_PREFIX) and maze_size(env["id"]) == size:
+            env_cfg = from_dict(env, EnvConfig, "env.")
+            break
+    else:
+        return {"path": None, "series": [], "skipped": f"no maze run of the suite's size ({size[0]}x{size[1]}: "
+                                                       f"--env maze:{size[0]}x{size[1]})" if size else "no suite"}
+    cols = 5
+    rows = -(-len(names) // cols)
+    fig = Figure(figsize=(3.2 * cols, 3.5 * rows), layout="constrained")
+    axes = fig.subplots(rows, cols, squeeze=False).ravel()
+    frames = _Frames().get(env_cfg, [suite_level_id(name) for name in names])
+    for ax in axes:
+        ax.set_axis_off()
+    for ax, name in zip(axes, names, strict=False):
+        ax.imshow(frames[suite_level_id(name)], interpolation="nearest")
+        ax.set_title(f"{name} (path {shortest_path_length(suite_level(name))})", fontsize=10)
+    fig.suptitle("The zero-shot test suite (levelray evaluate --levels maze-suite)", fontsize=13)
+    fig.savefig(out, dpi=80)
+    return {"path": str(out), "series": names}

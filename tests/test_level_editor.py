@@ -229,7 +229,7 @@ def e2e_args(backend: str, run_dir, steps: int) -> list[str]:
             "--level-editor", "accel", "--level-robust", "--level-strategy", "positive_value_loss",
             "--level-buffer-size", "24", "--level-rho", "0.5", "--level-replay-prob", "0.8", "--num-actors", "1",
             "--envs-per-actor", "8", "--unroll-length", "20", "--batch-size", "2", "--max-episode-steps", "30",
-            "--total-steps", str(steps), "--metrics-port", "0", "--report-interval", "0", "--quiet",
+            "--total-steps", str(steps), "--metrics-port", "0", "--report-interval", "0.5", "--quiet",
             "--tensorboard", "false", "--run-dir", str(run_dir)]
 
 
@@ -237,8 +237,9 @@ def e2e_args(backend: str, run_dir, steps: int) -> list[str]:
 @pytest.mark.parametrize("backend", ["inline", "ray"])
 def test_accel_run_end_to_end(backend, tmp_path, capsys, one_thread, request):
     """A short ACCEL run from empty rooms: its buffer holds edited levels, their complexity and `levels_edited`
-    are logged; the suite evaluates with one level set per maze; a resumed run starts from the checkpoint's
-    buffer with its encodings."""
+    are logged; the suite evaluates with one level set per maze; the service a resume builds is exactly the
+    checkpoint's buffer with its encodings. The inline run then also draws the report (its gallery shows edited
+    levels) and resumes."""
     from levelray.deploy.cli import main
     from levelray.deploy.components import make_level_service
     from levelray.deploy.driver import load_resume_state
@@ -268,8 +269,21 @@ def test_accel_run_end_to_end(backend, tmp_path, capsys, one_thread, request):
     assert result["maze_suite"]["mazes"] == suite_names()
     assert all(0 <= result["results"][name]["success_rate"] <= 1 for name in suite_names())
 
-    if backend == "inline":  # resume: the run goes on from the saved buffer, and edits on
-        assert main(["train", "--resume", str(run), "--total-steps", "16000", "--quiet"]) == 0
-        after = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
-        assert after[-1]["levels_edited"] >= last["levels_edited"]
-        assert after[-1]["env_steps"] >= 16_000
+    if backend == "ray":  # the report and the resume read only the run directory: once, on the inline run
+        return
+    # the report draws the buffer's levels, edited ones from their encodings, and the suite
+    assert main(["report", str(run), "--out", str(tmp_path / "report"), "--json"]) == 0
+    figures = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    assert figures["maze_suite"]["series"] == suite_names()
+    points = figures["level_gallery"]["galleries"][0]["points"]
+    drawn = [level["seed"] for point in points for level in point["most"] + point["least"]]
+    assert any(level_id >= EDITED_ID_BASE for level_id in drawn)
+    for path in [figures["maze_suite"]["path"], *(point["path"] for point in points)]:
+        with open(path, "rb") as f:
+            assert f.read(8) == b"\x89PNG\r\n\x1a\n"
+
+    # resume: the run goes on from the saved buffer (its encodings included), and edits on
+    assert main(["train", "--resume", str(run), "--total-steps", "16000", "--quiet"]) == 0
+    after = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
+    assert after[-1]["levels_edited"] >= last["levels_edited"]
+    assert after[-1]["env_steps"] >= 16_000
