@@ -27,6 +27,9 @@ problem named by the dotted paths of its fields:
   `model_loss.target_update_tau` 0 (the target network would never move), the model loss with every term off
   (`model_loss.loss_weight` 0), and `replay.max_use` too small to serve one model batch.
 
+- ACCEL's editor (`levels.editor accel`) without what it needs: a maze env (`env.id` maze:<W>x<H>), an unbounded
+  level space (`env.num_levels` 0), a scored `levels.strategy`, and `levels.robust` (children are never trained on).
+
 `actors.unroll_length` (T >= 1 as a leaf) is checked against the model loss's unroll only: V-trace, every
 PLR score (one_step_td_error uses the bootstrap row) and replay work with T = 1. `checkpoint_interval_updates`
 keeps its floor of one update: an update takes from about a millisecond (CartPole MLP) to a second (IMPALA
