@@ -24,6 +24,7 @@ the level buffer (`level_service.buffer`) owns one and tells it which levels it 
 
 from __future__ import annotations
 
+import functools
 from collections import OrderedDict, deque
 from typing import Any
 
@@ -47,6 +48,13 @@ RECENT_LIMIT = 1 << 16  # edited levels kept after leaving the buffer and the qu
 EDITOR_COUNT_KEYS = ("num_children", "num_unsolvable", "num_queue_dropped", "num_handed_out")
 
 
+@functools.lru_cache(maxsize=4096)
+def _generated(level_id: int, width: int, height: int, blocks: tuple[int, int]) -> MazeLevel:
+    """`level_for_id`, kept for the levels replayed most: a buffered seed is edited each time it is replayed, and
+    generating it anew (a NumPy Generator per seed) cost as much as the edit itself."""
+    return level_for_id(level_id, width, height, blocks)
+
+
 def edit_maze(level: MazeLevel, num_edits: int, rng: np.random.Generator) -> MazeLevel:
     """A child of `level` with `num_edits` random edits (see the module doc); the agent's start never changes."""
     width, height = level.width, level.height
@@ -55,8 +63,8 @@ def edit_maze(level: MazeLevel, num_edits: int, rng: np.random.Generator) -> Maz
     moves_goal = bool((rng.random(num_edits) < GOAL_MOVE_PROB).any())
     num_flips = num_edits - int(moves_goal)
     walls = level.walls.reshape(-1).copy()
-    candidates = np.setdiff1d(np.arange(width * height), (agent, goal))
-    flips = rng.choice(candidates, size=min(num_flips, candidates.size), replace=False)
+    order = rng.permutation(width * height)  # distinct cells in random order, then the agent's and goal's left out
+    flips = order[(order != agent) & (order != goal)][:num_flips]
     walls[flips] = ~walls[flips]
     if moves_goal:
         free = np.flatnonzero(~walls)
@@ -109,7 +117,7 @@ class MazeEditor:
             return MazeLevel.decode(data)
         if self.is_edited(level_id):
             raise ValueError(f"unknown level id {level_id}: an edited level id this level service does not hold")
-        return level_for_id(int(level_id), self.width, self.height, self.blocks)
+        return _generated(int(level_id), self.width, self.height, self.blocks)
 
     def encodings_of(self, ids) -> dict[int, bytes]:
         """`{id: encoding}` for the edited levels among `ids` (what an actor needs to play them)."""
