@@ -15,8 +15,8 @@ DCD keeps such children, but an unsolvable level teaches nothing and would take 
 of a level that could.
 
 Edited levels exist only as encodings (`MazeLevel.encode`, 30 bytes at 13x13) under ids from
-`contracts.maze.EDITED_ID_BASE` upwards, the k-th child getting `EDITED_ID_BASE + k`: a range no seed or suite
-maze can reach. `MazeEditor` holds the encoding of every edited level that may still be played or scored: the
+`contracts.maze.EDITED_ID_BASE` upwards, the k-th child kept getting `EDITED_ID_BASE + k`: a range no seed or
+suite maze can reach. `MazeEditor` holds the encoding of every edited level that may still be played or scored: the
 buffered ones, the queued children, and the most recent `RECENT_LIMIT` that left both (handed out and not yet
 scored, or evicted while an env still played them; their late episodes are scored as any other). Pure NumPy:
 the level buffer (`level_service.buffer`) owns one and tells it which levels it holds.

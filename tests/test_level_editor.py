@@ -160,6 +160,12 @@ def test_a_state_missing_an_encoding_or_from_another_family_is_refused():
     broken["editor"]["ids"] = broken["editor"]["ids"][keep]
     with pytest.raises(ValueError, match="level ids"):
         LevelServiceCore(None, ACCEL, env=EMPTY, rng=0, initial_state=broken)
+    malformed = unpackb(packb(saved))
+    malformed["editor"]["encodings"][0] = malformed["editor"]["encodings"][0][:-1]  # truncated
+    before = state_bytes(core)
+    with pytest.raises(ValueError, match="maze encoding truncated"):
+        core.load_state_dict(malformed)
+    assert state_bytes(core) == before  # the service keeps its state
     plain = LevelConfig(strategy="value_l1", buffer_size=8, rho=0.5, robust=True)
     with pytest.raises(ValueError, match="level editor accel"):
         LevelServiceCore(None, plain, env=EMPTY, rng=0, initial_state=unpackb(packb(saved)))
