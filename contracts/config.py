@@ -268,7 +268,13 @@ class ModelLossConfig(_Section):
                        choices=("categorical", "scalar")),
     )
     support_size: int = field(
-        default=10, metadata=_flag("--model-support-size", "categorical support -S..S (in h(x) units)", min=1)
+        default=10, metadata=_flag("--model-support-size", "categorical support: atoms -S..S times "
+                                   "model_loss.support_step (in h(x) units)", min=1)
+    )
+    support_step: float = field(
+        default=1.0, metadata=_flag("--model-support-step", "spacing of the categorical support's atoms in h(x) "
+                                    "units: fit it to the reward scale (the minigrid preset's 0.05 for returns in "
+                                    "[0, 1])", min=1e-6)
     )
     hidden_size: int = field(
         default=128, metadata=_flag("--model-hidden-size", "units of the dynamics MLP and of each head", min=1)

@@ -148,7 +148,8 @@ class MuZeroLoss:
         self.module = LatentModel(net.latent_dim, num_actions, cfg).to(device)
         self.target = TargetNetwork(net, self.module, period=cfg.target_update_period, tau=cfg.target_update_tau)
         self.target_net, self.target_module = self.target.net, self.target.module  # loaded in place: stay valid
-        self.support = make_support(cfg.support_size, device=device) if cfg.value_repr == "categorical" else None
+        categorical = cfg.value_repr == "categorical"
+        self.support = make_support(cfg.support_size, step=cfg.support_step, device=device) if categorical else None
         # Made once rather than every update: the loss's terms in the order `loss` lays them out, their
         # weights in the total, the step weights and the offsets k = 0..K.
         K = cfg.num_unroll_steps

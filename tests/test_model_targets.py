@@ -258,6 +258,35 @@ def test_two_hot_round_trip(support_size):
     assert_close(mt.from_categorical(probs, support), clipped, rtol=1e-6, atol=1e-5)
 
 
+@pytest.mark.parametrize("step", [0.05, 0.3, 2.5])
+def test_a_support_with_a_step_spaces_its_atoms_and_round_trips(step):
+    """Atoms `k * step` for k = -S..S (against float64 arithmetic); a two-hot on them has its value as mean."""
+    support = mt.make_support(20, step=step, dtype=torch.float64)
+    assert support.tolist() == pytest.approx([k * step for k in range(-20, 21)], rel=1e-15, abs=1e-15)
+    g = torch.Generator().manual_seed(7)
+    x = (torch.rand(400, generator=g, dtype=torch.float64) * 2.4 - 1.2) * 20 * step  # some outside the support
+    probs = mt.two_hot(x, support)
+    assert int((probs > 0).sum(-1).max()) <= 2
+    assert_close(mt.from_categorical(probs, support), x.clamp(-20 * step, 20 * step), rtol=0, atol=1e-12)
+    for bad in (0, -0.1, float("inf"), float("nan"), True):
+        with pytest.raises(ValueError, match="step"):
+            mt.make_support(5, step=bad)
+
+
+def test_minigrid_returns_spread_over_many_atoms():
+    """MiniGrid's returns lie in [0, 1]: its preset's support puts 9 atoms in [h(0), h(1)], MuZero's integer
+    atoms only 1 (0), so a two-hot there had at most two atoms to use; procgen keeps the integer atoms."""
+    from levelray.contracts.config import RunConfig, replace_paths
+    from levelray.contracts.presets import apply_preset
+
+    top = float(mt.value_transform(torch.tensor(1.0, dtype=torch.float64)))
+    for env_id, inside in (("minigrid:DoorKey-5x5", 9), ("maze:13x13", 9), ("procgen:bigfish", 1)):
+        cfg = apply_preset(replace_paths(RunConfig(), {"env.id": env_id}), {"env.id"})
+        support = mt.make_support(cfg.model_loss.support_size, step=cfg.model_loss.support_step,
+                                  dtype=torch.float64)
+        assert int(((support >= 0) & (support <= top)).sum()) == inside, env_id
+
+
 def test_two_hot_hand_examples():
     support = mt.make_support(2)
     probs = mt.two_hot(torch.tensor([1.25, -2.5, 2.0, 0.0, -0.75]), support)
