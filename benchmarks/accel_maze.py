@@ -31,10 +31,19 @@ import argparse
 import json
 import sys
 import time
-from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
-from benchmarks.common import LEVELRAY, ROOT, fmt_ci, paired, print_table, run_levelray, thread_share_env, write_json
+from benchmarks.common import (
+    LEVELRAY,
+    ROOT,
+    fmt_ci,
+    pairwise,
+    print_table,
+    run_arms,
+    run_levelray,
+    thread_share_env,
+    write_json,
+)
 from levelray.contracts.maze import suite_names
 from levelray.deploy.stats import ci_summary
 
@@ -123,14 +132,11 @@ def main(argv: list[str] | None = None) -> int:
               "--level-buffer-size", str(args.buffer_size), "--metrics-port", "0", "--report-interval", "10",
               "--quiet", "--tensorboard", "false", *args.train_args]
     child_env = thread_share_env(args.parallel)
-    started = time.time()
-    jobs = [(arm, seed) for seed in seeds for arm in arms]  # arms interleaved: the same load for each
-    with ThreadPoolExecutor(max_workers=args.parallel) as pool:
-        results = list(pool.map(lambda job: one_run(args, common, out, *job, child_env), jobs))
-    wall_s = time.time() - started
+    results, wall_s = run_arms(arms, seeds, args.parallel,
+                               lambda arm, seed: one_run(args, common, out, arm, seed, child_env))
     summary = {a: {key: ci_summary([r[key] for r in results if r["arm"] == a])
                    for key in ("suite_solved", *GENERATED_SETS, "trained_fraction", "train_wall_s")} for a in arms}
-    pairs = {f"{b}-{a}": paired(results, a, b, "suite_solved") for i, a in enumerate(arms) for b in arms[i + 1:]}
+    pairs = pairwise(results, arms, "suite_solved")
     mazes = suite_names()
     print(f"\n{args.env}, {args.total_steps:,} env steps per run, seeds {seeds}, buffer {args.buffer_size}, "
           f"{args.parallel} runs at a time, {wall_s / 60:.1f} min in all")

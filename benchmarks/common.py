@@ -162,6 +162,24 @@ def paired(results: list[dict], a: str, b: str, key: str) -> dict:
     return {**ci_summary([by[(b, s)] - by[(a, s)] for s in seeds]), "seeds": seeds}
 
 
+def run_arms(arms: Sequence[str], seeds: Sequence[int], parallel: int,
+             run_one: Callable[[str, int], dict]) -> tuple[list[dict], float]:
+    """`run_one(arm, seed)` for every arm and seed, `parallel` at a time, seed by seed with the arms interleaved
+    (each arm then sees about the same machine load): (the results in that order, the wall seconds of it all)."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    started = time.time()
+    jobs = [(arm, seed) for seed in seeds for arm in arms]
+    with ThreadPoolExecutor(max_workers=parallel) as pool:
+        results = list(pool.map(lambda job: run_one(*job), jobs))
+    return results, time.time() - started
+
+
+def pairwise(results: list[dict], arms: Sequence[str], key: str) -> dict[str, dict]:
+    """`paired` of `key` for every pair of arms, later minus earlier: {"b-a": ci_summary and seeds}."""
+    return {f"{b}-{a}": paired(results, a, b, key) for i, a in enumerate(arms) for b in arms[i + 1:]}
+
+
 def fmt_ci(stat: Mapping | None, spec: str = ".3f") -> str:
     """"mean ± half-width" of a `levelray.deploy.stats.ci_summary` ("-" when it has no values)."""
     if not stat or stat.get("mean") is None:

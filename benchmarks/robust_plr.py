@@ -31,15 +31,15 @@ import json
 import shutil
 import sys
 import time
-from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 from benchmarks.common import (
     LEVELRAY,
     ROOT,
     fmt_ci,
-    paired,
+    pairwise,
     print_table,
+    run_arms,
     run_levelray,
     thread_share_env,
     write_json,
@@ -111,17 +111,14 @@ def main(argv: list[str] | None = None) -> int:
               "--tensorboard", "false", "--eval-interval", str(args.eval_interval), "--eval-episodes", "32", *SHAPE,
               *args.train_args]
     child_env = thread_share_env(args.parallel)
-    started = time.time()
-    jobs = [(arm, seed) for seed in seeds for arm in arms]  # arms interleaved: the same load for each
-    with ThreadPoolExecutor(max_workers=args.parallel) as pool:
-        results = list(pool.map(lambda job: one_run(args, common, out, *job, child_env), jobs))
-    wall_s = time.time() - started
+    results, wall_s = run_arms(arms, seeds, args.parallel,
+                               lambda arm, seed: one_run(args, common, out, arm, seed, child_env))
     run_levelray([*LEVELRAY, "report", *(r["run_dir"] for r in results), "--out", str(out / "report")],
                  out / "report.log")
     summary = {a: arm_summary([r for r in results if r["arm"] == a], args.total_steps) for a in arms}
     for a in arms:
         summary[a]["trained_fraction"] = ci_summary([r["trained_fraction"] for r in results if r["arm"] == a])
-    pairs = {f"{b}-{a}": paired(results, a, b, "test_success") for i, a in enumerate(arms) for b in arms[i + 1:]}
+    pairs = pairwise(results, arms, "test_success")
     print(f"\n{args.env}, unbounded levels, {args.total_steps:,} env steps per run, seeds {seeds}, buffer "
           f"{args.buffer_size}, {args.parallel} runs at a time, {wall_s / 60:.1f} min in all")
     print_table([[r["arm"], r["seed"], f"{r['env_steps']:,}", round(r["train_wall_s"]), round(r["trained_fraction"], 3),

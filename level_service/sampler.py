@@ -88,6 +88,8 @@ class LevelSampler:
     carried along); `discount` is the learner's, read by `one_step_td_error`.
     """
 
+    editor = None  # ACCEL edits only a level buffer's levels (`LevelBuffer.editor`): a fixed set stays as given
+
     def __init__(self, seeds, config: LevelConfig | None = None, *, discount: float = 0.99, rng=None):
         seeds_arr = as_int_array("seeds", seeds, 1)
         n = seeds_arr.size

@@ -216,9 +216,8 @@ class LevelServiceCore:
 
     def _maze_level(self, level_id: int) -> MazeLevel:
         """A maze level by id: an edited one from the editor, else a seed or suite maze (`MazeComplexity`)."""
-        editor = getattr(self._sampler, "editor", None)
-        if editor is not None:
-            return editor.level(level_id)
+        if self._sampler.editor is not None:
+            return self._sampler.editor.level(level_id)
         return level_for_id(level_id, *self._complexity.family)
 
     def stats(self, vectors: bool | None = None) -> dict[str, Any]:
@@ -254,7 +253,7 @@ class LevelServiceCore:
         counts["num_rollout_batches"] = counts.pop("num_update_calls")
         out.update(counts)
         out["levels_evicted"] = counts.get("num_evicted", 0)
-        editor = getattr(s, "editor", None)
+        editor = s.editor
         if editor is not None:  # ACCEL: children made (levels_edited), dropped, waiting, edited levels buffered
             out["levels_edited"] = editor.counts["num_children"]
             out["editor"] = {**editor.counts, "queued": len(editor.queue), "held": len(editor.encodings),

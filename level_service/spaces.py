@@ -39,8 +39,7 @@ def make_sampler(seeds, config: LevelConfig | None, *, start_level: int = 0, dis
 
 def level_encodings(sampler: Sampler, ids) -> dict[int, bytes]:
     """`{id: encoding}` of the edited levels among `ids` (empty where the sampler has no editor)."""
-    editor = getattr(sampler, "editor", None)
-    return {} if editor is None else editor.encodings_of(ids)
+    return {} if sampler.editor is None else sampler.editor.encodings_of(ids)
 
 
 def sampler_from_state(state: Any) -> Sampler:
