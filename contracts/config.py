@@ -282,6 +282,10 @@ class ModelLossConfig(_Section):
     game_over: bool = field(
         default=True, metadata=_flag("--model-game-over", "train a game-over (terminated) head")
     )
+    torso_gradient: bool = field(
+        default=True, metadata=_flag("--model-torso-gradient", "the model loss trains the agent's torso; false: "
+                                     "it reads the torso detached (the model trains, the agent is untouched)")
+    )
     consistency_weight: float = field(
         default=0.0,
         metadata=_flag("--model-consistency-weight", "weight of EfficientZero's latent-consistency term (0: off)",

@@ -286,6 +286,8 @@ class MuZeroLoss:
         steps = (starts.unsqueeze(1) + self._offsets[:K]).clamp(max=T - 1)  # [n, K]
         actions = self._tensor(batch.actions)[steps, columns]
         torso = net.representation(obs[starts, columns.squeeze(1)])  # [n, D]
+        if not self.cfg.torso_gradient:  # the control arm: the model learns, the agent's torso is untouched
+            torso = torso.detach()
         latents = self.unroll_latent(torso, actions)
         flat = torch.stack(latents, dim=1).reshape(n * (K + 1), -1)  # [n (K+1), D], sequence-major like the targets
         out = self.module.prediction(flat)  # the heads' outputs side by side (LatentModel.heads splits the same)

@@ -415,6 +415,29 @@ def test_separate_optimiser_adds_the_model_loss_step_to_the_torso_and_leaves_the
     assert any(not torch.allclose(a, b) for a, b in zip(shared_torso, sep_torso, strict=True))
 
 
+@pytest.mark.parametrize("mode", ["separate", "shared"])
+def test_detached_torso_control_leaves_the_agent_as_without_the_model_loss(mode):
+    """`model_loss.torso_gradient false` (the fair test's control arm): the model's modules train, while the
+    agent's network takes exactly the step it takes with no model loss, under either optimiser mode."""
+    from levelray.contracts.trajectory import stack_unrolls
+    from levelray.learner.learner import Learner
+
+    cfg = _cartpole_cfg(num_unroll_steps=3, td_steps=2, optimizer=mode, torso_gradient=False)
+    spec = env_spec(cfg.env)
+    batch, model_batch = stack_unrolls(_unrolls(cfg, 2)), _hand_batch()
+    off = Learner(spec, cfg.learner, seed=0)
+    control = Learner(spec, cfg.learner, seed=0, model_loss=cfg.model_loss)
+    model_before = copy.deepcopy(control.muzero.module.state_dict())
+    for _ in range(3):
+        off.update(batch)
+        metrics = control.update(batch, model_batch).metrics
+    for p_control, p_off in zip(control.model.parameters(), off.model.parameters(), strict=True):
+        torch.testing.assert_close(p_control, p_off, rtol=0, atol=0)
+    assert metrics["torso_grad_norm_model"] == 0.0 and metrics["grad_norm_model"] > 0
+    assert any(not torch.equal(before, after)
+               for before, after in zip(model_before.values(), control.muzero.module.state_dict().values()))
+
+
 def test_resuming_with_the_other_optimiser_mode_is_refused_before_anything_loads():
     from levelray.learner.learner import Learner
 
