@@ -196,7 +196,11 @@ class ReplayConfig(_Section):
     replay_ratio: float = field(
         default=0.0, metadata=_flag("--replay-ratio", "fraction of each batch drawn from replay", min=0.0, max=0.95)
     )
-    capacity: int = field(default=2000, metadata=_flag("--replay-capacity", "replay capacity (unrolls)", min=1))
+    capacity: int = field(
+        default=2000, metadata=_flag("--replay-capacity", "replay capacity (unrolls, first in first out); with the "
+                                     "model loss and no capacity given: 50 updates' fresh unrolls, so the model "
+                                     "trains on recent data (contracts.presets.model_replay_capacity)", min=1)
+    )
     alpha: float = field(default=0.6, metadata=_flag("--replay-alpha", "priority exponent", min=0.0))
     beta: float = field(default=0.4, metadata=_flag("--replay-beta", "initial IS exponent (annealed to 1)", min=0.0))
     beta_anneal_updates: int = field(

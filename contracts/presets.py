@@ -161,4 +161,23 @@ def apply_preset(cfg: RunConfig, explicit: set[str]) -> RunConfig:
     if cfg.env.num_levels == 0:
         unbounded = {path: v for path, v in UNBOUNDED_DEFAULTS.get(name, {}).items() if path not in explicit}
         cfg = replace_paths(cfg, unbounded)
+    if cfg.model_loss.loss != "none" and "replay.capacity" not in explicit:
+        cfg = replace_paths(cfg, {"replay.capacity": model_replay_capacity(cfg)})
     return cfg
+
+
+# The model loss learns from replay. Replay keeps unrolls first in, first out, so its capacity is the window of
+# data the model trains on: with replay's general 2,000 unrolls, a MiniGrid run (2 fresh unrolls an update) never
+# filled it in 1M env steps and the model batch's median age grew with the run (~40% of the run's updates at
+# update 263). A window of the newest MODEL_REPLAY_WINDOW_UPDATES updates' unrolls keeps the median age near
+# half of it (benchmarks/RESULTS.md, "The model loss the ALF way"), with each unroll still sampled about
+# (model batch unrolls / fresh unrolls per update) times, as before: how often data is reused does not depend on
+# the capacity, only how old it is when reused.
+MODEL_REPLAY_WINDOW_UPDATES = 50
+
+
+def model_replay_capacity(cfg: RunConfig) -> int:
+    """`replay.capacity` (unrolls) for the model loss: the fresh unrolls of `MODEL_REPLAY_WINDOW_UPDATES` updates,
+    and at least `replay.min_size`."""
+    fresh = cfg.learner.batch_size - int(round(cfg.replay.replay_ratio * cfg.learner.batch_size))
+    return max(cfg.replay.min_size, MODEL_REPLAY_WINDOW_UPDATES * max(1, fresh))

@@ -114,8 +114,7 @@ class Learner:
         self.optimizer = self._make_optimizer(self._trained)
         # what the model loss trains: the policy network (only its torso gets gradient) and the model's modules
         self._model_trained = self.parameters() if self.muzero is not None else []
-        agent_ids = set(map(id, self.model.parameters()))
-        self._in_agent = [id(p) in agent_ids for p in self._model_trained]  # the torso is where both reach
+        self._in_torso = self._torso_flags(spec) if self.muzero is not None else []  # where both losses reach
         self.model_optimizer = self._make_optimizer(self._model_trained) if separate else None
         # PopArt (learner/value_normalization.py): the value head outputs normalised values.
         self.value_norm = PopArt(config.popart_beta) if config.value_normalization else None
@@ -281,7 +280,7 @@ class Learner:
             model_grads = self._model_gradients(terms, model_metrics)
             terms.get("agent", terms["total"]).backward()
             if model_grads is not None:
-                model_metrics["torso_grad_norm_vtrace"] = self._torso_vtrace_norm(model_grads)
+                model_metrics["torso_grad_norm_vtrace"] = self._torso_vtrace_norm()
             if model_grads is not None and self.model_optimizer is None:  # shared: the gradient of the sum
                 for p, g in zip(self._model_trained, model_grads, strict=True):
                     if g is not None:
@@ -302,6 +301,16 @@ class Learner:
             self.muzero.after_update(self.model)
         return grad_norm
 
+    def _torso_flags(self, spec: EnvSpec) -> list[bool]:
+        """Per parameter of `_model_trained`: does `representation` read it (the torso, which both losses train)?
+        Found once by autograd from one zero observation, so the torso's V-trace gradient is known even where the
+        model loss's gradient is stopped before it (`model_loss.torso_gradient` false)."""
+        obs = torch.zeros((1, *spec.obs_shape), dtype=getattr(torch, spec.obs_dtype), device=self.device)
+        agent = list(self.model.parameters())
+        reached = torch.autograd.grad(self.model.representation(obs).float().sum(), agent, allow_unused=True)
+        torso = {id(p) for p, g in zip(agent, reached, strict=True) if g is not None}
+        return [id(p) in torso for p in self._model_trained]
+
     def _model_gradients(self, terms: dict[str, torch.Tensor], model_metrics: dict[str, float]) -> list | None:
         """The weighted model loss's gradient over `_model_trained` (None where a parameter gets none), taken
         before any backward of the agent's loss; adds its norm (`grad_norm_model`) and the torso's part of it
@@ -311,16 +320,15 @@ class Learner:
             return None
         grads = list(torch.autograd.grad(self.muzero.cfg.loss_weight * terms["model"], self._model_trained,
                                          allow_unused=True))
-        torso = [g for g, mine in zip(grads, self._in_agent, strict=True) if g is not None and mine]
+        torso = [g for g, mine in zip(grads, self._in_torso, strict=True) if g is not None and mine]
         model_metrics["grad_norm_model"] = float(torch.nn.utils.get_total_norm([g for g in grads if g is not None]))
         model_metrics["torso_grad_norm_model"] = float(torch.nn.utils.get_total_norm(torso)) if torso else 0.0
         return grads
 
-    def _torso_vtrace_norm(self, model_grads: list) -> float:
-        """The norm of the agent loss's gradient (now in `.grad`) over the torso: the parameters of the policy
-        network that the model loss's gradient reaches too."""
-        grads = [p.grad for p, g, mine in zip(self._model_trained, model_grads, self._in_agent, strict=True)
-                 if g is not None and mine and p.grad is not None]
+    def _torso_vtrace_norm(self) -> float:
+        """The norm of the agent loss's gradient (now in `.grad`) over the torso (`_in_torso`)."""
+        grads = [p.grad for p, mine in zip(self._model_trained, self._in_torso, strict=True)
+                 if mine and p.grad is not None]
         return float(torch.nn.utils.get_total_norm(grads)) if grads else 0.0
 
     def _step_model_optimizer(self, grads: list, norm: float) -> None:

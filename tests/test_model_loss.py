@@ -398,6 +398,10 @@ def test_separate_optimiser_adds_the_model_loss_step_to_the_torso_and_leaves_the
     metrics = {mode: learner.update(batch, model_batch).metrics for mode, learner in learners.items()}
     for m in metrics.values():  # each loss's gradient on the torso, what a regression would be traced to
         assert m["torso_grad_norm_vtrace"] > 0 and m["torso_grad_norm_model"] > 0 and m["grad_norm_model"] > 0
+    # the torso is what the model loss's gradient reaches of the policy network: every layer but the outputs
+    torso = {name for name, g in g_model.items() if g is not None}
+    flags = dict(zip([n for n, _ in sep.model.named_parameters()], sep._in_torso, strict=False))
+    assert torso == {name for name, mine in flags.items() if mine} and 0 < len(torso) < len(flags)
     lr, eps = cfg.learner.learning_rate, cfg.learner.adam_eps
     moved = 0
     for (name, p_sep), p_off in zip(sep.model.named_parameters(), off.model.parameters(), strict=True):
@@ -434,8 +438,9 @@ def test_detached_torso_control_leaves_the_agent_as_without_the_model_loss(mode)
     for p_control, p_off in zip(control.model.parameters(), off.model.parameters(), strict=True):
         torch.testing.assert_close(p_control, p_off, rtol=0, atol=0)
     assert metrics["torso_grad_norm_model"] == 0.0 and metrics["grad_norm_model"] > 0
-    assert any(not torch.equal(before, after)
-               for before, after in zip(model_before.values(), control.muzero.module.state_dict().values()))
+    assert metrics["torso_grad_norm_vtrace"] > 0  # still measured where the model loss's gradient stops
+    model_after = control.muzero.module.state_dict().values()
+    assert any(not torch.equal(before, after) for before, after in zip(model_before.values(), model_after, strict=True))
 
 
 def test_resuming_with_the_other_optimiser_mode_is_refused_before_anything_loads():

@@ -10,7 +10,15 @@ from pathlib import Path
 import pytest
 
 from levelray.contracts.config import ConfigError, RunConfig, leaves, replace_paths
-from levelray.contracts.presets import PRESET_NAMES, PRESETS, UNBOUNDED_DEFAULTS, apply_preset, changed_paths, family
+from levelray.contracts.presets import (
+    MODEL_REPLAY_WINDOW_UPDATES,
+    PRESET_NAMES,
+    PRESETS,
+    UNBOUNDED_DEFAULTS,
+    apply_preset,
+    changed_paths,
+    family,
+)
 from levelray.deploy.cli import _parser, build_config
 
 DOCS_HOOKS = Path(__file__).resolve().parents[1] / "docs" / "hooks.py"
@@ -58,6 +66,24 @@ def test_cli_fills_only_what_the_user_left_alone(tmp_path):
     cfg = cli_config("--env", "minigrid:DoorKey-6x6", "--unroll-length", "32")
     assert cfg.preset == "minigrid" and cfg.learner.model == "minigrid_cnn" and cfg.actors.envs_per_actor == 16
     assert cfg.actors.unroll_length == 32 and cfg.env.num_levels == RunConfig().env.num_levels
+
+
+def test_the_model_loss_replays_a_window_of_the_newest_updates_unless_a_capacity_is_given(tmp_path):
+    """With the model loss, replay (first in, first out) holds the fresh unrolls of MODEL_REPLAY_WINDOW_UPDATES
+    updates; a capacity from a flag or the YAML file is kept, and without the model loss replay keeps its own."""
+    minigrid = ("--env", "minigrid:DoorKey-5x5", "--model-loss", "muzero")
+    assert cli_config(*minigrid).replay.capacity == MODEL_REPLAY_WINDOW_UPDATES * 2  # batches of 2 fresh unrolls
+    assert cli_config(*minigrid, "--batch-size", "4", "--replay-ratio", "0.5").replay.capacity == (
+        MODEL_REPLAY_WINDOW_UPDATES * 2)  # 2 of the 4 unrolls are replayed
+    assert cli_config(*minigrid, "--replay-capacity", "2000").replay.capacity == 2000
+    yaml_file = tmp_path / "run.yaml"
+    yaml_file.write_text("replay: {capacity: 300}\n")
+    assert cli_config(*minigrid, "--config", str(yaml_file)).replay.capacity == 300
+    assert cli_config("--env", "minigrid:DoorKey-5x5").replay.capacity == RunConfig().replay.capacity
+    cartpole = ("--env", "CartPole-v1", "--model-loss", "muzero")  # batches of 8
+    assert cli_config(*cartpole).replay.capacity == MODEL_REPLAY_WINDOW_UPDATES * 8
+    assert cli_config(*cartpole, "--replay-min-size", "1000").replay.capacity == 1000  # never below what replay
+    # waits for before it serves
 
 
 def test_a_resumed_run_keeps_its_resolved_config():
