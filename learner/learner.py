@@ -17,7 +17,6 @@ for both the Ray learner actor and the inline backend.
 
 from __future__ import annotations
 
-import copy
 import logging
 from typing import Any, NamedTuple
 
@@ -26,7 +25,8 @@ import torch
 
 from levelray.contracts.config import LearnerConfig, ModelLossConfig
 from levelray.contracts.spec import EnvSpec
-from levelray.learner import vtrace
+from levelray.learner import learner_state, vtrace
+from levelray.learner.data_parallel import DataParallel
 from levelray.learner.device import host_to_device, pick_device
 from levelray.learner.losses import impala_losses
 from levelray.learner.model_batch import ModelBatch, SequenceSampler
@@ -75,7 +75,7 @@ class Learner:
     also the `MuZeroLoss` and the `SequenceSampler` that cuts its batches from replay."""
 
     def __init__(self, spec: EnvSpec, config: LearnerConfig, *, seed: int = 0,
-                 model_loss: ModelLossConfig | None = None):
+                 model_loss: ModelLossConfig | None = None, data_parallel: DataParallel | None = None):
         self.spec = spec
         self.config = config
         torch.manual_seed(seed)
@@ -120,6 +120,10 @@ class Learner:
         self.value_norm = PopArt(config.popart_beta) if config.value_normalization else None
         self.version = 0
         self.samples_trained = 0
+        # several learners (learner/data_parallel.py): one model on every rank, every step taken on all alike
+        self.data_parallel = data_parallel
+        if data_parallel is not None:
+            data_parallel.broadcast_parameters(self.parameters())
 
     def _make_optimizer(self, params: list[torch.nn.Parameter]) -> torch.optim.Optimizer:
         # foreach=True: one multi-tensor kernel per step; PyTorch picks it by default on CUDA only, and on a CPU
@@ -160,6 +164,9 @@ class Learner:
         self.model.train()
         forward = self._forward(batch)
         vt, log_rhos = self._targets(batch, forward)
+        T, B = vt.vs.shape
+        trained = T * B if batch.get("mask") is None else int(np.count_nonzero(batch["mask"]))
+        union = trained if self.data_parallel is None else self.data_parallel.union_count(trained)
         terms, popart_old = self._loss_terms(batch, forward, vt)
         model_metrics: dict[str, float] = {}
         model_priorities = None
@@ -167,13 +174,11 @@ class Learner:
             terms["model"], model_metrics, model_priorities = self.muzero.loss(self.model, model_batch)
             terms["agent"] = terms["total"]  # V-trace's terms: what the agent's optimiser steps on alone
             terms["total"] = terms["total"] + self.muzero.cfg.loss_weight * terms["model"]
-        T, B = vt.vs.shape
-        trained = T * B if batch.get("mask") is None else int(np.count_nonzero(batch["mask"]))
         grad_norm = 0.0
-        if trained:  # a batch wholly masked (Robust PLR: only new levels) changes nothing and is no new version
-            grad_norm = self._apply_gradients(terms, model_metrics, popart_before, popart_old)
+        if union:  # a batch wholly masked (Robust PLR: only new levels) changes nothing and is no new version
+            grad_norm = self._apply_gradients(terms, model_metrics, popart_before, popart_old, trained / union)
             self.version += 1
-            self.samples_trained += trained
+            self.samples_trained += union
         metrics = {**self._metrics(forward, vt, log_rhos, terms, grad_norm), **model_metrics, "trained_steps": trained}
         return UpdateResult(metrics, self._outputs(forward, vt, model_priorities))
 
@@ -252,7 +257,8 @@ class Learner:
         value_targets, value_preds, pg_advantages = vt.vs, forward.values[:T], vt.pg_advantages
         old_stats = None
         if self.value_norm is not None:
-            old_stats = self.value_norm.update(vt.vs, weights > 0)
+            old_stats = self.value_norm.update(vt.vs, weights > 0, None if self.data_parallel is None
+                                               else self.data_parallel.sum)
             # normalised with the new statistics: the prediction is the rescaled head's output (see preserve_outputs_)
             value_targets, value_preds = self.value_norm.normalize(vt.vs), self.value_norm.normalize(value_preds)
             pg_advantages = pg_advantages / self.value_norm.sigma
@@ -268,19 +274,28 @@ class Learner:
         return terms, old_stats
 
     def _apply_gradients(self, terms: dict[str, torch.Tensor], model_metrics: dict[str, float],
-                         popart_before: dict | None, popart_old: tuple[float, float] | None) -> float:
+                         popart_before: dict | None, popart_old: tuple[float, float] | None, share: float) -> float:
         """Backward and the optimiser step(s); returns the agent optimiser's gradient norm before clipping (after
         PopArt's rescale of the value layer). The model loss's gradient is taken apart first (`_model_gradients`):
         added to the agent's with a shared optimiser, stepped by `model_optimizer` after the agent's step with a
         separate one (both from the weights the update started from). Every norm is computed once and serves
-        the non-finite check, which skips the whole update before anything changes."""
+        the non-finite check, which skips the whole update before anything changes. With several learners the
+        ranks' gradients are combined first (`share`: this rank's fraction of the trained steps)."""
         self.optimizer.zero_grad(set_to_none=True)
         raw_grad_norm, model_grads = float("nan"), None
-        if torch.isfinite(terms["total"]):
+        finite = bool(torch.isfinite(terms["total"]))
+        if finite:
             model_grads = self._model_gradients(terms, model_metrics)
             terms.get("agent", terms["total"]).backward()
             if model_grads is not None:
                 model_metrics["torso_grad_norm_vtrace"] = self._torso_vtrace_norm()
+        if self.data_parallel is not None:
+            finite, model_grads = self.data_parallel.reduce_gradients(self._trained, share, self._model_trained,
+                                                                      model_grads, finite)
+            if model_grads is not None:  # the separate optimiser clips by the combined gradient's norm
+                model_metrics["grad_norm_model"] = float(torch.nn.utils.get_total_norm(
+                    [g for g in model_grads if g is not None]))
+        if finite:
             if model_grads is not None and self.model_optimizer is None:  # shared: the gradient of the sum
                 for p, g in zip(self._model_trained, model_grads, strict=True):
                     if g is not None:
@@ -425,59 +440,7 @@ class Learner:
         return self.version, weights_to_numpy(self.model)
 
     def state_dict(self) -> dict[str, Any]:
-        return {
-            # Copies: optimizer.state_dict() returns live references to Adam's moment buffers.
-            "model": {k: v.detach().to("cpu", copy=True) for k, v in self.model.state_dict().items()},
-            "optimizer": copy.deepcopy(self.optimizer.state_dict()),
-            "model_optimizer": (copy.deepcopy(self.model_optimizer.state_dict())
-                                if self.model_optimizer is not None else None),
-            "version": self.version,
-            "samples_trained": self.samples_trained,
-            "torch_rng": torch.get_rng_state(),
-            "value_normalization": self.value_norm.state_dict() if self.value_norm is not None else None,
-            "model_loss": self._model_loss_state(),
-        }
+        return learner_state.state_dict(self)
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
-        self._check_optimizers(state)
-        self.model.load_state_dict(state["model"])
-        self.optimizer.load_state_dict(state["optimizer"])
-        if self.model_optimizer is not None:
-            self.model_optimizer.load_state_dict(state["model_optimizer"])
-        self.version = int(state["version"])
-        self.samples_trained = int(state.get("samples_trained", 0))
-        if "torch_rng" in state:
-            torch.set_rng_state(state["torch_rng"].cpu())
-        self._load_value_normalization(state.get("value_normalization"))
-        if self.muzero is not None and state.get("model_loss") is not None:
-            self.muzero.load_state_dict(state["model_loss"])
-            self.sequences.load_state_dict(state["model_loss"]["rng"])
-
-    def _check_optimizers(self, state: dict[str, Any]) -> None:
-        """ValueError, before anything is loaded, for a checkpoint whose optimisers are not this learner's:
-        a model loss with a shared optimiser resumed as separate, or the other way round."""
-        saved_separate = state.get("model_optimizer") is not None
-        if self.muzero is None or saved_separate == (self.model_optimizer is not None):
-            return
-        saved, mine = ("separate", "shared") if saved_separate else ("shared", "separate")
-        raise ValueError(f"the checkpoint's model loss has a {saved} optimiser, this run's model_loss.optimizer is "
-                         f"{mine}: resume with --model-optimizer {saved}")
-
-    def _model_loss_state(self) -> dict[str, Any] | None:
-        """The model loss's modules, target network and schedule, and its sequence sampler's generator."""
-        if self.muzero is None:
-            return None
-        return {**self.muzero.state_dict(), "rng": self.sequences.state_dict()}
-
-    def _load_value_normalization(self, saved: dict | None) -> None:
-        """Statistics from the checkpoint; a checkpoint and a learner that disagree on value normalisation
-        are reconciled by rescaling the value head, so its outputs in reward units stay the same."""
-        if self.value_norm is not None:
-            self.value_norm = PopArt(self.config.popart_beta)  # identity statistics if the checkpoint has none
-            if saved is not None:
-                self.value_norm.load_state_dict(saved)
-            return
-        if saved is not None:  # trained normalised, resumed without: fold the statistics into the head
-            stats = PopArt(self.config.popart_beta)
-            stats.load_state_dict(saved)
-            preserve_outputs_(value_output_layer(self.model), (stats.mu, stats.sigma), (0.0, 1.0), grads=False)
+        learner_state.load_state_dict(self, state)

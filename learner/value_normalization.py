@@ -26,6 +26,7 @@ floats); before the first update they are the identity (`mu = 0`, `sigma = 1`).
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from typing import Any
 
 import torch
@@ -55,20 +56,28 @@ class PopArt:
         return x * self.sigma + self.mu
 
     @torch.no_grad()
-    def update(self, targets: torch.Tensor, mask: torch.Tensor | None = None) -> tuple[float, float]:
-        """Move the moments towards the mean and mean square of `targets` (where `mask` is true).
+    def update(self, targets: torch.Tensor, mask: torch.Tensor | None = None,
+               reduce: Callable[[torch.Tensor], torch.Tensor] | None = None) -> tuple[float, float]:
+        """Move the moments towards the mean and mean square of `targets` (where `mask` is true). `reduce` sums
+        `[sum, sum of squares, count]` over several learners, whose moments then move on all their targets.
         Returns the previous `(mu, sigma)`, which `preserve_outputs_` needs."""
         old = (self.mu, self.sigma)
         x = targets.detach().to(torch.float64)
         if mask is not None:
             x = x[mask.bool()]
-        if x.numel() == 0:
+        if reduce is not None:
+            total, total_sq, n = reduce(torch.stack([x.sum(), x.square().sum(), x.new_tensor(x.numel())])).tolist()
+            mean, mean_sq = (total / n, total_sq / n) if n else (0.0, 0.0)
+        else:
+            n = x.numel()
+            mean, mean_sq = (x.mean().item(), x.square().mean().item()) if n else (0.0, 0.0)
+        if n == 0:
             return old
         self.count += 1
         # beta / (1 - (1 - beta)^t), the denominator without cancellation for small beta
         step = self.beta / -math.expm1(self.count * math.log1p(-self.beta)) if self.beta < 1.0 else 1.0
-        self.mu += step * (x.mean().item() - self.mu)
-        self.nu += step * (x.square().mean().item() - self.nu)
+        self.mu += step * (mean - self.mu)
+        self.nu += step * (mean_sq - self.nu)
         return old
 
     def state_dict(self) -> dict[str, Any]:

@@ -1,0 +1,46 @@
+"""Run by tests/test_data_parallel.py in a child process: one rank of a gloo process group (a `FileStore`
+rendezvous, no port) training a `Learner` with `DataParallel` on its share of the inputs the test pickled.
+
+    python tests/data_parallel_rank.py INPUTS RANK WORLD STORE OUT
+
+INPUTS holds `spec`, `learner` (its config), `model_loss` (or None) and `batches`: per update, one batch per rank
+(`stack_unrolls` dicts) and optionally `model_batches` likewise. OUT receives the parameters and the metrics."""
+
+from __future__ import annotations
+
+import pickle
+import sys
+
+import torch
+import torch.distributed as dist
+
+from levelray.learner.data_parallel import DataParallel, init_group
+from levelray.learner.learner import Learner
+
+
+def main(inputs: str, rank: int, world: int, store_path: str, out: str) -> None:
+    torch.set_num_threads(1)
+    with open(inputs, "rb") as f:
+        data = pickle.load(f)
+    init_group(rank, world, dist.FileStore(store_path, world))
+    try:
+        learner = Learner(data["spec"], data["learner"], seed=rank, model_loss=data["model_loss"],
+                          data_parallel=DataParallel())  # seeds differ: the broadcast makes the model one
+        metrics = []
+        for k, per_rank in enumerate(data["batches"]):
+            model_batch = data["model_batches"][k][rank] if data.get("model_batches") else None
+            metrics.append(learner.update(per_rank[rank], model_batch).metrics)
+        state = {name: p.detach().clone() for name, p in learner.model.named_parameters()}
+        if learner.muzero is not None:
+            state.update({f"model_loss.{name}": p.detach().clone()
+                          for name, p in learner.muzero.module.named_parameters()})
+        with open(out, "wb") as f:
+            pickle.dump({"params": state, "metrics": metrics, "version": learner.version,
+                         "samples_trained": learner.samples_trained,
+                         "popart": learner.value_norm.state_dict() if learner.value_norm else None}, f)
+    finally:
+        dist.destroy_process_group()
+
+
+if __name__ == "__main__":
+    main(sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), sys.argv[4], sys.argv[5])
