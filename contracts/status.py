@@ -128,4 +128,5 @@ LEVEL_EDITOR_KEYS = ("levels_edited",)
 # computed by the driver, or read from the level service, not by the learner).
 PUBLISHED_KEYS = ("env_steps_per_second", "time", "levels_buffered", "levels_replay_fraction", "levels_evicted",
                   *LEVEL_COMPLEXITY_KEYS, *LEVEL_EDITOR_KEYS)
-STATUS_LEARNER_KEYS = ("learner_version", "env_steps", "episode_return_mean", "policy_lag_mean", "queue_depth")
+STATUS_LEARNER_KEYS = ("learner_version", "env_steps", "episode_return_mean", "policy_lag_mean", "queue_depth",
+                       "learners")  # learners: one {rank, node, device, queue_depth, version} per learner

@@ -213,6 +213,35 @@ def _device_problems(cfg: RunConfig) -> list[Problem]:
     return []
 
 
+def learner_resources(text: str) -> dict[str, float]:
+    """`learner.resources` ("NAME=AMOUNT[,NAME=AMOUNT]") as Ray's `resources` dict; ValueError naming the part
+    that is not NAME=AMOUNT with AMOUNT > 0."""
+    out: dict[str, float] = {}
+    for part in (p.strip() for p in text.split(",") if p.strip()):
+        name, sep, amount = part.partition("=")
+        try:
+            value = float(amount)
+        except ValueError:
+            value = -1.0
+        if not sep or not name.strip() or not value > 0:
+            raise ValueError(f"learner.resources: expected NAME=AMOUNT[,NAME=AMOUNT] with AMOUNT > 0, got {part!r}")
+        out[name.strip()] = value
+    return out
+
+
+def _learner_placement_problems(cfg: RunConfig) -> list[Problem]:
+    found = []
+    if cfg.learner.num_learners > 1 and cfg.backend != "ray":
+        found.append(Problem(("learner.num_learners", "backend"),
+                             f"learner.num_learners = {cfg.learner.num_learners} needs backend ray (each learner is "
+                             f"a Ray actor of its own); the inline backend trains in one process: use one learner"))
+    try:
+        learner_resources(cfg.learner.resources)
+    except ValueError as exc:
+        found.append(Problem(("learner.resources",), str(exc)))
+    return found
+
+
 def _clip_problems(cfg: RunConfig) -> list[Problem]:
     lr, found = cfg.learner, []
     for name, lowest, effect in (
@@ -321,8 +350,8 @@ def problems(cfg: RunConfig) -> list[Problem]:
     found = _leaf_problems(cfg)
     if found:
         return found
-    return [*_replay_problems(cfg), *_model_problems(cfg), *_device_problems(cfg), *_clip_problems(cfg),
-            *_interval_problems(cfg), *_video_problems(cfg), *_level_problems(cfg)]
+    return [*_replay_problems(cfg), *_model_problems(cfg), *_device_problems(cfg), *_learner_placement_problems(cfg),
+            *_clip_problems(cfg), *_interval_problems(cfg), *_video_problems(cfg), *_level_problems(cfg)]
 
 
 def validate(cfg: RunConfig, *, fixed: Collection[str] = ()) -> list[Problem]:

@@ -91,6 +91,9 @@ def cmd_status(args: argparse.Namespace) -> int:
               f"unsolvable {_number(unsolvable, '.0%')}")
     if status.get("learner_unavailable"):
         print(f"learner unavailable: {status['learner_unavailable']}")
+    for r in status.get("learners") or []:
+        print(f"  learner rank {r['rank']}  node {str(r.get('node'))[:12]}  {r.get('device')}  version "
+              f"{_number(r.get('version'), 'd')}  queue {_number(r.get('queue_depth'), 'd')}")
     counts = f"actors {status['actors_alive']}/{status['actors_desired']} alive"
     for key in ("pending", "unresponsive"):
         if status.get(f"actors_{key}"):

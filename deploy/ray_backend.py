@@ -26,7 +26,7 @@ from levelray.actors.envs import env_spec
 from levelray.contracts.config import ConfigError, RunConfig, uses_level_service, uses_replay
 from levelray.contracts.levels import training_seeds
 from levelray.contracts.status import PUBLISHED_KEYS, StatusSnapshot
-from levelray.contracts.validate import MIN_RAY_REPORT_INTERVAL_S
+from levelray.contracts.validate import MIN_RAY_REPORT_INTERVAL_S, learner_resources
 from levelray.deploy.components import service_section
 from levelray.deploy.eval_ray import eval_workers
 from levelray.deploy.ray_cluster import init_ray
@@ -34,12 +34,14 @@ from levelray.deploy.rundir import RunDir
 from levelray.deploy.supervisor import NAMESPACE, SUPERVISOR_NAME, Supervisor
 from levelray.learner import service as learner_service
 from levelray.learner.core import monotone_counters
+from levelray.learner.ranks import merge_counters, merge_stats, rank_counters
 from levelray.level_service.service import LevelService
 from levelray.replay_service.service import ReplayService
 
 log = logging.getLogger(__name__)
 
 MIN_POLL_INTERVAL_S = MIN_RAY_REPORT_INTERVAL_S  # a shorter --report-interval is refused on this backend
+LEARNER_START_TIMEOUT_S = 120  # several learners: the group forms within this, or the job fails with why
 
 
 def check_cluster_device(cfg: RunConfig) -> None:
@@ -50,6 +52,26 @@ def check_cluster_device(cfg: RunConfig) -> None:
         where = f"the Ray cluster at {cfg.address}" if cfg.address else "the embedded Ray"
         raise ConfigError(f"learner.device = {cfg.learner.device!r}, but {where} has no GPU; use --device auto "
                           f"(a GPU when the cluster has one) or --device cpu")
+
+
+def learner_gpus(cfg: RunConfig) -> float:
+    """GPUs each learner asks for: `learner.num_gpus`, else one where the cluster has a GPU for every learner."""
+    if cfg.learner.num_gpus is not None:
+        return cfg.learner.num_gpus
+    return 1.0 if ray.cluster_resources().get("GPU", 0) >= cfg.learner.num_learners else 0.0
+
+
+def check_learner_placement(cfg: RunConfig) -> None:
+    """`learner.num_learners` learners ask for a CPU, `learner_gpus` GPUs and `learner.resources` each: a cluster
+    with less of one of them in all could never place them all, and the job would wait for them forever."""
+    n, have = cfg.learner.num_learners, ray.cluster_resources()
+    wanted = {"CPU": 1.0, "GPU": learner_gpus(cfg), **learner_resources(cfg.learner.resources)}
+    where = f"the Ray cluster at {cfg.address}" if cfg.address else "the embedded Ray"
+    for name, amount in wanted.items():
+        if amount > 0 and n * amount > have.get(name, 0):
+            raise ConfigError(f"learner.num_learners = {n} learners need {amount:g} {name} each, and {where} has "
+                              f"{have.get(name, 0):g} {name} in all: use fewer learners (learner.num_learners), "
+                              f"ask for less (learner.num_gpus, learner.resources), or add nodes")
 
 
 class RayJob:
@@ -99,7 +121,7 @@ class RayJob:
                 initial_state=resume_state.get("replay"))
         self.learner_restarts = 0
         self.last_learner_stats: dict[str, Any] | None = None  # counters to restart a dead learner from
-        self.learner = self._start_learner(resume_state.get("learner"))
+        self.learners = self._start_learners(resume_state.get("learner"))
         try:
             ray.get_actor(SUPERVISOR_NAME, namespace=NAMESPACE)
             raise RuntimeError(
@@ -119,9 +141,11 @@ class RayJob:
     @classmethod
     def start(cls, cfg: RunConfig, run_dir: RunDir, *, resume_state: dict | None = None) -> RayJob:
         """Join the cluster `cfg.address` names (or start the embedded Ray) and create the job."""
-        started = init_ray(cfg.address, cfg.actors.num_actors + eval_workers(cfg))
+        # `init_ray` counts one learner; the others need a CPU each on the embedded Ray too
+        started = init_ray(cfg.address, cfg.actors.num_actors + eval_workers(cfg) + cfg.learner.num_learners - 1)
         try:
             check_cluster_device(cfg)
+            check_learner_placement(cfg)
             job = cls(cfg, run_dir, resume_state=resume_state, embedded=started)
         except BaseException:
             if started:
@@ -130,10 +154,22 @@ class RayJob:
         job.started_ray = started
         return job
 
-    def _start_learner(self, learner_state: dict | None):
-        gpus = 1 if ray.cluster_resources().get("GPU", 0) >= 1 else 0
-        return learner_service.learner_actor_class(gpus).remote(self.cfg, self.spec, self.level_service,
-                                                                self.replay_service, learner_state)
+    @property
+    def learner(self):
+        """Rank 0: the learner the driver asks for weights, stats and checkpoints."""
+        return self.learners[0]
+
+    def _start_learners(self, learner_state: dict | None) -> list:
+        """`learner.num_learners` learner actors; several are made one process group before this returns (a
+        rank that cannot be placed fails the job here, not in a hang)."""
+        n = self.cfg.learner.num_learners
+        cls = learner_service.learner_actor_class(learner_gpus(self.cfg), learner_resources(self.cfg.learner.resources))
+        learners = [cls.remote(self.cfg, self.spec, self.level_service, self.replay_service,
+                               _rank_state(learner_state, rank), rank=rank, world_size=n) for rank in range(n)]
+        if n > 1:
+            host, port = ray.get(learners[0].group_address.remote(), timeout=LEARNER_START_TIMEOUT_S)
+            ray.get([learner.join_group.remote(host, port) for learner in learners], timeout=LEARNER_START_TIMEOUT_S)
+        return learners
 
     def restart_learner(self, cause: str) -> None:
         """Replace a dead learner by one restored from the latest checkpoint, and rebind the actors."""
@@ -145,19 +181,21 @@ class RayJob:
         ckpt = self.run_dir.load_latest_checkpoint()
         state = {"learner": ckpt["learner"] if ckpt is not None else None,
                  "counters": monotone_counters(ckpt["counters"] if ckpt is not None else None, self.last_learner_stats)}
-        log.warning("learner died (%s); restarting it from %s", cause,
+        log.warning("learner died (%s); restarting %s from %s", cause,
+                    "it" if len(self.learners) == 1 else f"all {len(self.learners)} learners",
                     ckpt["path"] if ckpt is not None else "scratch (no checkpoint yet)")
-        with contextlib.suppress(Exception):
-            ray.kill(self.learner)
-        self.learner = self._start_learner(state)
+        for learner in self.learners:  # the others wait on the dead rank's all-reduce: the group restarts whole
+            with contextlib.suppress(Exception):
+                ray.kill(learner)
+        self.learners = self._start_learners(state)
         self.learner_restarts += 1
-        ray.get(self.supervisor.set_learner.remote(self.learner), timeout=120)
+        ray.get(self.supervisor.set_learner.remote(self.learners), timeout=120)
 
     def _start_supervisor(self, num_actors: int):
         supervisor_cls = ray.remote(num_cpus=0, max_concurrency=16)(Supervisor)
         supervisor = supervisor_cls.options(name=SUPERVISOR_NAME, namespace=NAMESPACE,
                                             scheduling_strategy=self._here).remote(
-            self.cfg, self.learner, self.level_service, seed=self.cfg.seed, actor_cpus=self._actor_cpus)
+            self.cfg, self.learners, self.level_service, seed=self.cfg.seed, actor_cpus=self._actor_cpus)
         ray.get(supervisor.scale.remote(num_actors), timeout=120)
         return supervisor
 
@@ -174,15 +212,22 @@ class RayJob:
         self.supervisor = self._start_supervisor(int(self._last_supervisor["actors_desired"]))
         self.supervisor_restarts += 1
 
-    def _ask_learner(self, method: str, timeout: float):
-        """Call the learner and wait; a dead learner is restarted first (from the latest checkpoint) and asked
-        again. Every driver call goes through here: the learner can die during any of them (a checkpoint
-        being written included), and that must cost the job a restart, not end it."""
+    def _ask_learner(self, method: str, timeout: float, every_rank: bool = False):
+        """Call the learner (every rank's, a list, with `every_rank`) and wait; a dead learner is restarted first
+        (from the latest checkpoint) and asked again. Every driver call goes through here: the learner can die
+        during any of them (a checkpoint being written included), and that must cost the job a restart, not
+        end it."""
+        def ask():
+            handles = self.learners if every_rank else [self.learner]
+            answers = ray.get([getattr(h, method).remote() for h in handles], timeout=timeout)
+            return answers if every_rank else answers[0]
+
         try:
-            return ray.get(getattr(self.learner, method).remote(), timeout=timeout)
+            return ask()
         except ray.exceptions.RayActorError as exc:
             self.restart_learner(f"{type(exc).__name__} during {method}()")
-            return ray.get(getattr(self.learner, method).remote(), timeout=max(timeout, 120))
+            timeout = max(timeout, 120)
+            return ask()
 
     # -- Backend -------------------------------------------------------------------------------
     def advance(self, until_time: float, until_version: int, stop: threading.Event) -> None:
@@ -192,7 +237,8 @@ class RayJob:
 
     def poll(self) -> StatusSnapshot:
         """One report: merged stats of every part of the job (restarting a dead learner first)."""
-        learner = self._ask_learner("stats", timeout=60)
+        ranks = self._ask_learner("stats", timeout=60, every_rank=True)
+        learner = ranks[0] if len(ranks) == 1 else merge_stats(ranks)
         self.last_learner_stats = learner
         refs = {"supervisor": self.supervisor.status.remote()}
         if self.level_service is not None:
@@ -229,7 +275,10 @@ class RayJob:
 
     def checkpoint_state(self) -> dict[str, Any]:
         """Learner state and counters, level and replay state; the services also write their snapshots."""
-        state = self._ask_learner("state", timeout=120)
+        states = self._ask_learner("state", timeout=120, every_rank=True)
+        state = states[0]
+        if len(states) > 1:  # one model (rank 0's), the counters of every rank
+            state["counters"] = merge_counters([s["counters"] for s in states])
         state["levels"] = state["replay"] = None
         if self.level_service is not None:
             state["levels"] = ray.get(self.level_service.state_dict.remote(), timeout=120)
@@ -245,7 +294,7 @@ class RayJob:
         grace for run loops that cannot return: every Ray run would end ~10 s after its last update."""
         try:
             with contextlib.suppress(ray.exceptions.RayActorError):
-                ray.get(self.learner.stop.remote(), timeout=60)
+                ray.get([learner.stop.remote() for learner in self.learners], timeout=60)
         finally:
             with contextlib.suppress(ray.exceptions.RayActorError):  # a dead supervisor's actors died with it
                 ray.get(self.supervisor.stop_all.remote(), timeout=60)
@@ -257,10 +306,18 @@ class RayJob:
             ray.shutdown()
 
     def kill(self) -> None:
-        for handle in (self.supervisor, self.learner, self.level_service, self.replay_service):
+        for handle in (self.supervisor, *self.learners, self.level_service, self.replay_service):
             if handle is not None:
                 ray.kill(handle, no_restart=True)
         _wait_for_supervisor_name(timeout_s=15)  # so that a next job can take it
+
+
+def _rank_state(state: dict | None, rank: int) -> dict | None:
+    """What learner `rank` starts from: the checkpoint's model for every rank, the job's counters split
+    (`ranks.rank_counters`)."""
+    if state is None or rank == 0:
+        return state
+    return {**state, "counters": rank_counters(state.get("counters"), rank)}
 
 
 def _wait_for_supervisor_name(timeout_s: float) -> None:

@@ -46,6 +46,7 @@ from levelray.actors.env_actor import EnvActor
 from levelray.contracts.config import RunConfig
 from levelray.contracts.status import SupervisorStatus
 from levelray.deploy.errors import error_summary
+from levelray.learner.ranks import merge_stats
 
 log = logging.getLogger(__name__)
 
@@ -73,7 +74,7 @@ class Supervisor:
     def __init__(self, cfg: RunConfig, learner, level_service=None, *, seed: int = 0, actor_cpus: float = 1.0,
                  monitor_interval_s: float = 0.5):
         self.cfg = cfg
-        self.learner = learner
+        self.learners = list(learner) if isinstance(learner, list | tuple) else [learner]
         self.level_service = level_service
         self.seed = seed
         self.actor_cpus = float(actor_cpus)
@@ -103,12 +104,16 @@ class Supervisor:
     def _spawn(self, failures: int = 0) -> None:
         actor_id = self.next_id
         self.next_id += 1
+        # several learners: each new actor feeds the one with the fewest actors, so their batches fill alike
+        load = [sum(1 for a in self.actors.values() if a["learner"] == i) for i in range(len(self.learners))]
+        learner = load.index(min(load))
         handle = self._actor_cls.options(name=None, max_restarts=0).remote(
-            actor_id, self.cfg, self.learner, self.level_service, seed=self.seed * 100_003 + actor_id,
+            actor_id, self.cfg, self.learners[learner], self.level_service, seed=self.seed * 100_003 + actor_id,
         )
         self.actors[actor_id] = {
             "handle": handle, "run_ref": handle.run.remote(), "ready_ref": handle.__ray_ready__.remote(),
             "ready_at": None, "spawned": time.time(), "failures": failures, "pid": None, "node": None,
+            "learner": learner,
         }
 
     def _retire(self, actor_id: int) -> None:
@@ -149,7 +154,7 @@ class Supervisor:
         """Bind the job to a new learner (after the old one died): every env actor is replaced by
         one that sends to `learner`. These replacements are not counted as actor restarts."""
         with self.lock:
-            self.learner = learner
+            self.learners = list(learner) if isinstance(learner, list | tuple) else [learner]
             for actor_id in sorted(self.actors):
                 self._retire(actor_id)
             while self._slots() < self.desired:
@@ -365,6 +370,6 @@ class Supervisor:
     def learner_stats(self, timeout_s: float = 10.0) -> dict:
         """The learner's stats, or `{"unavailable": why}` when it does not answer in `timeout_s`."""
         try:
-            return ray.get(self.learner.stats.remote(), timeout=timeout_s)
+            return merge_stats(ray.get([learner.stats.remote() for learner in self.learners], timeout=timeout_s))
         except Exception as exc:  # GetTimeoutError, RayActorError: the learner is busy, restarting or gone
             return {"unavailable": error_summary(exc)}

@@ -57,6 +57,7 @@ class LearnerCore:
                                       model_priorities=model_priorities)
         self.lock = threading.Lock()
         self.env_steps = 0
+        self.job_env_steps: int | None = None  # several learners: every rank's env steps, as of the last update
         self.episodes = 0
         self.episodes_replayed = 0
         self.unrolls_received = 0
@@ -83,17 +84,28 @@ class LearnerCore:
     @property
     def budget_spent(self) -> bool:
         """The run's `total_steps` have been consumed: train no further batch. Checked before a batch, so
-        the learner consumes at most one batch past the budget, whichever transport feeds it."""
-        return self.env_steps >= self.cfg.total_steps
+        the learner consumes at most one batch past the budget, whichever transport feeds it. With several
+        learners, by the job's env steps as every rank last summed them: the ranks decide alike."""
+        steps = self.env_steps if self.job_env_steps is None else self.job_env_steps
+        return steps >= self.cfg.total_steps
 
-    def learning_rate(self) -> float:
-        """`--lr-schedule linear`: IMPALA's (and PPO's MuJoCo) decay to 0 at the budget, by env steps received,
-        so a resumed run picks up where it was. On Pendulum it removed the late-run swings of the policy that a
-        constant rate left in (benchmarks/RESULTS.md, "Continuous control preset")."""
+    def learning_rate(self, env_steps: int) -> float:
+        """`--lr-schedule linear`: IMPALA's (and PPO's MuJoCo) decay to 0 at the budget, by the job's env steps
+        received, so a resumed run picks up where it was. On Pendulum it removed the late-run swings of the policy
+        that a constant rate left in (benchmarks/RESULTS.md, "Continuous control preset")."""
         base = self.cfg.learner.learning_rate
         if self.cfg.learner.lr_schedule == "linear":
-            return base * max(0.0, 1.0 - self.env_steps / self.cfg.total_steps)
+            return base * max(0.0, 1.0 - env_steps / self.cfg.total_steps)
         return base
+
+    def _job_env_steps(self) -> int:
+        """The env steps of the whole job: this learner's, summed over the ranks when there are several (every
+        rank then sets the same learning rate)."""
+        data_parallel = self.learner.data_parallel
+        if data_parallel is None:
+            return self.env_steps
+        self.job_env_steps = int(data_parallel.sum(torch.tensor([float(self.env_steps)]))[0])
+        return self.job_env_steps
 
     # -- arrivals --------------------------------------------------------------------------------
     def accept(self, unroll: Unroll) -> bool:
@@ -128,7 +140,7 @@ class LearnerCore:
         skipped non-finite update: no priorities or level scores from it, they would be NaN too)."""
         batch = self.replay_feed.batch(fresh)
         model_batch = self.replay_feed.model_batch(self.learner.version)
-        lr = self.learning_rate()
+        lr = self.learning_rate(self._job_env_steps())
         self.learner.set_learning_rate(lr)
         arrays = batch.arrays
         if self.cfg.levels.robust:  # Robust PLR: new levels are played to be scored, never learned from

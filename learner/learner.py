@@ -120,10 +120,9 @@ class Learner:
         self.value_norm = PopArt(config.popart_beta) if config.value_normalization else None
         self.version = 0
         self.samples_trained = 0
-        # several learners (learner/data_parallel.py): one model on every rank, every step taken on all alike
-        self.data_parallel = data_parallel
+        self.data_parallel: DataParallel | None = None
         if data_parallel is not None:
-            data_parallel.broadcast_parameters(self.parameters())
+            self.join(data_parallel)
 
     def _make_optimizer(self, params: list[torch.nn.Parameter]) -> torch.optim.Optimizer:
         # foreach=True: one multi-tensor kernel per step; PyTorch picks it by default on CUDA only, and on a CPU
@@ -142,6 +141,13 @@ class Learner:
         if self.muzero is not None:
             params += list(self.muzero.module.parameters())
         return params
+
+    def join(self, data_parallel: DataParallel) -> None:
+        """Train as one rank of several (learner/data_parallel.py) from now on: the model becomes rank 0's,
+        and every later step is taken on all ranks alike. Ranks that restored one checkpoint hold the same
+        optimiser state already; fresh ones have none yet."""
+        self.data_parallel = data_parallel
+        data_parallel.broadcast_parameters(self.parameters())
 
     def set_learning_rate(self, lr: float) -> None:
         for optimizer in (self.optimizer, self.model_optimizer):

@@ -166,10 +166,14 @@ def inbound_queue_size(learner: LearnerConfig, batch_unrolls: int) -> int:
 
 class LearnerService:
     """`cfg` and `spec` are the job's `RunConfig` and `EnvSpec` objects (Ray pickles the frozen dataclasses);
-    `level_service` / `replay_service` are actor handles (None: that service is off)."""
+    `level_service` / `replay_service` are actor handles (None: that service is off).
+
+    One of `world_size` learners (`learner.num_learners`) as `rank`: with more than one, training starts once
+    the driver has made them a process group (`group_address` on rank 0, then `join_group` on every rank):
+    each rank trains on the unrolls its own actors send it, and `DataParallel` keeps the model one."""
 
     def __init__(self, cfg: RunConfig, spec: EnvSpec, level_service=None, replay_service=None,
-                 resume_state: dict | None = None):
+                 resume_state: dict | None = None, *, rank: int = 0, world_size: int = 1):
         import ray
         import torch
 
@@ -190,6 +194,32 @@ class LearnerService:
         self._publish()
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._train_loop, name="learner", daemon=True)
+        self.rank, self.world_size = rank, world_size
+        self._store = None
+        if world_size == 1:
+            self._thread.start()
+
+    # -- several learners ------------------------------------------------------------------------
+    def group_address(self) -> tuple[str, int]:
+        """Rank 0: open the group's rendezvous (a `TCPStore` on a port the OS picks) and say where it is."""
+        import torch.distributed as dist
+
+        self._store = dist.TCPStore(self._ray.util.get_node_ip_address(), 0, self.world_size, is_master=True,
+                                    wait_for_workers=False)
+        return self._ray.util.get_node_ip_address(), self._store.port
+
+    def join_group(self, host: str, port: int) -> None:
+        """Join the process group at `host:port` (gloo on CPU, NCCL on CUDA), take rank 0's model, and start
+        training. Returns once every rank has joined."""
+        import torch.distributed as dist
+
+        from levelray.learner.data_parallel import DataParallel, init_group
+
+        store = self._store or dist.TCPStore(host, port, self.world_size, is_master=False)
+        backend = "nccl" if self.core.learner.device.type == "cuda" else "gloo"
+        init_group(self.rank, self.world_size, store, backend)
+        self.core.learner.join(DataParallel())
+        self._publish()
         self._thread.start()
 
     # -- called by env actors ------------------------------------------------------------------
@@ -266,6 +296,7 @@ class LearnerService:
             **self.core.stats(),
             "queue_depth": self.queue.qsize(),
             "node": self._ray.get_runtime_context().get_node_id(),
+            "rank": self.rank,
             "level_update_errors": self.levels.failures if self.levels is not None else 0,
             "replay_failures": self.replay.failures if self.replay is not None else 0,
             "replay_write_failures": self.replay.write_failures if self.replay is not None else {},
@@ -282,10 +313,11 @@ class LearnerService:
 
     def stop(self) -> None:
         self._stop.set()
-        self._thread.join(timeout=30)
+        if self._thread.is_alive():
+            self._thread.join(timeout=30)
 
 
-def learner_actor_class(num_gpus: float):
+def learner_actor_class(num_gpus: float, resources: dict[str, float] | None = None):
     """The Ray shell, asking for a GPU when the cluster has one. Not restarted by Ray: Ray would
     re-run the constructor with the job's original arguments, not the latest checkpoint; the driver
     restarts it from the checkpoint instead (`RayJob.restart_learner`)."""
@@ -296,6 +328,6 @@ def learner_actor_class(num_gpus: float):
     # MALLOC_ARENA_MAX: the submit threads deserialise unrolls of several MB each; glibc gives every
     # thread its own arena, and freed blocks stranded in many arenas made the learner's RSS creep
     # (+14% over 24 min of procgen in benchmarks/soak.py).
-    return ray.remote(num_cpus=1, num_gpus=num_gpus, max_concurrency=256, max_restarts=0,
+    return ray.remote(num_cpus=1, num_gpus=num_gpus, resources=resources or None, max_concurrency=256, max_restarts=0,
                       enable_task_events=False,
                       runtime_env={"env_vars": {"MALLOC_ARENA_MAX": "2"}})(LearnerService)

@@ -31,7 +31,7 @@ def test_learner_actor_requests_a_gpu_only_when_the_cluster_has_one(monkeypatch,
     asked = []
 
     class Recorder:  # stands in for the Ray actor class so nothing is scheduled on a GPU that is not there
-        def remote(self, *args):
+        def remote(self, *args, **kwargs):
             return "learner-handle"
 
     monkeypatch.setattr(ray, "cluster_resources", lambda: {"CPU": 2.0, "GPU": float(gpus_in_cluster)})
@@ -39,7 +39,7 @@ def test_learner_actor_requests_a_gpu_only_when_the_cluster_has_one(monkeypatch,
     job = ray_backend.RayJob.__new__(ray_backend.RayJob)
     job.cfg, job.level_service, job.replay_service = RunConfig(), None, None
     job.spec = type("Spec", (), {"to_dict": lambda self: {}})()
-    assert job._start_learner(None) == "learner-handle"
+    assert job._start_learners(None) == ["learner-handle"]
     assert asked == [expected]
 
 
@@ -57,7 +57,7 @@ def test_a_restarted_learner_asks_again_for_what_the_cluster_has_now(monkeypatch
     asked = []
 
     class Recorder:
-        def remote(self, *args):
+        def remote(self, *args, **kwargs):
             return f"learner-{len(asked)}"
 
     class Supervisor:
@@ -74,7 +74,7 @@ def test_a_restarted_learner_asks_again_for_what_the_cluster_has_now(monkeypatch
     job.cfg, job.cfg_dict, job.level_service, job.replay_service = RunConfig(), {}, None, None
     job.spec = type("Spec", (), {"to_dict": lambda self: {}})()
     job.run_dir, job.supervisor, job.learner_restarts, job.last_learner_stats = RunDir(tmp_path), Supervisor(), 0, None
-    job.learner = job._start_learner(None)
+    job.learners = job._start_learners(None)
     resources["GPU"] = 0.0  # the GPU node is lost with the learner
     job.restart_learner("RayActorError")
     assert asked == [1, 0] and job.learner == "learner-2" and job.learner_restarts == 1
