@@ -9,14 +9,25 @@ head, so its outputs in reward units stay the same.
 from __future__ import annotations
 
 import copy
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 import torch
 
 from levelray.learner.value_normalization import PopArt, preserve_outputs_, value_output_layer
 
-if TYPE_CHECKING:
-    from levelray.learner.learner import Learner
+
+class Learner(Protocol):
+    """What of `learner.Learner` a checkpoint reads and restores (a protocol: that module imports this one)."""
+
+    config: Any
+    model: torch.nn.Module
+    optimizer: torch.optim.Optimizer
+    model_optimizer: torch.optim.Optimizer | None
+    version: int
+    samples_trained: int
+    value_norm: PopArt | None
+    muzero: Any
+    sequences: Any
 
 
 def state_dict(learner: Learner) -> dict[str, Any]:
