@@ -35,7 +35,8 @@ def test_learner_actor_requests_a_gpu_only_when_the_cluster_has_one(monkeypatch,
             return "learner-handle"
 
     monkeypatch.setattr(ray, "cluster_resources", lambda: {"CPU": 2.0, "GPU": float(gpus_in_cluster)})
-    monkeypatch.setattr(service, "learner_actor_class", lambda num_gpus, resources=None: asked.append(num_gpus) or Recorder())
+    monkeypatch.setattr(service, "learner_actor_class",
+                        lambda num_gpus, resources=None: asked.append(num_gpus) or Recorder())
     job = ray_backend.RayJob.__new__(ray_backend.RayJob)
     job.cfg, job.level_service, job.replay_service = RunConfig(), None, None
     job.spec = type("Spec", (), {"to_dict": lambda self: {}})()
@@ -69,7 +70,8 @@ def test_a_restarted_learner_asks_again_for_what_the_cluster_has_now(monkeypatch
     monkeypatch.setattr(ray, "cluster_resources", lambda: dict(resources))
     monkeypatch.setattr(ray, "kill", lambda handle: None)
     monkeypatch.setattr(ray, "get", lambda ref, timeout=None: ref)
-    monkeypatch.setattr(service, "learner_actor_class", lambda num_gpus, resources=None: asked.append(num_gpus) or Recorder())
+    monkeypatch.setattr(service, "learner_actor_class",
+                        lambda num_gpus, resources=None: asked.append(num_gpus) or Recorder())
     job = ray_backend.RayJob.__new__(ray_backend.RayJob)
     job.cfg, job.cfg_dict, job.level_service, job.replay_service = RunConfig(), {}, None, None
     job.spec = type("Spec", (), {"to_dict": lambda self: {}})()
