@@ -153,14 +153,25 @@ class EnvActor:
         self._stop = threading.Event()
         self.unrolls_sent = 0
         self.weight_fetches = 0
+        self.weights_lost = 0  # receipts whose weights were gone (their object store's node lost)
         self.learner_lost = False
 
     def _apply_receipt(self, receipt) -> None:
+        """Load the weights a receipt names, if newer. Weights lost with a node's object store (`ObjectLostError`,
+        `OwnerDiedError` among them) are asked for again from the learner: a learner that is alive publishes
+        a copy of its own; one that died with the node raises `RayActorError` here, and `run` waits to be
+        replaced."""
         import ray
 
         version, ref_box = receipt
         if version > self.worker.policy_version and ref_box:
-            self.worker.set_weights(version, ray.get(ref_box[0]))
+            try:
+                weights = ray.get(ref_box[0])
+            except ray.exceptions.ObjectLostError:
+                self.weights_lost += 1
+                version, ref_box = ray.get(self.learner.latest_weights.remote())
+                weights = ray.get(ref_box[0])
+            self.worker.set_weights(version, weights)
             self.weight_fetches += 1
 
     def run(self, max_unrolls: int | None = None) -> int:
@@ -203,6 +214,7 @@ class EnvActor:
             "unrolls_sent": self.unrolls_sent,
             "policy_version": self.worker.policy_version,
             "weight_fetches": self.weight_fetches,
+            "weights_lost": self.weights_lost,
             "learner_lost": self.learner_lost,
             "seed_uniform_fallbacks": self.prefetcher.uniform_fallbacks if self.prefetcher else 0,
             "level_service_errors": self.prefetcher.service_errors if self.prefetcher else 0,
