@@ -5,6 +5,10 @@
 long-running `run()` call: when it ends with an error (process killed, node lost, an exception at
 start) the actor is replaced, with a new id, and counted in `actor_restarts`.
 
+Placement. Env actors are spread over the cluster's nodes (Ray's `SPREAD` strategy: each new actor goes to the
+node with the fewest of the job's tasks and actors that can hold it), so one lost node takes as few of them as
+it can, and a node added to the cluster is where the next actors go.
+
 Resources. An env actor asks Ray for `actor_cpus` logical CPUs (`--actor-cpus`; by default 1 on a
 cluster and 0 on the embedded local Ray, see `RayJob`):
 - on a cluster the request is what places actors across nodes and what an autoscaler reads to add
@@ -107,7 +111,7 @@ class Supervisor:
         # several learners: each new actor feeds the one with the fewest actors, so their batches fill alike
         load = [sum(1 for a in self.actors.values() if a["learner"] == i) for i in range(len(self.learners))]
         learner = load.index(min(load))
-        handle = self._actor_cls.options(name=None, max_restarts=0).remote(
+        handle = self._actor_cls.options(name=None, max_restarts=0, scheduling_strategy="SPREAD").remote(
             actor_id, self.cfg, self.learners[learner], self.level_service, seed=self.seed * 100_003 + actor_id,
         )
         self.actors[actor_id] = {

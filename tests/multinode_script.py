@@ -1,8 +1,15 @@
-"""Run by tests/test_reliability.py in a child process: a three-node Ray cluster on this machine
-(`ray.cluster_utils.Cluster`), a levelray job on it, and one worker node removed mid-run.
+"""Run by tests/test_reliability.py in a child process: a Ray cluster of several nodes on this machine
+(`ray.cluster_utils.Cluster`: a head with no CPU for work, worker nodes with their own raylets and object stores), a
+levelray job on it, and nodes removed and added while it trains.
 
-Prints MULTINODE OK when the env actors that were on the removed node came back on the others
-and training went on."""
+1. The env actors are spread over the worker nodes (`scheduling_strategy="SPREAD"`, `deploy.supervisor`).
+2. A worker node holding an actor but not the learner is removed: its actors come back on the other node and
+   training goes on.
+3. A node is added and `scale` asks for one more actor: the new actor starts on the new node.
+4. After a checkpoint, the node holding the learner (and actors) is removed: the learner restarts from the
+   checkpoint on the surviving node, the actors follow it, the counters never step back, and training goes on.
+
+Prints CLUSTER OK when all four held."""
 
 from __future__ import annotations
 
@@ -13,37 +20,66 @@ from ray.cluster_utils import Cluster
 from support import wait_for  # tests/ is this script's directory
 
 from levelray.contracts.config import RunConfig, replace_paths
+from levelray.deploy.driver import write_checkpoint
 from levelray.deploy.ray_backend import RayJob
 from levelray.deploy.rundir import RunDir
 
+NODE = {"num_cpus": 4, "object_store_memory": 100 * 1024 * 1024}
+COUNTERS = ("env_steps", "episodes", "learner_version", "samples_trained", "unrolls_received")
+
+
+def actor_nodes(job) -> list[str]:
+    return [a["node"] for a in ray.get(job.supervisor.status.remote())["actors"] if a.get("node")]
+
 
 def main(run_dir: str) -> None:
-    cluster = Cluster(initialize_head=True, head_node_args={"num_cpus": 1})
-    workers = [cluster.add_node(num_cpus=2) for _ in range(2)]
+    cluster = Cluster(initialize_head=True, head_node_args={"num_cpus": 0, "object_store_memory": NODE[
+        "object_store_memory"]})
+    workers = [cluster.add_node(**NODE) for _ in range(2)]
     cluster.wait_for_nodes()
     ray.init(address=cluster.address, namespace="levelray", log_to_driver=False)
     cfg = replace_paths(RunConfig(), {"env.id": "CartPole-v1", "env.num_levels": 20, "actors.num_actors": 2,
-                                      "actors.envs_per_actor": 4, "metrics_port": 0, "run_dir": run_dir})
+                                      "actors.envs_per_actor": 4, "metrics_port": 0, "run_dir": run_dir,
+                                      "max_learner_restarts": 3})
     job = RayJob(cfg, RunDir(run_dir))
     try:
-        wait_for(lambda: job.poll()["learner"]["learner_version"] >= 3, 120)
-        status = ray.get(job.supervisor.status.remote())
+        wait_for(lambda: job.poll()["learner"]["learner_version"] >= 3, 120, "first updates")
+        nodes = wait_for(lambda: len(n := actor_nodes(job)) == 2 and n, 60, "both actors started")
+        assert len(set(nodes)) == 2, f"1. the actors were not spread over the nodes: {nodes}"
+        print(f"1. actors on {sorted(n[:8] for n in nodes)}", flush=True)
+
         learner_node = job.poll()["learner"]["node"]
-        actor_nodes = {a["node"] for a in status["actors"]}
-        victim = next((w for w in workers if w.node_id in actor_nodes and w.node_id != learner_node), None)
-        if victim is None:
-            raise SystemExit(f"no worker node holds actors without the learner: {actor_nodes} {learner_node}")
-        lost = [a["id"] for a in status["actors"] if a["node"] == victim.node_id]
-        print(f"removing node {victim.node_id[:8]} with actors {lost}", flush=True)
-        cluster.remove_node(victim)
-        status = wait_for(lambda: (s := ray.get(job.supervisor.status.remote()))["actors_alive"] == 2
-                          and s["actor_restarts"] >= len(lost) and s, 90)
-        nodes_now = {a["node"] for a in status["actors"]}
-        assert victim.node_id not in nodes_now, nodes_now
+        victim = next(w for w in workers if w.node_id != learner_node)
+        cluster.remove_node(victim, allow_graceful=False)
+        nodes = wait_for(lambda: len(n := actor_nodes(job)) == 2 and victim.node_id not in n and n, 120,
+                         "2. the lost actor back on the surviving node")
         version = job.poll()["learner"]["learner_version"]
-        wait_for(lambda: job.poll()["learner"]["learner_version"] > version + 3, 90)
-        print(f"actors back on {sorted(n[:8] for n in nodes_now)}; restarts {status['actor_restarts']}")
-        print("MULTINODE OK", flush=True)
+        wait_for(lambda: job.poll()["learner"]["learner_version"] > version + 3, 90, "2. training after the loss")
+        print(f"2. node {victim.node_id[:8]} removed; actors on {sorted(n[:8] for n in nodes)}", flush=True)
+
+        added = cluster.add_node(**NODE)
+        cluster.wait_for_nodes()
+        ray.get(job.supervisor.scale.remote(3), timeout=60)
+        nodes = wait_for(lambda: len(n := actor_nodes(job)) == 3 and n, 120, "3. the third actor started")
+        assert added.node_id in nodes, f"3. no actor on the added node {added.node_id[:8]}: {nodes}"
+        print(f"3. node {added.node_id[:8]} added; actors on {sorted(n[:8] for n in nodes)}", flush=True)
+
+        saved = write_checkpoint(job, job.run_dir, cfg)
+        before = job.poll()["learner"]
+        doomed = next(w for w in workers if w.node_id == learner_node)
+        cluster.remove_node(doomed, allow_graceful=False)
+        after = wait_for(lambda: (s := job.poll())["learner_restarts"] == 1 and s, 120, "4. learner restarted")
+        learner = after["learner"]
+        assert learner["node"] == added.node_id, (learner["node"], added.node_id)
+        for key in COUNTERS:
+            assert learner[key] >= before[key], (key, learner[key], before[key])
+        wait_for(lambda: job.poll()["learner"]["learner_version"] > max(saved, before["learner_version"]) + 3, 120,
+                 "4. training after the learner's node was lost")
+        wait_for(lambda: (n := actor_nodes(job)) and len(n) == 3 and set(n) == {added.node_id}, 120,
+                 "4. the actors back, all on the surviving node", detail=lambda: str(actor_nodes(job)))
+        print(f"4. learner's node {doomed.node_id[:8]} removed; learner back on {added.node_id[:8]} from the "
+              f"checkpoint at version {saved}", flush=True)
+        print("CLUSTER OK", flush=True)
     finally:
         job.stop()
         job.kill()

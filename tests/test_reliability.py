@@ -187,15 +187,17 @@ def test_checkpoints_keep_the_last_k_and_leave_no_temporaries(tmp_path):
     assert [p.name for p in run.checkpoints.iterdir() if p.name.startswith(".")] == []
 
 
-@pytest.mark.timeout(300)
-def test_multi_node_losing_a_worker_node_brings_the_actors_back(tmp_path):
-    """Three Ray nodes on this machine (ray.cluster_utils.Cluster, in a child process so the test
-    session's own Ray is untouched): the actors' node is removed mid-run and they return elsewhere."""
+@pytest.mark.timeout(600)
+def test_a_cluster_that_loses_and_gains_nodes_keeps_training(tmp_path):
+    """A Ray cluster of several nodes on this machine (ray.cluster_utils.Cluster, in a child process so the test
+    session's own Ray is untouched; see tests/multinode_script.py): actors spread over the nodes, an actors' node
+    removed (they come back), a node added (scale up uses it), the learner's node removed (it restarts from the
+    checkpoint on the surviving node, counters never step back)."""
     script = REPO / "tests" / "multinode_script.py"
     proc = subprocess.run([sys.executable, str(script), str(tmp_path / "run")], cwd=REPO, capture_output=True,
-                          text=True, timeout=280)
+                          text=True, timeout=560)
     assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-4000:]
-    assert "MULTINODE OK" in proc.stdout
+    assert "CLUSTER OK" in proc.stdout
 
 
 @pytest.mark.timeout(240)
