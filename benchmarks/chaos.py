@@ -1,6 +1,7 @@
 """Chaos run: train CartPole on an embedded Ray while killing its processes, then check what survived.
 
-    python -m benchmarks.chaos [--minutes 10] [--kills 24] [--seed 0] [--json benchmarks/results/chaos.json]
+    python -m benchmarks.chaos [--minutes 10] [--kills 24] [--node-kills 10] [--seed 0]
+                               [--json benchmarks/results/chaos.json]
 
 The job is the one `levelray train` runs (the driver loop of `deploy.driver.run` over a `RayJob`), with PLR
 (level service), replay (replay service) and periodic checkpoints on. Every `minutes * 60 / kills` seconds
@@ -15,6 +16,15 @@ service and the replay service. Afterwards it checks, prints and writes:
   back from its snapshot;
 - training still improving: the best mean return after the first kill above the mean return at the first
   report.
+
+With `--node-kills N` the job runs on a Ray cluster of several nodes on this machine (`ray.cluster_utils.Cluster`:
+a head with no CPU for work, where the driver, the services and the supervisor live, and two worker nodes of 4
+CPUs with their own raylets and object stores), and N times, evenly spread and between the process kills, a
+worker node is removed without warning (`remove_node(..., allow_graceful=False)`), every process on it at once:
+in turn the node holding the learner and a node holding env actors only. A new node joins in its place, as a spot
+fleet would replace it. Each node kill also records what the node held and `recovered_s`, the seconds until every
+env actor was alive again and the learner answered; the check `nodes_recovered` asks that of every node kill
+within `NODE_RECOVERY_S`.
 
 `tests/test_reliability.py` runs a short version (one kill of each kind) in the suite.
 """
@@ -37,6 +47,8 @@ from benchmarks.common import print_table, write_json
 KINDS = ("actor", "learner", "levels", "replay")
 COUNTERS = ("env_steps", "episodes", "learner_version", "samples_trained")
 SNAPSHOT_FILES = {"levels": "levels.msgpack", "replay": "replay.msgpack"}
+NODE = {"num_cpus": 4, "object_store_memory": 200 * 1024 * 1024}  # each worker node of the simulated cluster
+NODE_RECOVERY_S = 120.0
 
 
 def chaos_config(run_dir: str, *, snapshot_interval_s: float = 5.0, checkpoint_interval: int = 100):
@@ -150,11 +162,72 @@ class ServiceWatch:
         self._thread.join(timeout=10)
 
 
+def start_cluster():
+    """A Ray cluster of a head (no CPU for work) and two worker nodes on this machine; connects this process."""
+    import ray
+    from ray.cluster_utils import Cluster
+
+    cluster = Cluster(initialize_head=True, head_node_args={"num_cpus": 0,
+                                                            "object_store_memory": NODE["object_store_memory"]})
+    for _ in range(2):
+        cluster.add_node(**NODE)
+    cluster.wait_for_nodes()
+    ray.init(address=cluster.address, namespace="levelray", log_to_driver=False)
+    return cluster
+
+
+def _held(job, node_id: str) -> dict[str, Any]:
+    """What of the job runs on `node_id`: the learner (bool) and the env actors' ids."""
+    import ray
+
+    try:
+        learner_node = ray.get(job.learner.stats.remote(), timeout=10).get("node")
+        actors = ray.get(job.supervisor.status.remote(), timeout=30)["actors"]
+    except Exception:  # restarting: judged by what is known
+        learner_node, actors = None, []
+    return {"learner": learner_node == node_id, "actors": [a["id"] for a in actors if a.get("node") == node_id]}
+
+
+def _recovered(job, desired: int, timeout: float) -> float | None:
+    """Seconds until `desired` env actors are alive and the learner answers (None: not within `timeout`)."""
+    import ray
+
+    start = time.time()
+    while time.time() - start < timeout:
+        try:
+            alive = ray.get(job.supervisor.status.remote(), timeout=10)["actors_alive"]
+            ray.get(job.learner.stats.remote(), timeout=10)
+            if alive >= desired:
+                return round(time.time() - start, 1)
+        except Exception:  # the learner restarting, the supervisor busy
+            pass
+        time.sleep(0.5)
+    return None
+
+
+def kill_node(cluster, job, i: int, rng: random.Random) -> dict[str, Any]:
+    """Remove a worker node (in turn the learner's and one with env actors only) without warning, add a new
+    one in its place, and time the job's recovery."""
+    workers = list(cluster.worker_nodes)
+    held = {w.node_id: _held(job, w.node_id) for w in workers}
+    want_learner = i % 2 == 0
+    candidates = [w for w in workers if held[w.node_id]["learner"] == want_learner] or workers
+    node = rng.choice(candidates)
+    event: dict[str, Any] = {"kind": "node", "pid": None, "node": node.node_id[:8], **held[node.node_id]}
+    event["victim"] = (f"node {node.node_id[:8]} (" + ("learner, " if event["learner"] else "")
+                       + f"actors {event['actors']})")
+    cluster.remove_node(node, allow_graceful=False)
+    cluster.add_node(**NODE)
+    event["recovered_s"] = _recovered(job, job.cfg.actors.num_actors, NODE_RECOVERY_S)
+    return event
+
+
 def run_chaos(run_dir: str | os.PathLike, *, seconds: float, kills: int, seed: int = 0, warmup_s: float = 10.0,
               snapshot_interval_s: float = 5.0, checkpoint_interval: int = 100,
-              resume_steps: int = 5_000, log=print) -> dict[str, Any]:
-    """Train for `seconds`, killing `kills` processes (kinds in turn, spread evenly after `warmup_s`); then
-    run the checks. Uses the Ray already initialised in this process, or starts an embedded one."""
+              resume_steps: int = 5_000, node_kills: int = 0, cluster=None, log=print) -> dict[str, Any]:
+    """Train for `seconds`, killing `kills` processes (kinds in turn, spread evenly after `warmup_s`) and, with
+    a `cluster` (`start_cluster`), `node_kills` worker nodes between them; then run the checks. Uses the Ray
+    already initialised in this process, or starts an embedded one."""
     import ray
 
     from levelray.deploy.driver import run, train
@@ -184,12 +257,19 @@ def run_chaos(run_dir: str | os.PathLike, *, seconds: float, kills: int, seed: i
     watch = ServiceWatch(job)
     try:
         gap = (seconds - warmup_s) / max(1, kills)
-        for i in range(kills):
-            due = start + warmup_s + i * gap + rng.uniform(0, 0.3 * gap)
+        node_gap = (seconds - warmup_s) / max(1, node_kills)
+        plan = sorted([(start + warmup_s + i * gap + rng.uniform(0, 0.3 * gap), "process", i) for i in range(kills)]
+                      + [(start + warmup_s + (i + 0.5) * node_gap, "node", i) for i in range(node_kills)])
+        for due, what, i in plan:
             while time.time() < due and driver.is_alive():
                 time.sleep(0.2)
             if not driver.is_alive():
                 break
+            if what == "node":
+                event = {"t_s": round(time.time() - start, 1), **kill_node(cluster, job, i, rng)}
+                events.append(event)
+                log(f"chaos: {event}")
+                continue
             kind = KINDS[i % len(KINDS)]
             pid, what = _victim(job, kind, rng)
             event: dict[str, Any] = {"t_s": round(time.time() - start, 1), "kind": kind, "victim": what, "pid": pid}
@@ -227,6 +307,7 @@ def run_chaos(run_dir: str | os.PathLike, *, seconds: float, kills: int, seed: i
         ray.shutdown()
 
     killed = [e for e in events if e["pid"] is not None]
+    node_events = [e for e in events if e["kind"] == "node"]
     first_kill = min((e["t_s"] for e in killed), default=0.0)
     returns = [(r["elapsed_s"], r["episode_return_mean"]) for r in records if r.get("episode_return_mean") is not None]
     first_return = returns[0][1] if returns else None
@@ -237,6 +318,9 @@ def run_chaos(run_dir: str | os.PathLike, *, seconds: float, kills: int, seed: i
         "seconds": seconds,
         "kills": len(killed),
         "kills_by_kind": {k: sum(1 for e in killed if e["kind"] == k) for k in KINDS},
+        "node_kills": len(node_events),
+        "max_node_recovery_s": max((e["recovered_s"] for e in node_events if e["recovered_s"] is not None),
+                                   default=None),
         "events": events,
         "records": len(records),
         "env_steps": records[-1]["env_steps"],
@@ -264,6 +348,7 @@ def run_chaos(run_dir: str | os.PathLike, *, seconds: float, kills: int, seed: i
                 and all(a <= snapshot_interval_s + 1.0 for a in ages)
                 and all(e.get("restored_from_snapshot") for e in service_kills)),
             "training_improved": first_return is not None and best_after is not None and best_after > first_return,
+            "nodes_recovered": all(e["recovered_s"] is not None for e in node_events),
         },
     }
 
@@ -286,19 +371,31 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--minutes", type=float, default=10.0)
     parser.add_argument("--kills", type=int, default=24)
+    parser.add_argument("--node-kills", type=int, default=0,
+                        help="worker nodes removed (on a simulated cluster of several nodes on this machine)")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--snapshot-interval", type=float, default=5.0)
     parser.add_argument("--run-dir", default=None, help="default: a new temporary directory")
     parser.add_argument("--json", default="benchmarks/results/chaos.json")
     args = parser.parse_args()
     run_dir = args.run_dir or str(Path(tempfile.mkdtemp(prefix="levelray-chaos-")) / "run")
-    out = run_chaos(run_dir, seconds=args.minutes * 60, kills=args.kills, seed=args.seed,
-                    snapshot_interval_s=args.snapshot_interval)
+    cluster = start_cluster() if args.node_kills else None
+    try:
+        out = run_chaos(run_dir, seconds=args.minutes * 60, kills=args.kills, seed=args.seed,
+                        snapshot_interval_s=args.snapshot_interval, node_kills=args.node_kills, cluster=cluster)
+    finally:
+        if cluster is not None:
+            import ray
+
+            ray.shutdown()
+            cluster.shutdown()
     print_table(out["events"], [("t_s", "t s"), "kind", "victim", ("snapshot_file_age_s", "snapshot file age s"),
                                 ("content_age_s", "restored content age s"),
-                                ("restored_from_snapshot", "restored")], title="kills")
+                                ("restored_from_snapshot", "restored"), ("recovered_s", "node: recovered s")],
+                title="kills")
     print_table([{"check": k, "passed": v} for k, v in out["checks"].items()], ["check", "passed"], title="checks")
-    print(f"{out['kills']} kills {out['kills_by_kind']} in {args.minutes:g} min; {out['env_steps']:,} env steps; "
+    print(f"{out['kills']} kills {out['kills_by_kind']} and {out['node_kills']} node kills (recovered within "
+          f"{out['max_node_recovery_s']} s) in {args.minutes:g} min; {out['env_steps']:,} env steps; "
           f"learner restarts {out['learner_restarts']}, actor restarts {out['actor_restarts']}; "
           f"{out['checkpoints']} checkpoints; restored service state at most {out['max_content_age_s']} s old "
           f"(interval {out['snapshot_interval_s']:g} s); return {out['first_return']} at the first report, best "
