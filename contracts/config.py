@@ -272,6 +272,12 @@ class RunConfig(_Section):
     )
     backend: str = field(default="ray", metadata=_flag("--backend", "ray or single-process", choices=("ray", "inline")))
     address: str | None = field(default=None, metadata=_flag("--address", "Ray cluster: auto or HOST:PORT"))
+    service_resources: str = field(
+        default="", metadata=_flag("--service-resources", "custom Ray resources the level and replay services ask "
+                                   "for, NAME=AMOUNT[,NAME=AMOUNT]; empty: they run on the driver's node. Nodes "
+                                   "with them must share the run directory (storage every node mounts at one path), "
+                                   "so that a service restarted on another node reads its snapshot")
+    )
     run_dir: str | None = field(default=None, metadata=_flag("--run-dir", "run directory (default runs/<time>)"))
     total_steps: int = field(default=2_000_000, metadata=_flag("--total-steps", "env steps to train for", min=1))
     seed: int = field(default=0, metadata=_flag("--seed", "random seed", min=0))

@@ -213,9 +213,9 @@ def _device_problems(cfg: RunConfig) -> list[Problem]:
     return []
 
 
-def learner_resources(text: str) -> dict[str, float]:
-    """`learner.resources` ("NAME=AMOUNT[,NAME=AMOUNT]") as Ray's `resources` dict; ValueError naming the part
-    that is not NAME=AMOUNT with AMOUNT > 0."""
+def learner_resources(text: str, field: str = "learner.resources") -> dict[str, float]:
+    """`learner.resources` or `service_resources` (`field`), "NAME=AMOUNT[,NAME=AMOUNT]", as Ray's `resources`
+    dict; ValueError naming `field` and the part that is not NAME=AMOUNT with AMOUNT > 0."""
     out: dict[str, float] = {}
     for part in (p.strip() for p in text.split(",") if p.strip()):
         name, sep, amount = part.partition("=")
@@ -224,7 +224,7 @@ def learner_resources(text: str) -> dict[str, float]:
         except ValueError:
             value = -1.0
         if not sep or not name.strip() or not value > 0:
-            raise ValueError(f"learner.resources: expected NAME=AMOUNT[,NAME=AMOUNT] with AMOUNT > 0, got {part!r}")
+            raise ValueError(f"{field}: expected NAME=AMOUNT[,NAME=AMOUNT] with AMOUNT > 0, got {part!r}")
         out[name.strip()] = value
     return out
 
@@ -235,10 +235,11 @@ def _learner_placement_problems(cfg: RunConfig) -> list[Problem]:
         found.append(Problem(("learner.num_learners", "backend"),
                              f"learner.num_learners = {cfg.learner.num_learners} needs backend ray (each learner is "
                              f"a Ray actor of its own); the inline backend trains in one process: use one learner"))
-    try:
-        learner_resources(cfg.learner.resources)
-    except ValueError as exc:
-        found.append(Problem(("learner.resources",), str(exc)))
+    for field, text in (("learner.resources", cfg.learner.resources), ("service_resources", cfg.service_resources)):
+        try:
+            learner_resources(text, field)
+        except ValueError as exc:
+            found.append(Problem((field,), str(exc)))
     return found
 
 

@@ -62,8 +62,9 @@ def learner_gpus(cfg: RunConfig) -> float:
 
 
 def check_learner_placement(cfg: RunConfig) -> None:
-    """`learner.num_learners` learners ask for a CPU, `learner_gpus` GPUs and `learner.resources` each: a cluster
-    with less of one of them in all could never place them all, and the job would wait for them forever."""
+    """`learner.num_learners` learners ask for a CPU, `learner_gpus` GPUs and `learner.resources` each, the services
+    for `service_resources`: a cluster with less of one of them in all could never place them, and the job would
+    wait for them forever."""
     n, have = cfg.learner.num_learners, ray.cluster_resources()
     wanted = {"CPU": 1.0, "GPU": learner_gpus(cfg), **learner_resources(cfg.learner.resources)}
     where = f"the Ray cluster at {cfg.address}" if cfg.address else "the embedded Ray"
@@ -72,6 +73,10 @@ def check_learner_placement(cfg: RunConfig) -> None:
             raise ConfigError(f"learner.num_learners = {n} learners need {amount:g} {name} each, and {where} has "
                               f"{have.get(name, 0):g} {name} in all: use fewer learners (learner.num_learners), "
                               f"ask for less (learner.num_gpus, learner.resources), or add nodes")
+    for name, amount in learner_resources(cfg.service_resources, "service_resources").items():
+        if amount > have.get(name, 0):
+            raise ConfigError(f"service_resources asks for {amount:g} {name} and {where} has {have.get(name, 0):g}: "
+                              f"start nodes with that resource, or leave service_resources empty")
 
 
 class RayJob:
@@ -97,11 +102,14 @@ class RayJob:
         services = run_dir.path / "services"
         services.mkdir(parents=True, exist_ok=True)
         resume_state = resume_state or {}
-        # Services and the supervisor live on the driver's node: their snapshots go to the run
-        # directory, which is on this machine's disk. Env actors and the learner go anywhere.
+        # The supervisor lives on the driver's node, and so do the services unless `service_resources` place them:
+        # their snapshots go to the run directory, on this machine's disk unless every node mounts it. Env actors
+        # and the learner go anywhere.
         self.driver_node = ray.get_runtime_context().get_node_id()
         here = NodeAffinitySchedulingStrategy(node_id=self.driver_node, soft=False)
-        restart = dict(max_restarts=-1, max_task_retries=2, scheduling_strategy=here, enable_task_events=False)
+        placed = learner_resources(cfg.service_resources, "service_resources")
+        where = dict(resources=placed) if placed else dict(scheduling_strategy=here)
+        restart = dict(max_restarts=-1, max_task_retries=2, enable_task_events=False, **where)
         self.level_service = None
         if uses_level_service(cfg):
             self.level_service = LevelService.options(num_cpus=0, **restart).remote(

@@ -5,9 +5,9 @@
 long-running `run()` call: when it ends with an error (process killed, node lost, an exception at
 start) the actor is replaced, with a new id, and counted in `actor_restarts`.
 
-Placement. Env actors are spread over the cluster's nodes (Ray's `SPREAD` strategy: each new actor goes to the
-node with the fewest of the job's tasks and actors that can hold it), so one lost node takes as few of them as
-it can, and a node added to the cluster is where the next actors go.
+Placement. Env actors are spread over the cluster's nodes (Ray's `SPREAD` strategy, best effort over the nodes
+that can hold them), so one lost node takes few of them, and a node added to the cluster takes its share of the
+next ones.
 
 Resources. An env actor asks Ray for `actor_cpus` logical CPUs (`--actor-cpus`; by default 1 on a
 cluster and 0 on the embedded local Ray, see `RayJob`):

@@ -5,11 +5,15 @@ levelray job on it, and nodes removed and added while it trains.
 1. The env actors are spread over the worker nodes (`scheduling_strategy="SPREAD"`, `deploy.supervisor`).
 2. A worker node holding an actor but not the learner is removed: its actors come back on the other node and
    training goes on.
-3. A node is added and `scale` asks for one more actor: the new actor starts on the new node.
+3. A node is added and `scale` asks for three more actors than the old node has room for: the new node takes
+   some (Ray's SPREAD is best effort, so which ones is not fixed; the old node's room is), then back to two.
 4. After a checkpoint, the node holding the learner (and actors) is removed: the learner restarts from the
    checkpoint on the surviving node, the actors follow it, the counters never step back, and training goes on.
+5. A second job places its level and replay services on worker nodes (`service_resources`; the nodes of one
+   machine share its disk, as nodes that mount the run directory do): their node is removed, Ray restarts them on
+   the other node, they come back from their snapshots, and training goes on.
 
-Prints CLUSTER OK when all four held."""
+Prints CLUSTER OK when all five held."""
 
 from __future__ import annotations
 
@@ -59,10 +63,12 @@ def main(run_dir: str) -> None:
 
         added = cluster.add_node(**NODE)
         cluster.wait_for_nodes()
-        ray.get(job.supervisor.scale.remote(3), timeout=60)
-        nodes = wait_for(lambda: len(n := actor_nodes(job)) == 3 and n, 120, "3. the third actor started")
+        ray.get(job.supervisor.scale.remote(5), timeout=60)  # the old node has room for one more (4 CPUs)
+        nodes = wait_for(lambda: len(n := actor_nodes(job)) == 5 and n, 120, "3. five actors started")
         assert added.node_id in nodes, f"3. no actor on the added node {added.node_id[:8]}: {nodes}"
         print(f"3. node {added.node_id[:8]} added; actors on {sorted(n[:8] for n in nodes)}", flush=True)
+        ray.get(job.supervisor.scale.remote(2), timeout=60)
+        wait_for(lambda: len(actor_nodes(job)) == 2, 60, "3. back to two actors")
 
         saved = write_checkpoint(job, job.run_dir, cfg)
         before = job.poll()["learner"]
@@ -75,16 +81,60 @@ def main(run_dir: str) -> None:
             assert learner[key] >= before[key], (key, learner[key], before[key])
         wait_for(lambda: job.poll()["learner"]["learner_version"] > max(saved, before["learner_version"]) + 3, 120,
                  "4. training after the learner's node was lost")
-        wait_for(lambda: (n := actor_nodes(job)) and len(n) == 3 and set(n) == {added.node_id}, 120,
+        wait_for(lambda: (n := actor_nodes(job)) and len(n) == 2 and set(n) == {added.node_id}, 120,
                  "4. the actors back, all on the surviving node", detail=lambda: str(actor_nodes(job)))
         print(f"4. learner's node {doomed.node_id[:8]} removed; learner back on {added.node_id[:8]} from the "
               f"checkpoint at version {saved}", flush=True)
-        print("CLUSTER OK", flush=True)
     finally:
         job.stop()
         job.kill()
+    try:
+        services_node_lost(cluster, run_dir + "-services")
+        print("CLUSTER OK", flush=True)
+    finally:
         ray.shutdown()
         cluster.shutdown()
+
+
+def _node_of(handle) -> str:
+    return ray.get(handle.__ray_call__.remote(lambda self: ray.get_runtime_context().get_node_id()), timeout=60)
+
+
+def services_node_lost(cluster: Cluster, run_dir: str) -> None:
+    """5.: services on worker nodes with the `levelray_services` resource (each service asks for 1; a node has 2,
+    so the survivor can take both); the node holding the level service is removed."""
+    nodes = [cluster.add_node(**NODE, resources={"levelray_services": 2}) for _ in range(2)]  # both services fit
+    cluster.wait_for_nodes()
+    cfg = replace_paths(RunConfig(), {"env.id": "CartPole-v1", "env.num_levels": 20, "actors.num_actors": 2,
+                                      "actors.envs_per_actor": 4, "metrics_port": 0, "run_dir": run_dir,
+                                      "replay.replay_ratio": 0.25, "levels.snapshot_interval_s": 0.5,
+                                      "replay.snapshot_interval_s": 0.5, "service_resources": "levelray_services=1"})
+    job = RayJob(cfg, RunDir(run_dir))
+    try:
+        wait_for(lambda: job.poll()["learner"]["learner_version"] >= 10, 120, "5. first updates")
+        where = _node_of(job.level_service)
+        assert where in {n.node_id for n in nodes}, f"5. the level service is not on a services node: {where}"
+        doomed = next(n for n in nodes if n.node_id == where)
+        cluster.remove_node(doomed, allow_graceful=False)
+        stats = wait_for(lambda: _restarted(job.level_service, where), 120, "5. the level service back elsewhere")
+        assert stats["restored_from_snapshot"], stats
+        version = job.poll()["learner"]["learner_version"]
+        wait_for(lambda: job.poll()["learner"]["learner_version"] > version + 5, 120, "5. training goes on")
+        print(f"5. services' node {where[:8]} removed; the level service back on {_node_of(job.level_service)[:8]} "
+              f"from its snapshot", flush=True)
+    finally:
+        job.stop()
+        job.kill()
+
+
+def _restarted(handle, old_node: str) -> dict | None:
+    """The service's stats once it answers from a node other than `old_node` (None before)."""
+    try:
+        if _node_of(handle) == old_node:
+            return None
+        return ray.get(handle.stats.remote(), timeout=10)
+    except ray.exceptions.RayError:
+        return None
 
 
 if __name__ == "__main__":

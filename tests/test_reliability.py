@@ -192,7 +192,8 @@ def test_a_cluster_that_loses_and_gains_nodes_keeps_training(tmp_path):
     """A Ray cluster of several nodes on this machine (ray.cluster_utils.Cluster, in a child process so the test
     session's own Ray is untouched; see tests/multinode_script.py): actors spread over the nodes, an actors' node
     removed (they come back), a node added (scale up uses it), the learner's node removed (it restarts from the
-    checkpoint on the surviving node, counters never step back)."""
+    checkpoint on the surviving node, counters never step back), and in a second job the node of services placed
+    by `service_resources` removed (they come back from their snapshots)."""
     script = REPO / "tests" / "multinode_script.py"
     proc = subprocess.run([sys.executable, str(script), str(tmp_path / "run")], cwd=REPO, capture_output=True,
                           text=True, timeout=560)

@@ -48,6 +48,8 @@ def test_learners_the_cluster_cannot_place_are_a_config_error_not_a_hang(ray_ses
         check_learner_placement(replace_paths(_config(tmp_path), {"learner.num_gpus": 1.0}))
     with pytest.raises(ConfigError, match="need 1 learner_node each"):
         check_learner_placement(replace_paths(_config(tmp_path), {"learner.resources": "learner_node=1"}))
+    with pytest.raises(ConfigError, match="service_resources asks for 1 levelray_services"):
+        check_learner_placement(replace_paths(_config(tmp_path), {"service_resources": "levelray_services=1"}))
     check_learner_placement(_config(tmp_path))  # 2 learners, a CPU each: placeable
 
 
@@ -56,6 +58,8 @@ def test_malformed_learner_resources_are_refused_naming_the_field(tmp_path, text
     with pytest.raises(ConfigError, match="learner.resources: expected NAME=AMOUNT"):
         validate(replace_paths(_config(tmp_path), {"learner.resources": text}))
     assert learner_resources("learner_node=1, fast_disk=0.5") == {"learner_node": 1.0, "fast_disk": 0.5}
+    with pytest.raises(ConfigError, match="service_resources: expected NAME=AMOUNT"):
+        validate(replace_paths(_config(tmp_path), {"service_resources": text}))
 
 
 def test_several_learners_need_the_ray_backend(tmp_path):
