@@ -13,11 +13,16 @@ levelray job on it, and nodes removed and added while it trains.
    machine share its disk, as nodes that mount the run directory do): their node is removed, Ray restarts them on
    the other node, they come back from their snapshots, and training goes on.
 
-Prints CLUSTER OK when all five held."""
+6. `levelray train --address <the cluster>`, a driver process of its own, runs a short job on it to the end.
+
+Prints CLUSTER OK when all six held."""
 
 from __future__ import annotations
 
+import json
+import subprocess
 import sys
+from pathlib import Path
 
 import ray
 from ray.cluster_utils import Cluster
@@ -90,6 +95,7 @@ def main(run_dir: str) -> None:
         job.kill()
     try:
         services_node_lost(cluster, run_dir + "-services")
+        train_through_address(cluster, run_dir + "-cli")
         print("CLUSTER OK", flush=True)
     finally:
         ray.shutdown()
@@ -125,6 +131,18 @@ def services_node_lost(cluster: Cluster, run_dir: str) -> None:
     finally:
         job.stop()
         job.kill()
+
+
+def train_through_address(cluster: Cluster, run_dir: str) -> None:
+    """6.: the command line joins the cluster (`--address`) from a process of its own and trains to its budget."""
+    cmd = [sys.executable, "-m", "levelray.deploy.cli", "train", "--address", cluster.address, "--env", "CartPole-v1",
+           "--num-levels", "20", "--num-actors", "2", "--envs-per-actor", "4", "--total-steps", "20000",
+           "--metrics-port", "0", "--quiet", "--tensorboard", "false", "--run-dir", run_dir]
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=240)
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
+    last = json.loads(Path(run_dir, "metrics.jsonl").read_text().splitlines()[-1])
+    assert last["env_steps"] >= 20000, last["env_steps"]
+    print(f"6. levelray train --address {cluster.address}: {last['env_steps']:,} env steps", flush=True)
 
 
 def _restarted(handle, old_node: str) -> dict | None:
