@@ -194,9 +194,16 @@ class MiniGridNet(_SharedTorso):
 
     def _features(self, obs: torch.Tensor) -> torch.Tensor:
         idx = torch.minimum(obs.long(), self.max_index) + self.offsets  # [N, H, W, 4] rows of `embed`
-        cells = self.embed(idx[..., :3]).flatten(3)  # [N, H, W, 3 * embed_dim]
+        N, H, W, _ = idx.shape
+        cells = self._lookup(idx[..., :3]).view(N, H, W, -1)  # [N, H, W, 3 * embed_dim]
         x = self.conv(cells.permute(0, 3, 1, 2)).flatten(1)
-        return torch.cat([x, self.embed(idx[:, 0, 0, 3])], dim=1)
+        return torch.cat([x, self._lookup(idx[:, 0, 0, 3])], dim=1)
+
+    def _lookup(self, idx: torch.Tensor) -> torch.Tensor:
+        """`embed`'s rows for `idx [...]`, as `[idx.numel(), embed_dim]`: `index_select`, whose backward is one
+        `index_add_`, where `nn.Embedding`'s dense backward took 3.5x as long on a CPU (a fifth of the plain
+        MiniGrid update; benchmarks/RESULTS.md, "The MiniGrid net's embedding")."""
+        return self.embed.weight.index_select(0, idx.reshape(-1))
 
     @property
     def latent_dim(self) -> int:
