@@ -9,8 +9,10 @@ batch of 2 unrolls x 16 envs) and B=128 (2,560), the MiniGrid net on MiniGrid's 
 on CartPole-shaped observations at B=32 and B=256; each in each precision (`learner.precision`) and torch
 thread count. Inference: the actors' torch forward pass (`dist_params` under `inference_mode`, as
 `RolloutWorker.act`) at a batch of 16 observations (an actor's env vector), in obs/s; the MLP's actors use NumPy
-and are not timed here. On the CPU the CNN update is the ceiling of procgen training on this machine (training is
-learner-bound there). Needs torch and numpy only, no Ray, so it runs on the lent GPU machines too.
+and are not timed here. Adam steps: one step over each network's parameters, PyTorch's `foreach` implementation
+against the `fused` one the learner uses, in µs. On the CPU the CNN update is the ceiling of procgen training on
+this machine (training is learner-bound there). Needs torch and numpy only, no Ray, so it runs on the lent GPU
+machines too.
 """
 
 from __future__ import annotations
@@ -104,6 +106,22 @@ def measure_inference(model: str, seconds: float, precision: str) -> dict:
             "obs_per_s": n * INFERENCE_BATCH / elapsed, "torch_threads": torch.get_num_threads()}
 
 
+def measure_adam(model: str, implementation: str, steps: int = 300) -> dict:
+    """µs per `torch.optim.Adam` step over `model`'s parameters (random gradients), `foreach` or `fused`."""
+    params = [p.detach().clone().requires_grad_() for p in build_model(CASES[model], model).parameters()]
+    for p in params:
+        p.grad = torch.randn_like(p)
+    optimizer = torch.optim.Adam(params, lr=1e-4, **{implementation: True})
+    for _ in range(10):
+        optimizer.step()
+    start = time.perf_counter()
+    for _ in range(steps):
+        optimizer.step()
+    return {"model": model, "adam": implementation, "tensors": len(params),
+            "parameters": sum(p.numel() for p in params), "step_us": (time.perf_counter() - start) / steps * 1e6,
+            "torch_threads": torch.get_num_threads()}
+
+
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--device", default="auto")
@@ -127,9 +145,13 @@ def main() -> None:
             results += [measure(model, args.device, 20, B, seconds, p, c) for p in precisions
                         for c in ((False, True) if args.compile else (False,))]
         inference += [measure_inference(model, seconds, p) for model in INFERENCE for p in precisions]
+    torch.set_num_threads(threads[0])
+    adam = [measure_adam(model, impl) for model in CASES for impl in ("foreach", "fused", "foreach", "fused")]
     print_table(results, COLUMNS)
     print_table(inference, INFERENCE_COLUMNS, title=f"\nactors' inference, batch {INFERENCE_BATCH}")
-    write_json(args.json, {"results": results, "inference": inference}, benchmark="bench_learner")
+    print_table(adam, ["model", "adam", "tensors", "parameters", ("step_us", "µs a step")],
+                title=f"\nAdam steps on the CPU, {threads[0]} thread(s)")
+    write_json(args.json, {"results": results, "inference": inference, "adam": adam}, benchmark="bench_learner")
 
 
 if __name__ == "__main__":

@@ -201,8 +201,8 @@ class MiniGridNet(_SharedTorso):
 
     def _lookup(self, idx: torch.Tensor) -> torch.Tensor:
         """`embed`'s rows for `idx [...]`, as `[idx.numel(), embed_dim]`: `index_select`, whose backward is one
-        `index_add_`, where `nn.Embedding`'s dense backward took 3.5x as long on a CPU (a fifth of the plain
-        MiniGrid update; benchmarks/RESULTS.md, "The MiniGrid net's embedding")."""
+        `index_add_`, where `nn.Embedding`'s dense backward took 3.5x as long on a CPU: the plain MiniGrid
+        update is ~20% faster (benchmarks/RESULTS.md, "Fused Adam and the MiniGrid net's embedding")."""
         return self.embed.weight.index_select(0, idx.reshape(-1))
 
     @property
