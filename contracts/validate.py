@@ -213,7 +213,7 @@ def _device_problems(cfg: RunConfig) -> list[Problem]:
     return []
 
 
-def learner_resources(text: str, field: str = "learner.resources") -> dict[str, float]:
+def ray_resources(text: str, field: str = "learner.resources") -> dict[str, float]:
     """`learner.resources` or `service_resources` (`field`), "NAME=AMOUNT[,NAME=AMOUNT]", as Ray's `resources`
     dict; ValueError naming `field` and the part that is not NAME=AMOUNT with AMOUNT > 0."""
     out: dict[str, float] = {}
@@ -237,7 +237,7 @@ def _learner_placement_problems(cfg: RunConfig) -> list[Problem]:
                              f"a Ray actor of its own); the inline backend trains in one process: use one learner"))
     for field, text in (("learner.resources", cfg.learner.resources), ("service_resources", cfg.service_resources)):
         try:
-            learner_resources(text, field)
+            ray_resources(text, field)
         except ValueError as exc:
             found.append(Problem((field,), str(exc)))
     return found

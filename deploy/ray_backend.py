@@ -26,7 +26,7 @@ from levelray.actors.envs import env_spec
 from levelray.contracts.config import ConfigError, RunConfig, uses_level_service, uses_replay
 from levelray.contracts.levels import training_seeds
 from levelray.contracts.status import PUBLISHED_KEYS, StatusSnapshot
-from levelray.contracts.validate import MIN_RAY_REPORT_INTERVAL_S, learner_resources
+from levelray.contracts.validate import MIN_RAY_REPORT_INTERVAL_S, ray_resources
 from levelray.deploy.components import service_section
 from levelray.deploy.eval_ray import eval_workers
 from levelray.deploy.ray_cluster import init_ray
@@ -61,19 +61,19 @@ def learner_gpus(cfg: RunConfig) -> float:
     return 1.0 if ray.cluster_resources().get("GPU", 0) >= cfg.learner.num_learners else 0.0
 
 
-def check_learner_placement(cfg: RunConfig) -> None:
+def check_placement(cfg: RunConfig) -> None:
     """`learner.num_learners` learners ask for a CPU, `learner_gpus` GPUs and `learner.resources` each, the services
     for `service_resources`: a cluster with less of one of them in all could never place them, and the job would
     wait for them forever."""
     n, have = cfg.learner.num_learners, ray.cluster_resources()
-    wanted = {"CPU": 1.0, "GPU": learner_gpus(cfg), **learner_resources(cfg.learner.resources)}
+    wanted = {"CPU": 1.0, "GPU": learner_gpus(cfg), **ray_resources(cfg.learner.resources)}
     where = f"the Ray cluster at {cfg.address}" if cfg.address else "the embedded Ray"
     for name, amount in wanted.items():
         if amount > 0 and n * amount > have.get(name, 0):
             raise ConfigError(f"learner.num_learners = {n} learners need {amount:g} {name} each, and {where} has "
                               f"{have.get(name, 0):g} {name} in all: use fewer learners (learner.num_learners), "
                               f"ask for less (learner.num_gpus, learner.resources), or add nodes")
-    for name, amount in learner_resources(cfg.service_resources, "service_resources").items():
+    for name, amount in ray_resources(cfg.service_resources, "service_resources").items():
         if amount > have.get(name, 0):
             raise ConfigError(f"service_resources asks for {amount:g} {name} and {where} has {have.get(name, 0):g}: "
                               f"start nodes with that resource, or leave service_resources empty")
@@ -107,7 +107,7 @@ class RayJob:
         # and the learner go anywhere.
         self.driver_node = ray.get_runtime_context().get_node_id()
         here = NodeAffinitySchedulingStrategy(node_id=self.driver_node, soft=False)
-        placed = learner_resources(cfg.service_resources, "service_resources")
+        placed = ray_resources(cfg.service_resources, "service_resources")
         where = dict(resources=placed) if placed else dict(scheduling_strategy=here)
         restart = dict(max_restarts=-1, max_task_retries=2, enable_task_events=False, **where)
         self.level_service = None
@@ -153,7 +153,7 @@ class RayJob:
         started = init_ray(cfg.address, cfg.actors.num_actors + eval_workers(cfg) + cfg.learner.num_learners - 1)
         try:
             check_cluster_device(cfg)
-            check_learner_placement(cfg)
+            check_placement(cfg)
             job = cls(cfg, run_dir, resume_state=resume_state, embedded=started)
         except BaseException:
             if started:
@@ -171,7 +171,7 @@ class RayJob:
         """`learner.num_learners` learner actors; several are made one process group before this returns (a
         rank that cannot be placed fails the job here, not in a hang)."""
         n = self.cfg.learner.num_learners
-        cls = learner_service.learner_actor_class(learner_gpus(self.cfg), learner_resources(self.cfg.learner.resources))
+        cls = learner_service.learner_actor_class(learner_gpus(self.cfg), ray_resources(self.cfg.learner.resources))
         learners = [cls.remote(self.cfg, self.spec, self.level_service, self.replay_service,
                                _rank_state(learner_state, rank), rank=rank, world_size=n) for rank in range(n)]
         if n > 1:

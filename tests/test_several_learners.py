@@ -7,10 +7,10 @@ import pytest
 import torch
 
 from levelray.contracts.config import ConfigError, replace_paths
-from levelray.contracts.validate import learner_resources, validate
+from levelray.contracts.validate import ray_resources, validate
 from levelray.deploy.control import job_status
 from levelray.deploy.driver import write_checkpoint
-from levelray.deploy.ray_backend import RayJob, check_learner_placement
+from levelray.deploy.ray_backend import RayJob, check_placement
 from levelray.deploy.rundir import RunDir
 from levelray.learner.ranks import merge_counters, merge_stats, rank_counters
 from tests import support
@@ -43,21 +43,21 @@ def test_counters_add_up_over_ranks_and_shared_ones_do_not():
 
 def test_learners_the_cluster_cannot_place_are_a_config_error_not_a_hang(ray_session, tmp_path):
     with pytest.raises(ConfigError, match="learner.num_learners = 64 learners need 1 CPU each"):
-        check_learner_placement(replace_paths(_config(tmp_path), {"learner.num_learners": 64}))
+        check_placement(replace_paths(_config(tmp_path), {"learner.num_learners": 64}))
     with pytest.raises(ConfigError, match="need 1 GPU each"):
-        check_learner_placement(replace_paths(_config(tmp_path), {"learner.num_gpus": 1.0}))
+        check_placement(replace_paths(_config(tmp_path), {"learner.num_gpus": 1.0}))
     with pytest.raises(ConfigError, match="need 1 learner_node each"):
-        check_learner_placement(replace_paths(_config(tmp_path), {"learner.resources": "learner_node=1"}))
+        check_placement(replace_paths(_config(tmp_path), {"learner.resources": "learner_node=1"}))
     with pytest.raises(ConfigError, match="service_resources asks for 1 levelray_services"):
-        check_learner_placement(replace_paths(_config(tmp_path), {"service_resources": "levelray_services=1"}))
-    check_learner_placement(_config(tmp_path))  # 2 learners, a CPU each: placeable
+        check_placement(replace_paths(_config(tmp_path), {"service_resources": "levelray_services=1"}))
+    check_placement(_config(tmp_path))  # 2 learners, a CPU each: placeable
 
 
 @pytest.mark.parametrize("text", ["learner_node", "learner_node=0", "=1", "a=1,b=x"])
 def test_malformed_learner_resources_are_refused_naming_the_field(tmp_path, text):
     with pytest.raises(ConfigError, match="learner.resources: expected NAME=AMOUNT"):
         validate(replace_paths(_config(tmp_path), {"learner.resources": text}))
-    assert learner_resources("learner_node=1, fast_disk=0.5") == {"learner_node": 1.0, "fast_disk": 0.5}
+    assert ray_resources("learner_node=1, fast_disk=0.5") == {"learner_node": 1.0, "fast_disk": 0.5}
     with pytest.raises(ConfigError, match="service_resources: expected NAME=AMOUNT"):
         validate(replace_paths(_config(tmp_path), {"service_resources": text}))
 
