@@ -30,6 +30,7 @@ import torch.multiprocessing as mp
 
 from benchmarks.bench_learner import CASES
 from benchmarks.common import print_table, write_json
+from levelray.learner.data_parallel import init_group
 from levelray.policy.models import build_model
 
 WARMUP = 5
@@ -39,7 +40,7 @@ def _rank_main(rank: int, ranks: int, store_path: str, repeats: int, threads: in
     """One rank: join the group, all-reduce each network's flat gradient `repeats` times; rank 0 reports."""
     torch.set_num_threads(threads)
     store = dist.FileStore(store_path, ranks)
-    dist.init_process_group("gloo", store=store, rank=rank, world_size=ranks)
+    init_group(rank, ranks, store)
     try:
         for name, spec in CASES.items():
             model = build_model(spec, name)

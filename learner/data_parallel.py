@@ -29,7 +29,15 @@ import torch.distributed as dist
 
 def init_group(rank: int, world_size: int, store: dist.Store, backend: str = "gloo") -> None:
     """Join the default process group as `rank` of `world_size`, meeting the others through `store` (a
-    `FileStore` or `TCPStore`: no fixed port)."""
+    `FileStore` or `TCPStore`: no fixed port).
+
+    `torch.distributed.nn` is imported first. Its functions take `group.WORLD` as a default argument, bound when
+    the module is imported, and torch imports it lazily (the first optimiser, through `torch._dynamo`). Imported
+    after the group exists, those defaults keep the group alive through `destroy_process_group`: gloo's worker
+    threads then outlive `main`, and one that drops a collective's tensor while the interpreter finalises aborts
+    the process ("terminate called without an active exception")."""
+    import torch.distributed.nn  # noqa: F401
+
     dist.init_process_group(backend, store=store, rank=rank, world_size=world_size)
 
 

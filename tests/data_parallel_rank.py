@@ -4,18 +4,26 @@ rendezvous, no port) training a `Learner` with `DataParallel` on its share of th
     python tests/data_parallel_rank.py INPUTS RANK WORLD STORE OUT
 
 INPUTS holds `spec`, `learner` (its config), `model_loss` (or None) and `batches`: per update, one batch per rank
-(`stack_unrolls` dicts) and optionally `model_batches` likewise. OUT receives the parameters and the metrics."""
+(`stack_unrolls` dicts) and optionally `model_batches` likewise. OUT receives the parameters, the metrics and the
+gloo threads still running once the group is destroyed."""
 
 from __future__ import annotations
 
 import pickle
 import sys
+from pathlib import Path
 
 import torch
 import torch.distributed as dist
 
 from levelray.learner.data_parallel import DataParallel, init_group
 from levelray.learner.learner import Learner
+
+
+def gloo_threads() -> list[str]:
+    """The names of this process's gloo threads (worker loops, the transport's event loop) now."""
+    tasks = Path("/proc/self/task")
+    return [name for name in ((t / "comm").read_text().strip() for t in tasks.iterdir()) if "gloo" in name]
 
 
 def main(inputs: str, rank: int, world: int, store_path: str, out: str) -> None:
@@ -34,12 +42,14 @@ def main(inputs: str, rank: int, world: int, store_path: str, out: str) -> None:
         if learner.muzero is not None:
             state.update({f"model_loss.{name}": p.detach().clone()
                           for name, p in learner.muzero.module.named_parameters()})
-        with open(out, "wb") as f:
-            pickle.dump({"params": state, "metrics": metrics, "version": learner.version,
-                         "samples_trained": learner.samples_trained,
-                         "popart": learner.value_norm.state_dict() if learner.value_norm else None}, f)
+        result = {"params": state, "metrics": metrics, "version": learner.version,
+                  "samples_trained": learner.samples_trained,
+                  "popart": learner.value_norm.state_dict() if learner.value_norm else None}
     finally:
         dist.destroy_process_group()
+    result["gloo_threads_after_destroy"] = gloo_threads()  # any left run on into the interpreter's exit
+    with open(out, "wb") as f:
+        pickle.dump(result, f)
 
 
 if __name__ == "__main__":
