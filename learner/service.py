@@ -35,7 +35,8 @@ log = logging.getLogger(__name__)
 class PendingWrites:
     """Fire-and-forget calls to a service whose failures are still counted: the learner never waits for a
     write, but each reply is collected (without blocking) before the next call, and a refused or lost one
-    is counted by kind and logged."""
+    is counted by kind and logged. Thread-safe: writes are added by the training or sending thread while the
+    driver's `stats` call collects them."""
 
     def __init__(self, what: str):
         import ray
@@ -43,28 +44,31 @@ class PendingWrites:
         self._ray, self.what = ray, what
         self._pending: list[tuple[str, object]] = []
         self.failures: dict[str, int] = {}
+        self._lock = threading.Lock()
 
     def add(self, kind: str, ref) -> None:
         self.collect()
-        self._pending.append((kind, ref))
+        with self._lock:
+            self._pending.append((kind, ref))
 
     def collect(self) -> None:
-        if not self._pending:
-            return
-        refs = [ref for _, ref in self._pending]
-        done, _ = self._ray.wait(refs, num_returns=len(refs), timeout=0)
-        done_set = set(done)
-        still = []
-        for kind, ref in self._pending:
-            if ref not in done_set:
-                still.append((kind, ref))
-                continue
-            try:
-                self._ray.get(ref)
-            except self._ray.exceptions.RayError as exc:
-                self.failures[kind] = self.failures.get(kind, 0) + 1
-                log.warning("%s %s failed: %s", self.what, kind, str(exc).strip().splitlines()[-1][:300])
-        self._pending = still
+        with self._lock:
+            if not self._pending:
+                return
+            refs = [ref for _, ref in self._pending]
+            done, _ = self._ray.wait(refs, num_returns=len(refs), timeout=0)
+            done_set = set(done)
+            still = []
+            for kind, ref in self._pending:
+                if ref not in done_set:
+                    still.append((kind, ref))
+                    continue
+                try:
+                    self._ray.get(ref)
+                except self._ray.exceptions.RayError as exc:
+                    self.failures[kind] = self.failures.get(kind, 0) + 1
+                    log.warning("%s %s failed: %s", self.what, kind, str(exc).strip().splitlines()[-1][:300])
+            self._pending = still
 
 
 class RemoteReplay:
@@ -106,11 +110,15 @@ class RemoteLevels:
     """`LevelClient` over the level service's Ray actor. Updates are not waited for (the learner must not stall on
     PLR bookkeeping), but a refused one is logged and counted when its reply arrives.
 
-    Feedback is sent in batches, at most one call per `SEND_INTERVAL_S`: a fast learner makes tens of updates a
-    second, and each Ray call costs the service (one process, sharing the machine's cores) about a millisecond
-    of CPU whatever it carries (measured on the 2-core machine), more than scoring the batch. Scores reaching PLR
-    half a second later change nothing (actors prefetch levels about a second ahead); the batches keep their
-    order, and each env column's steps from all of them travel as one series (`level_feedback.merge_in_time`)."""
+    Feedback is queued by the training thread and sent by a thread of its own every `SEND_INTERVAL_S`: a fast
+    learner makes tens of updates a second, and each Ray call costs the service (one process, sharing the
+    machine's cores) about a millisecond of CPU whatever it carries (measured on the 2-core machine), more than
+    scoring the batch. Scores reaching PLR half a second later change nothing (actors prefetch levels about a
+    second ahead); the batches keep their order, and each env column's steps from all of them travel as one
+    series (`level_feedback.merge_in_time`). Merging and the call's serialisation were ~1.5% of a CartPole
+    learner's samples on the training thread, the thread a learner-bound run's env steps/s wait for; the
+    sender does them while that thread is in a backward pass or waiting for unrolls. Sends are serialised
+    (`_send_lock`), so they reach the service in the order the feedback was queued."""
 
     SEND_INTERVAL_S = 0.5
 
@@ -118,7 +126,11 @@ class RemoteLevels:
         self.handle = handle
         self.writes = PendingWrites("level service")
         self._queued: list[LevelFeedback] = []
-        self._last_send = time.monotonic()
+        self._queue_lock = threading.Lock()
+        self._send_lock = threading.Lock()
+        self._closed = threading.Event()
+        self._sender = threading.Thread(target=self._send_loop, name="level-feedback", daemon=True)
+        self._sender.start()
 
     @property
     def failures(self) -> int:
@@ -126,17 +138,29 @@ class RemoteLevels:
         return sum(self.writes.failures.values())
 
     def update_with_rollouts(self, feedback: LevelFeedback) -> None:
-        self._queued.append(feedback)
-        if time.monotonic() - self._last_send >= self.SEND_INTERVAL_S:
-            self.flush()
+        with self._queue_lock:
+            self._queued.append(feedback)
 
     def flush(self) -> None:
         """Send what is queued now (also before a checkpoint, so the service's state holds every score)."""
-        if self._queued:
-            batch = merge_in_time(self._queued)
-            self.writes.add("score update", self.handle.update_with_rollouts_batch.remote(batch))
-            self._queued = []
-        self._last_send = time.monotonic()
+        with self._send_lock:
+            with self._queue_lock:
+                queued, self._queued = self._queued, []
+            if queued:
+                self.writes.add("score update", self.handle.update_with_rollouts_batch.remote(merge_in_time(queued)))
+
+    def close(self) -> None:
+        """Stop the sender after sending what is queued."""
+        self._closed.set()
+        self._sender.join(timeout=10)
+        self.flush()
+
+    def _send_loop(self) -> None:
+        while not self._closed.wait(self.SEND_INTERVAL_S):
+            try:
+                self.flush()
+            except Exception:  # a failed send loses those scores, never the sender
+                log.exception("sending level scores failed")
 
 
 # The learner's torch threads: every core of its machine, up to 4. Ray starts the actor with OMP_NUM_THREADS set
@@ -315,6 +339,8 @@ class LearnerService:
         self._stop.set()
         if self._thread.is_alive():
             self._thread.join(timeout=30)
+        if self.levels is not None:
+            self.levels.close()
 
 
 def learner_actor_class(num_gpus: float, resources: dict[str, float] | None = None):
