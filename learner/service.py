@@ -115,10 +115,10 @@ class RemoteLevels:
     machine's cores) about a millisecond of CPU whatever it carries (measured on the 2-core machine), more than
     scoring the batch. Scores reaching PLR half a second later change nothing (actors prefetch levels about a
     second ahead); the batches keep their order, and each env column's steps from all of them travel as one
-    series (`level_feedback.merge_in_time`). Merging and the call's serialisation were ~1.5% of a CartPole
-    learner's samples on the training thread, the thread a learner-bound run's env steps/s wait for; the
-    sender does them while that thread is in a backward pass or waiting for unrolls. Sends are serialised
-    (`_send_lock`), so they reach the service in the order the feedback was queued."""
+    series (`level_feedback.merge_in_time`). On the training thread, the one a learner-bound run's env steps/s
+    wait for, merging and the call's serialisation were ~2% of a CartPole learner's samples (py-spy); the
+    sender can run them while that thread is in a backward pass (which releases the GIL) or waiting for unrolls.
+    Sends are serialised (`_send_lock`), so they reach the service in the order the feedback was queued."""
 
     SEND_INTERVAL_S = 0.5
 
