@@ -22,7 +22,7 @@ from pathlib import Path
 
 from benchmarks.common import LEVELRAY, ROOT, fmt_ci, print_table, run_levelray, write_json
 from benchmarks.level_service_overhead import read_records, steady_rate
-from levelray.deploy.stats import ci_summary
+from levelray.deploy.report.stats import ci_summary
 
 
 def one_run(args: argparse.Namespace, learners: int, seed: int, out: Path) -> dict:

@@ -32,7 +32,7 @@ from benchmarks.common import print_table, write_json
 from levelray.contracts.config import RunConfig, replace_path, replace_paths
 from levelray.contracts.presets import apply_preset
 from levelray.contracts.spec import MINIGRID_OBS, EnvSpec
-from levelray.deploy.components import make_replay
+from levelray.deploy.training.components import make_replay
 from levelray.learner.core import LearnerCore
 
 CASES = {  # name: (env id for the preset, spec)

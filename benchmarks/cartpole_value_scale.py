@@ -25,8 +25,8 @@ ARMS = {"popart": True, "plain": False}
 
 def one_run(run_dir: str, *, seed: int, value_normalization: bool, learning_rate: float) -> dict:
     from levelray.contracts.config import RunConfig, replace_paths
-    from levelray.deploy.driver import train
     from levelray.deploy.rundir import RunDir
+    from levelray.deploy.training.driver import train
 
     cfg = replace_paths(RunConfig(), {
         "env.id": "CartPole-v1", "env.num_levels": 0,

@@ -3,7 +3,7 @@
     python -m benchmarks.chaos [--minutes 10] [--kills 24] [--node-kills 10] [--seed 0]
                                [--json benchmarks/results/chaos.json]
 
-The job is the one `levelray train` runs (the driver loop of `deploy.driver.run` over a `RayJob`), with PLR
+The job is the one `levelray train` runs (the driver loop of `deploy.training.driver.run` over a `RayJob`), with PLR
 (level service), replay (replay service) and periodic checkpoints on. Every `minutes * 60 / kills` seconds
 (jittered) one process is killed with SIGKILL, chosen in turn among: an env actor, the learner, the level
 service and the replay service. Afterwards it checks, prints and writes:
@@ -230,9 +230,9 @@ def run_chaos(run_dir: str | os.PathLike, *, seconds: float, kills: int, seed: i
     already initialised in this process, or starts an embedded one."""
     import ray
 
-    from levelray.deploy.driver import run, train
-    from levelray.deploy.ray_backend import RayJob
     from levelray.deploy.rundir import RunDir, load_checkpoint
+    from levelray.deploy.training.driver import run, train
+    from levelray.deploy.training.ray_backend import RayJob
 
     cfg = chaos_config(str(run_dir), snapshot_interval_s=snapshot_interval_s, checkpoint_interval=checkpoint_interval)
     rd = RunDir.start(run_dir)

@@ -17,7 +17,7 @@ from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from levelray.deploy.stats import ci_summary
+from levelray.deploy.report.stats import ci_summary
 
 # A table column: a key (also the header), (key, header), or (key, header, format) where `format` turns the
 # cell's value into its text. For rows that are sequences the key is unused: cells are taken by position.
@@ -181,7 +181,7 @@ def pairwise(results: list[dict], arms: Sequence[str], key: str) -> dict[str, di
 
 
 def fmt_ci(stat: Mapping | None, spec: str = ".3f") -> str:
-    """"mean ± half-width" of a `levelray.deploy.stats.ci_summary` ("-" when it has no values)."""
+    """"mean ± half-width" of a `levelray.deploy.report.stats.ci_summary` ("-" when it has no values)."""
     if not stat or stat.get("mean") is None:
         return "-"
     half = "" if stat.get("ci95") is None else f" ± {format(stat['ci95'], spec)}"

@@ -10,7 +10,7 @@ gymnasium id"). Each seed s is `--seed s` in both arms; runs go one at a time, i
 Ray run uses the whole machine. After training, `levelray evaluate RUN --levels test` plays the final checkpoint
 on fresh seeds (sampled actions, as in training, and `--greedy`: the Gaussian mean).
 
-Reported per arm: mean and 95% Student-t CI over seeds (`deploy.stats.mean_ci`) of the final training return
+Reported per arm: mean and 95% Student-t CI over seeds (`deploy.report.stats.mean_ci`) of the final training return
 (last 100 episodes), the best training return any report showed, the evaluation returns, the mean
 |excess of the Gaussian mean outside the box| term at the end (`learner_loss_action_bound`), and steps to a
 training return of -400 (Pendulum: a random policy scores about -1,200, a swing-up-and-hold policy about
@@ -32,7 +32,7 @@ import time
 from pathlib import Path
 
 from benchmarks.common import LEVELRAY, ROOT, fmt_ci, print_table, run_levelray, steps_to_threshold, write_json
-from levelray.deploy.stats import ci_summary
+from levelray.deploy.report.stats import ci_summary
 
 ENV = "Pendulum-v1"
 ARMS = {"preset": [], "no_bound": ["--action-bound-weight", "0"]}

@@ -19,7 +19,7 @@ Per family, the arms differ only in `FLAG ARM`; every other flag is the family's
 - cartpole: `CartPole-v1` (no level set: `test` is fresh seeds); success is an episode return >= 475,
   threshold the same.
 
-Reported per arm: mean and 95% Student-t CI over seeds (`deploy.stats.mean_ci`) of the test return, the test
+Reported per arm: mean and 95% Student-t CI over seeds (`deploy.report.stats.mean_ci`) of the test return, the test
 success rate and the final training return (last 100 episodes); steps to threshold is the first `env_steps`
 in `metrics.jsonl`, once 100 episodes have finished, at which the training return (mean of the last 100
 episodes) reached the threshold, with the number of seeds that reached it (the mean and CI are over those seeds
@@ -56,7 +56,7 @@ from benchmarks.common import (
     thread_share_env,
     write_json,
 )
-from levelray.deploy.stats import ci_summary
+from levelray.deploy.report.stats import ci_summary
 
 FAMILIES = {
     "minigrid": {"env": ["--env", "minigrid:DoorKey-5x5", "--num-levels", "200", "--start-level", "0"],

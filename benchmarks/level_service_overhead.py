@@ -52,7 +52,7 @@ import time
 from pathlib import Path
 
 from benchmarks.common import LEVELRAY, ROOT, fmt_ci, print_table, run_levelray, write_json
-from levelray.deploy.stats import ci_summary
+from levelray.deploy.report.stats import ci_summary
 
 ARMS = ("random", "value_l1")
 REQUIRED_RATIO = 0.98  # "within 2% of uniform sampling"

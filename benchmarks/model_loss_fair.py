@@ -61,7 +61,7 @@ from benchmarks.common import (
     thread_share_env,
     write_json,
 )
-from levelray.deploy.stats import ci_summary
+from levelray.deploy.report.stats import ci_summary
 
 MINIGRID_PLR = ["--level-strategy", "value_l1", "--num-actors", "1", "--envs-per-actor", "16", "--unroll-length",
                 "20", "--batch-size", "2"]

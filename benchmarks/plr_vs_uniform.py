@@ -43,7 +43,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 from benchmarks.common import LEVELRAY, ROOT, fmt_ci, print_table, run_levelray, thread_share_env, write_json
-from levelray.deploy.stats import ci_summary
+from levelray.deploy.report.stats import ci_summary
 
 STRATEGIES = ("random", "value_l1")
 # PLR paper (Jiang et al. 2021), Table 2, procgen easy, 200 training levels, 25M steps: mean test return

@@ -45,7 +45,7 @@ from benchmarks.common import (
     write_json,
 )
 from benchmarks.plr_vs_uniform import arm_summary, steps_to_threshold
-from levelray.deploy.stats import ci_summary
+from levelray.deploy.report.stats import ci_summary
 
 DCD_PLR = ["--level-strategy", "positive_value_loss", "--level-score-transform", "rank", "--level-temperature", "0.3",
            "--level-staleness-coef", "0.3", "--level-replay-prob", "0.5"]

@@ -126,10 +126,10 @@ def main() -> None:
         return
 
     from levelray.contracts.config import RunConfig, replace_paths
-    from levelray.deploy.driver import build_record, write_checkpoint
-    from levelray.deploy.ray_backend import RayJob
-    from levelray.deploy.ray_cluster import init_ray
+    from levelray.deploy.cluster.ray_cluster import init_ray
     from levelray.deploy.rundir import RunDir
+    from levelray.deploy.training.driver import build_record, write_checkpoint
+    from levelray.deploy.training.ray_backend import RayJob
 
     values = {"env.id": args.env}
     if not args.env.startswith("procgen:"):

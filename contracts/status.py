@@ -59,7 +59,7 @@ class ActorError(TypedDict):
 
 
 class SupervisorStatus(TypedDict):
-    """`Supervisor.status()`: the env actors of a Ray job (see `deploy.supervisor`)."""
+    """`Supervisor.status()`: the env actors of a Ray job (see `deploy.cluster.supervisor`)."""
 
     actors_alive: int
     actors_desired: int
@@ -90,7 +90,7 @@ class StatusSnapshot(TypedDict):
     supervisor_restarts: NotRequired[int]  # Ray: supervisors replaced
     # Added by the driver loop before the snapshot goes to Prometheus:
     env_steps_per_second: NotRequired[float]
-    levels_replay_fraction: NotRequired[float | None]  # `deploy.driver.ReplayFraction`
+    levels_replay_fraction: NotRequired[float | None]  # `deploy.training.driver.ReplayFraction`
     test_return_mean: NotRequired[float]  # the last successful held-out evaluation
 
 

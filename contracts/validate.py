@@ -1,4 +1,4 @@
-"""Checks of a whole run config, made once before anything starts (`deploy.driver.prepare_run_dir`, which the
+"""Checks of a whole run config, made once before anything starts (`deploy.training.driver.prepare_run_dir`, which the
 command line and `levelray.train` both call before the run directory is claimed, for either backend).
 
 A leaf's own type, choices and bounds are checked where it is set (`contracts.config.coerce_value`); they are
@@ -48,7 +48,7 @@ from levelray.contracts.config import ConfigError, RunConfig, coerce_value, get_
 from levelray.contracts.levels import UNSCORED_STRATEGIES
 from levelray.contracts.maze import ENV_PREFIX as MAZE_PREFIX
 
-# The Ray driver never polls the job more often than this (`deploy.ray_backend` waits at least this long
+# The Ray driver never polls the job more often than this (`deploy.training.ray_backend` waits at least this long
 # between polls: each one is a remote call to the learner, the supervisor and both services), so a shorter
 # report interval there is not what the run would do. The inline backend has no such floor: there 0 means a
 # record after every update, which short test runs use.

@@ -27,7 +27,7 @@ from levelray.contracts.config import (
     replace_paths,
 )
 from levelray.deploy.errors import JobFailed
-from levelray.deploy.progress import end_line, say
+from levelray.deploy.training.progress import end_line, say
 
 
 def value_text(value) -> str:
@@ -99,8 +99,8 @@ def _parser() -> tuple[argparse.ArgumentParser, dict[str, str]]:
     status.add_argument("--address", default="auto", help="the job's Ray cluster: auto or HOST:PORT")
     status.add_argument("--json", action="store_true", help="machine-readable output")
 
-    from levelray.deploy.evaluate import add_evaluate_arguments
-    from levelray.deploy.report import add_report_arguments
+    from levelray.deploy.evaluation.evaluate import add_evaluate_arguments
+    from levelray.deploy.report.command import add_report_arguments
 
     add_evaluate_arguments(sub.add_parser("evaluate", help="returns on training and held-out levels"))
     add_report_arguments(sub.add_parser("report", help="PNG figures and a Markdown summary of runs"))
@@ -121,7 +121,7 @@ def cmd_train(args: argparse.Namespace, dests: dict[str, str]) -> int:
     cfg = build_config(args, dests, base)
     if args.resume:
         cfg = replace_path(cfg, "run_dir", str(args.resume))
-    from levelray.deploy.driver import prepare_run_dir, train
+    from levelray.deploy.training.driver import prepare_run_dir, train
 
     run_dir = prepare_run_dir(cfg, resume=bool(args.resume), overwrite=args.overwrite, saved=saved)
     print(f"levelray: run directory {run_dir.path}", flush=True)
@@ -159,14 +159,14 @@ def main(argv: list[str] | None = None) -> int:
         if args.command == "train":
             return cmd_train(args, dests)
         if args.command == "evaluate":
-            from levelray.deploy.evaluate import cmd_evaluate
+            from levelray.deploy.evaluation.evaluate import cmd_evaluate
 
             return cmd_evaluate(args)
         if args.command == "report":
-            from levelray.deploy.report import cmd_report
+            from levelray.deploy.report.command import cmd_report
 
             return cmd_report(args)
-        from levelray.deploy import control
+        from levelray.deploy.cluster import control
 
         if args.command == "scale":
             return control.cmd_scale(args)

@@ -2,7 +2,7 @@
 
 - reference/commands.md   every `levelray` command and flag, from the argparse parser (`deploy/cli.py`)
 - reference/config.md     every config key: flag, type, default, bounds, preset values (`contracts/config.py`)
-- reference/metrics.md    every Prometheus metric: type, labels, help (`deploy/metrics.py`)
+- reference/metrics.md    every Prometheus metric: type, labels, help (`deploy/monitoring/metrics.py`)
 - reference/trajectory.md the unroll contract (`contracts/trajectory.py`)
 - results/RESULTS.md      a copy of `benchmarks/RESULTS.md`
 
@@ -254,7 +254,7 @@ def config_page() -> str:
 # --- metrics ----------------------------------------------------------------------------------------------------
 
 def metrics_page() -> str:
-    from levelray.deploy.metrics import METRICS, JobCollector
+    from levelray.deploy.monitoring.metrics import METRICS, JobCollector
 
     families = {}
     for fam in JobCollector().collect():  # every family, with its label names, before the job reports anything
@@ -266,7 +266,7 @@ def metrics_page() -> str:
     lag = families["levelray_policy_lag"]
     buckets = [s.labels["le"] for s in lag.samples if s.name.endswith("_bucket")]
     return "".join([
-        NOTE.format(source="deploy/metrics.py's METRICS"), "# Metrics\n\n",
+        NOTE.format(source="deploy/monitoring/metrics.py's METRICS"), "# Metrics\n\n",
         "One Prometheus endpoint for the whole job, served by the driver at `http://127.0.0.1:9464/metrics` "
         "(`--metrics-port`, `--metrics-host`; `--metrics-port 0` turns it off). Every metric below is exported "
         "from the first scrape on: counters at 0 and gauges at NaN until the job reports a value. Counters end in "

@@ -44,8 +44,8 @@ def train(
 
     from levelray.contracts.config import from_dict, get_path, replace_path, replace_paths
     from levelray.contracts.presets import apply_preset, changed_paths, dict_paths
-    from levelray.deploy.driver import prepare_run_dir
-    from levelray.deploy.driver import train as run_training
+    from levelray.deploy.training.driver import prepare_run_dir
+    from levelray.deploy.training.driver import train as run_training
 
     cfg = config if isinstance(config, RunConfig) else from_dict(config)
     explicit = changed_paths(cfg) if isinstance(config, RunConfig) else dict_paths(config)
@@ -93,8 +93,8 @@ def evaluate(
     (`levels`: `train`, `test`, `A-B` ranges, and for a maze run `maze-suite`, `maze-suite:<name>`,
     `maze-<N>`; comma separated), the dict `--json` prints. With `video_dir`,
     `video_episodes` MP4 files per level set are written there too (`--video DIR --video-episodes N`)."""
-    from levelray.deploy.evaluate import evaluate_checkpoint
-    from levelray.deploy.level_sets import parse_level_sets
+    from levelray.deploy.evaluation.evaluate import evaluate_checkpoint
+    from levelray.deploy.evaluation.level_sets import parse_level_sets
 
     return evaluate_checkpoint(checkpoint, parse_level_sets(levels), episodes=episodes, greedy=greedy, seed=seed,
                                backend=backend, video_dir=video_dir, video_episodes=video_episodes)

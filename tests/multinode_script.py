@@ -2,7 +2,7 @@
 (`ray.cluster_utils.Cluster`: a head with no CPU for work, worker nodes with their own raylets and object stores), a
 levelray job on it, and nodes removed and added while it trains.
 
-1. The env actors are spread over the worker nodes (`scheduling_strategy="SPREAD"`, `deploy.supervisor`).
+1. The env actors are spread over the worker nodes (`scheduling_strategy="SPREAD"`, `deploy.cluster.supervisor`).
 2. A worker node holding an actor but not the learner is removed: its actors come back on the other node and
    training goes on.
 3. A node is added and `scale` asks for three more actors than the old node has room for: the new node takes
@@ -29,9 +29,9 @@ from ray.cluster_utils import Cluster
 from support import wait_for  # tests/ is this script's directory
 
 from levelray.contracts.config import RunConfig, replace_paths
-from levelray.deploy.driver import write_checkpoint
-from levelray.deploy.ray_backend import RayJob
 from levelray.deploy.rundir import RunDir
+from levelray.deploy.training.driver import write_checkpoint
+from levelray.deploy.training.ray_backend import RayJob
 
 NODE = {"num_cpus": 4, "object_store_memory": 100 * 1024 * 1024}
 COUNTERS = ("env_steps", "episodes", "learner_version", "samples_trained", "unrolls_received")

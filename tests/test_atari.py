@@ -21,8 +21,8 @@ from levelray.contracts.atari_scores import REFERENCE_SCORES, human_normalized_s
 from levelray.contracts.config import EnvConfig, LearnerConfig, RunConfig, replace_paths
 from levelray.contracts.trajectory import validate_unroll
 from levelray.deploy.cli import main
-from levelray.deploy.periodic_eval import PeriodicEvaluator
 from levelray.deploy.rundir import RunDir
+from levelray.deploy.training.periodic_eval import PeriodicEvaluator
 from levelray.policy.models import ImpalaCNN, build_model
 from levelray.policy.weights import weights_to_numpy
 from tests.support import json_output

@@ -202,7 +202,7 @@ def test_joining_a_cluster_without_a_gpu_is_refused_once_connected(monkeypatch):
     """MOCKED cluster: Ray's resource view is replaced, and no Ray is started or joined."""
     import ray
 
-    from levelray.deploy import ray_backend
+    from levelray.deploy.training import ray_backend
 
     monkeypatch.setattr(ray_backend, "init_ray", lambda *a, **k: False)
     monkeypatch.setattr(ray, "cluster_resources", lambda: {"CPU": 8.0})

@@ -18,7 +18,7 @@ import pytest
 import yaml
 
 from levelray.contracts.config import RunConfig
-from levelray.deploy.metrics import METRICS
+from levelray.deploy.monitoring.metrics import METRICS
 
 ROOT = Path(__file__).resolve().parents[1]
 DEPLOY = ROOT / "deploy"

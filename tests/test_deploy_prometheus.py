@@ -22,8 +22,8 @@ import yaml
 from prometheus_client.parser import text_string_to_metric_families
 
 from levelray.contracts.config import RunConfig, replace_paths
-from levelray.deploy.driver import train
 from levelray.deploy.rundir import RunDir
+from levelray.deploy.training.driver import train
 from tests.support import free_port
 from tests.support import wait_for as shared_wait_for
 
@@ -185,7 +185,7 @@ def test_real_prometheus_scrapes_a_training_job(ray_session, tmp_path):
 def _exposition(snapshot: dict) -> dict[str, list]:
     from prometheus_client import CollectorRegistry, generate_latest
 
-    from levelray.deploy.metrics import JobCollector
+    from levelray.deploy.monitoring.metrics import JobCollector
 
     registry = CollectorRegistry()
     collector = JobCollector()
@@ -197,7 +197,7 @@ def _exposition(snapshot: dict) -> dict[str, list]:
 
 def test_every_family_the_dashboard_and_rules_use_is_exported_before_the_first_report():
     """Before the job has reported anything: counters 0, gauges NaN, fixed label sets — never absent."""
-    from levelray.deploy.metrics import METRICS
+    from levelray.deploy.monitoring.metrics import METRICS
 
     exported = _exposition({})
     names = {n if n in METRICS else n + "_total" for n in exported}  # the parser strips _total off counters

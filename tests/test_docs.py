@@ -16,7 +16,7 @@ import pytest
 from levelray.contracts.config import flag_name, leaves
 from levelray.contracts.trajectory import Unroll
 from levelray.deploy.cli import _parser
-from levelray.deploy.metrics import METRICS
+from levelray.deploy.monitoring.metrics import METRICS
 
 ROOT = Path(__file__).resolve().parents[1]
 

@@ -9,12 +9,12 @@ import pytest
 
 from levelray.contracts.config import ConfigError, RunConfig, replace_paths
 from levelray.deploy.cli import main
-from levelray.deploy.episodes import evaluate_policy
-from levelray.deploy.eval_ray import evaluate_on_ray
-from levelray.deploy.evaluate import evaluate_checkpoint
-from levelray.deploy.level_sets import level_set_seeds, parse_level_sets
-from levelray.deploy.periodic_eval import PeriodicEvaluator
+from levelray.deploy.evaluation.episodes import evaluate_policy
+from levelray.deploy.evaluation.evaluate import evaluate_checkpoint
+from levelray.deploy.evaluation.level_sets import level_set_seeds, parse_level_sets
+from levelray.deploy.evaluation.remote import evaluate_on_ray
 from levelray.deploy.rundir import checkpoint_weights, resolve_checkpoint
+from levelray.deploy.training.periodic_eval import PeriodicEvaluator
 from tests.support import TINY_INLINE_RUN as TINY
 from tests.support import json_output
 

@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from levelray.contracts.config import RunConfig
-from levelray.deploy import ray_backend
+from levelray.deploy.training import ray_backend
 from levelray.learner.device import host_to_device, pick_device
 
 

@@ -1,6 +1,8 @@
 """The import order of the design, checked on the source: contracts → policy → (actors, learner,
 level_service, replay_service) → deploy → the `levelray` API, each part importing only those before it,
-the four middle parts never each other, and no cycle between modules.
+the four middle parts never each other, and no cycle between modules. Inside `deploy/` the same rule orders
+its sub-packages, grouped by job: (errors, rundir) → (cluster, monitoring) → evaluation → (training, report)
+→ cli.
 
 Every import counts — at module level, inside functions, and under `TYPE_CHECKING` — because a
 function-level import is how a cycle usually hides.
@@ -25,6 +27,17 @@ LAYERS = {
     "deploy": 3,
 }
 API_LAYER = 4  # levelray/__init__.py and anything else in levelray/
+# deploy's sub-packages (and its top-level modules) -> sub-layer, ordered the same way inside layer 3.
+DEPLOY_LAYERS = {
+    "errors": 0,
+    "rundir": 0,
+    "cluster": 1,
+    "monitoring": 1,
+    "evaluation": 2,
+    "training": 3,
+    "report": 3,
+    "cli": 4,
+}
 
 
 def _module_name(path: Path) -> str:
@@ -65,10 +78,14 @@ def _imports(path: Path, module: str) -> list[tuple[int, str]]:
     return [(line, name) for line, name in found if name == "levelray" or name.startswith("levelray.")]
 
 
-def _layer(module: str) -> tuple[str, int]:
+def _layer(module: str) -> tuple[str, float]:
+    """`(part, layer)`: a deploy module's part is its sub-package, placed by `DEPLOY_LAYERS` inside layer 3
+    (an undeclared one fails with a KeyError: a new sub-package must be placed)."""
     parts = module.split(".")
     if len(parts) == 1 or parts[1] not in LAYERS:
         return "levelray", API_LAYER
+    if parts[1] == "deploy" and len(parts) > 2:
+        return f"deploy.{parts[2]}", LAYERS["deploy"] + DEPLOY_LAYERS[parts[2]] / (max(DEPLOY_LAYERS.values()) + 1)
     return parts[1], LAYERS[parts[1]]
 
 
@@ -159,9 +176,14 @@ def test_no_module_takes_part_in_an_import_cycle():
         # two middle parts importing each other: both against the order, and a cycle.
         ({"levelray.learner.a": [(1, "levelray.actors.b")], "levelray.actors.b": [(2, "levelray.learner.a")]}, 2, 1),
         # a cycle inside one package is allowed by the order but still a cycle.
-        ({"levelray.deploy.a": [(1, "levelray.deploy.b")], "levelray.deploy.b": [(9, "levelray.deploy.a")]}, 0, 1),
+        ({"levelray.deploy.training.a": [(1, "levelray.deploy.training.b")],
+          "levelray.deploy.training.b": [(9, "levelray.deploy.training.a")]}, 0, 1),
         # downward imports only: clean.
         ({"levelray.deploy.cli": [(1, "levelray.policy.models")], "levelray.policy.models": []}, 0, 0),
+        # inside deploy: evaluation reaching up into training is against the order, training down into it is not.
+        ({"levelray.deploy.evaluation.video": [(4, "levelray.deploy.training.driver")],
+          "levelray.deploy.training.driver": [(7, "levelray.deploy.evaluation.episodes")],
+          "levelray.deploy.evaluation.episodes": []}, 1, 0),
     ],
 )
 def test_the_checks_catch_what_they_are_for(graph, expected_violations, expected_cycles):

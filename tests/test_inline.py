@@ -157,7 +157,7 @@ def test_resume_refuses_changes_to_the_saved_state_before_writing_anything(tmp_p
 def test_learning_rate_schedule_follows_the_env_steps_received(tmp_path, schedule):
     """`--lr-schedule linear`: each update trains at lr * (1 - env steps received / total steps), the rate the
     optimiser actually holds and the one reported; `constant` keeps the configured rate."""
-    from levelray.deploy.inline import InlineBackend
+    from levelray.deploy.training.inline import InlineBackend
     from tests.support import cartpole_config
 
     cfg = cartpole_config(tmp_path, actors__num_actors=1, actors__envs_per_actor=4, actors__unroll_length=10,

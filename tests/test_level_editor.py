@@ -250,9 +250,9 @@ def test_accel_run_end_to_end(backend, tmp_path, capsys, one_thread, request):
     exactly the checkpoint's buffer with its encodings. The inline run then also draws the report (its gallery
     shows edited levels) and resumes."""
     from levelray.deploy.cli import main
-    from levelray.deploy.components import make_level_service
-    from levelray.deploy.driver import load_resume_state
     from levelray.deploy.rundir import RunDir
+    from levelray.deploy.training.components import make_level_service
+    from levelray.deploy.training.driver import load_resume_state
 
     if backend == "ray":
         request.getfixturevalue("ray_session")

@@ -15,8 +15,8 @@ from levelray.contracts.config import EnvConfig, LevelConfig
 from levelray.contracts.levels import LevelFeedback
 from levelray.contracts.maze import MazeLevel, level_for_id, parse_blocks, suite_level_id, suite_names
 from levelray.contracts.status import LEVEL_COMPLEXITY_KEYS
-from levelray.deploy.driver import build_record
-from levelray.deploy.metrics import JobCollector
+from levelray.deploy.monitoring.metrics import JobCollector
+from levelray.deploy.training.driver import build_record
 from levelray.level_service.maze_stats import MazeComplexity
 from levelray.level_service.service import LevelServiceCore
 
@@ -194,8 +194,8 @@ def test_inline_maze_run_records_and_report(tmp_path, capsys, one_thread):
     walls within --maze-blocks, and the last record's numbers are those of the buffer its final checkpoint
     holds; `levelray report` draws the complexity figure (and skips it for a run without them)."""
     from levelray.deploy.cli import main
-    from levelray.deploy.driver import load_resume_state
     from levelray.deploy.rundir import RunDir
+    from levelray.deploy.training.driver import load_resume_state
 
     run = tmp_path / "maze"
     assert main(["train", "--backend", "inline", "--env", "maze:13x13", "--maze-blocks", "10-40", "--num-levels", "0",
@@ -227,7 +227,7 @@ def test_inline_maze_run_records_and_report(tmp_path, capsys, one_thread):
     plain.mkdir()
     (plain / "config.yaml").write_text("env: {id: CartPole-v1, num_levels: 0}\nlevels: {strategy: value_l1}\n")
     (plain / "metrics.jsonl").write_text(json.dumps({"env_steps": 10, "levels_buffered": 3}) + "\n")
-    from levelray.deploy.report import make_report
+    from levelray.deploy.report.command import make_report
 
     skipped = make_report([plain], tmp_path / "plain_report")["curriculum_complexity"]
     assert skipped["path"] is None and "levels_mean_walls" in skipped["skipped"]

@@ -24,8 +24,8 @@ from levelray.contracts.presets import apply_preset
 from levelray.contracts.spec import MINIGRID_OBS, EnvSpec
 from levelray.contracts.validate import validate
 from levelray.deploy.cli import main
-from levelray.deploy.evaluate import format_result, maze_suite_summary
-from levelray.deploy.level_sets import parse_level_sets, plan_level_sets
+from levelray.deploy.evaluation.evaluate import format_result, maze_suite_summary
+from levelray.deploy.evaluation.level_sets import parse_level_sets, plan_level_sets
 from levelray.policy.models import MiniGridNet, build_model
 from tests.support import TINY_INLINE_RUN, json_output
 

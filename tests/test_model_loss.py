@@ -20,7 +20,7 @@ from levelray.contracts.config import ModelLossConfig, RunConfig, replace_path, 
 from levelray.contracts.presets import apply_preset
 from levelray.contracts.spec import EnvSpec
 from levelray.deploy.cli import main
-from levelray.deploy.components import make_replay
+from levelray.deploy.training.components import make_replay
 from levelray.learner.core import LearnerCore
 from levelray.learner.model_batch import ModelBatch
 from levelray.learner.model_loss import MuZeroLoss
@@ -520,7 +520,7 @@ def test_model_loss_with_continuous_actions_is_refused_before_anything_starts(tm
 
 def test_model_loss_off_has_no_replay_service_and_no_model_modules():
     cfg = replace_path(_cartpole_cfg(), "model_loss.loss", "none")
-    from levelray.deploy.inline import InlineBackend
+    from levelray.deploy.training.inline import InlineBackend
 
     backend = InlineBackend(cfg)
     try:
@@ -533,7 +533,7 @@ def test_model_loss_terms_are_exported_to_prometheus_by_term():
     from prometheus_client import CollectorRegistry, generate_latest
     from prometheus_client.parser import text_string_to_metric_families
 
-    from levelray.deploy.metrics import JobCollector
+    from levelray.deploy.monitoring.metrics import JobCollector
 
     def exposition(snapshot: dict) -> dict[str, float]:
         registry, collector = CollectorRegistry(), JobCollector()

@@ -96,7 +96,7 @@ gym.register("LevelrayTest/OverflowingCartPole-v0",
 
 @pytest.mark.timeout(120)
 def test_a_diverging_run_stops_with_a_message_keeps_its_checkpoint_and_its_records(tmp_path):
-    from levelray.deploy.driver import train
+    from levelray.deploy.training.driver import train
 
     run = RunDir.start(tmp_path / "run")
     cfg = replace_paths(RunConfig(), {

@@ -41,7 +41,7 @@ def noisy_lines(text: str) -> list[str]:
 
 @pytest.mark.timeout(120)
 def test_a_metrics_port_in_use_is_one_line_before_the_run_directory_and_a_retry_works(tmp_path):
-    from levelray.deploy.metrics import MetricsServer
+    from levelray.deploy.monitoring.metrics import MetricsServer
 
     port = free_port()
     run = tmp_path / "run"
@@ -158,7 +158,7 @@ RECORD = {"env_steps": 1000, "env_steps_per_second": 250.0, "episode_return_mean
 
 
 def test_the_progress_line_is_rewritten_in_place_on_a_terminal_and_one_line_per_report_otherwise(monkeypatch):
-    from levelray.deploy import progress
+    from levelray.deploy.training import progress
 
     monkeypatch.setenv("COLUMNS", "200")  # the terminal's width (shutil.get_terminal_size reads it first)
 

@@ -17,9 +17,9 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from levelray.contracts.config import RunConfig, replace_paths
-from levelray.deploy.driver import train
-from levelray.deploy.ray_backend import RayJob
 from levelray.deploy.rundir import RunDir
+from levelray.deploy.training.driver import train
+from levelray.deploy.training.ray_backend import RayJob
 from tests import support
 from tests.support import free_port, json_output, wait_for
 
@@ -154,7 +154,7 @@ def test_actor_sends_unrolls_in_groups_and_stops_at_max_unrolls(ray_session):
 def test_scale_up_and_down_mid_run_and_status(ray_session, tmp_path, capsys):
     import ray
 
-    from levelray.deploy import control
+    from levelray.deploy.cluster import control
 
     cfg = cartpole_config(tmp_path, total_steps=10**9, actors__num_actors=1)
     job = RayJob(cfg, RunDir(cfg.run_dir))

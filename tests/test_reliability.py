@@ -15,9 +15,9 @@ import pytest
 import torch
 
 from levelray.contracts.config import ReplayConfig, RunConfig, replace_paths
-from levelray.deploy.driver import write_checkpoint
-from levelray.deploy.ray_backend import RayJob
 from levelray.deploy.rundir import RunDir
+from levelray.deploy.training.driver import write_checkpoint
+from levelray.deploy.training.ray_backend import RayJob
 from tests import support
 from tests.support import wait_for
 
@@ -352,7 +352,7 @@ def test_short_chaos_run_keeps_counters_checkpoints_and_training(ray_session, tm
 def test_a_relative_run_dir_is_made_absolute_on_the_driver(tmp_path, monkeypatch):
     """Service actors run in other working directories: a relative run directory handed to them would put
     their snapshots somewhere else. The driver resolves it before anything uses or records it."""
-    from levelray.deploy.driver import prepare_run_dir
+    from levelray.deploy.training.driver import prepare_run_dir
 
     monkeypatch.chdir(tmp_path)
     cfg = replace_paths(RunConfig(), {"env.id": "CartPole-v1", "env.num_levels": 0, "run_dir": "runs/relative"})

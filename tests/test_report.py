@@ -10,8 +10,8 @@ import torch
 
 from levelray.contracts.levels import LevelFeedback
 from levelray.deploy.cli import main
-from levelray.deploy.report import make_report
-from levelray.deploy.report_runs import level_matrix, load_run
+from levelray.deploy.report.command import make_report
+from levelray.deploy.report.runs import level_matrix, load_run
 
 TINY = ["--backend", "inline", "--num-actors", "1", "--envs-per-actor", "2", "--unroll-length", "8",
         "--metrics-port", "0", "--report-interval", "0", "--quiet"]
@@ -183,7 +183,7 @@ def test_report_groups_runs_into_arms_with_confidence_bands(tmp_path, capsys):
 
     # the curve itself: all runs lie on slope * s / 1000 + 0.1 * seed, so interpolation is exact and the band
     # at any step is the same t-interval of the offsets {0, 0.1, 0.2}
-    from levelray.deploy.report_runs import group_curve, group_runs, load_run
+    from levelray.deploy.report.runs import group_curve, group_runs, load_run
 
     loaded = [load_run(p) for p in runs]
     plr = group_runs(loaded, "levels.strategy")["levels.strategy=value_l1"]
@@ -262,7 +262,7 @@ def _quantiles(center: float) -> dict:
 def test_level_buffer_figure_from_records(tmp_path):
     """The figure from `level_score`, `levels_buffered` and `levels_replay_fraction` records of a buffer run and
     a fixed-set PLR run; skipped, with the reason, for a run without a level service."""
-    from levelray.deploy.report_runs import group_runs, score_quantiles
+    from levelray.deploy.report.runs import group_runs, score_quantiles
 
     buf = []
     for i in range(6):  # the buffer fills (2 levels a report, capacity 8) and its slots' seeds change
@@ -329,8 +329,8 @@ def test_gallery_draws_a_level_buffer(tmp_path):
     import os
 
     from levelray.contracts.config import LevelConfig
-    from levelray.deploy.report_gallery import choose_levels, sampler_points
-    from levelray.deploy.report_runs import label_runs
+    from levelray.deploy.report.gallery import choose_levels, sampler_points
+    from levelray.deploy.report.runs import label_runs
     from levelray.deploy.rundir import RunDir
     from levelray.level_service.buffer import LevelBuffer
     from levelray.level_service.service import LevelServiceCore

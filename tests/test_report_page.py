@@ -18,7 +18,7 @@ import torch
 
 from levelray.contracts import snapshot
 from levelray.deploy.cli import main
-from levelray.deploy.report import make_report
+from levelray.deploy.report.command import make_report
 from levelray.level_service.sampler import LevelSampler
 from tests.test_report import TINY
 

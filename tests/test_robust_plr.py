@@ -230,9 +230,9 @@ def test_resume_restores_the_level_buffer_exactly(tmp_path, one_thread):
     from levelray.contracts.config import from_dict
     from levelray.contracts.snapshot import packb
     from levelray.deploy.cli import main
-    from levelray.deploy.components import make_level_service
-    from levelray.deploy.driver import load_resume_state
     from levelray.deploy.rundir import RunDir
+    from levelray.deploy.training.components import make_level_service
+    from levelray.deploy.training.driver import load_resume_state
 
     run_dir = tmp_path / "run"
     args = ["train", "--backend", "inline", "--num-actors", "1", *ROBUST_RUN, "--run-dir", str(run_dir)]

@@ -8,10 +8,10 @@ import torch
 
 from levelray.contracts.config import ConfigError, replace_paths
 from levelray.contracts.validate import ray_resources, validate
-from levelray.deploy.control import job_status
-from levelray.deploy.driver import write_checkpoint
-from levelray.deploy.ray_backend import RayJob, check_placement
+from levelray.deploy.cluster.control import job_status
 from levelray.deploy.rundir import RunDir
+from levelray.deploy.training.driver import write_checkpoint
+from levelray.deploy.training.ray_backend import RayJob, check_placement
 from levelray.learner.ranks import merge_counters, merge_stats, rank_counters
 from tests import support
 from tests.support import wait_for
@@ -109,7 +109,7 @@ def test_a_two_learner_run_checkpoints_and_resumes_without_counters_stepping_bac
     import json
 
     from levelray.deploy.cli import main
-    from levelray.deploy.driver import load_resume_state
+    from levelray.deploy.training.driver import load_resume_state
 
     run = tmp_path / "run"
     common = ["--env", "CartPole-v1", "--num-levels", "50", "--num-actors", "2", "--envs-per-actor", "4",

@@ -1,4 +1,4 @@
-"""deploy.stats: the Student-t interval the comparison benchmarks and `levelray report --group-by` print."""
+"""deploy.report.stats: the Student-t interval the comparison benchmarks and `levelray report --group-by` print."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import math
 import numpy as np
 import pytest
 
-from levelray.deploy.stats import mean_ci, t_quantile
+from levelray.deploy.report.stats import mean_ci, t_quantile
 
 # Two-sided 95% and 99% critical values from published t tables (e.g. NIST/SEMATECH e-Handbook, 1.3.6.7.2).
 TABLE = [(0.975, 1, 12.706), (0.975, 2, 4.303), (0.975, 4, 2.776), (0.975, 9, 2.262), (0.975, 29, 2.045),
@@ -75,7 +75,7 @@ def test_one_value_has_no_spread_and_bad_input_is_refused():
 
 
 def test_ci_summary_keeps_only_finite_numbers():
-    from levelray.deploy.stats import ci_summary
+    from levelray.deploy.report.stats import ci_summary
 
     got = ci_summary([1.0, None, float("nan"), 3, True, float("inf")])
     assert got["n"] == 2 and got["mean"] == 2.0

@@ -15,10 +15,10 @@ from pathlib import Path
 import pytest
 
 from levelray.contracts.config import RunConfig
+from levelray.deploy.cluster.supervisor import RESPAWN_DELAY_MAX_S, respawn_delay
 from levelray.deploy.errors import error_summary
-from levelray.deploy.ray_backend import RayJob
 from levelray.deploy.rundir import RunDir
-from levelray.deploy.supervisor import RESPAWN_DELAY_MAX_S, respawn_delay
+from levelray.deploy.training.ray_backend import RayJob
 from tests import support
 from tests.support import wait_for
 
@@ -60,7 +60,7 @@ def test_status_is_one_snapshot_when_an_actor_dies_while_it_asks_the_others(ray_
     """`status()` waits on the live actors outside the lock; a death the monitor records meanwhile must not
     show up half: the error without the death that caused it, or the counters of one moment with the
     deaths of another. The monitor's `_ended` is run at exactly that point."""
-    from levelray.deploy.supervisor import Supervisor
+    from levelray.deploy.cluster.supervisor import Supervisor
 
     sup = Supervisor(small_config(tmp_path, actors__max_restarts=0), learner=None, monitor_interval_s=3600)
     sup.actors[0] = {"handle": None, "run_ref": None, "ready_ref": None, "ready_at": None,
@@ -77,8 +77,9 @@ def test_status_is_one_snapshot_when_an_actor_dies_while_it_asks_the_others(ray_
 
 def test_train_command_ends_a_failed_job_with_its_error_and_status_1(tmp_path, monkeypatch, capsys):
     """`levelray train` prints the reason a job failed (no traceback) and exits with status 1."""
-    from levelray.deploy import cli, driver
+    from levelray.deploy import cli
     from levelray.deploy.errors import JobFailed
+    from levelray.deploy.training import driver
 
     def failing_train(cfg, run_dir, **kw):
         raise JobFailed("env actors keep failing, the job stops: env actor 2 failed 3 times in a row "
@@ -98,7 +99,7 @@ def test_status_answers_quickly_and_names_what_pending_actors_wait_for(ray_sessi
     and neither `status` nor `scale` waits for them; a started actor that stops answering (its process
     stopped with SIGSTOP) is `unresponsive` after the short wait instead of holding `status` up."""
     ray = ray_session
-    from levelray.deploy import control
+    from levelray.deploy.cluster import control
 
     cfg = small_config(tmp_path, actors__num_cpus=64.0, actors__num_actors=3)
     job = RayJob(cfg, RunDir(cfg.run_dir))
@@ -154,8 +155,8 @@ def test_embedded_ray_scales_past_the_cores(tmp_path):
         import json, threading, time
         import ray
         from levelray.contracts.config import RunConfig, replace_paths
-        from levelray.deploy import control
-        from levelray.deploy.driver import prepare_run_dir, train
+        from levelray.deploy.cluster import control
+        from levelray.deploy.training.driver import prepare_run_dir, train
 
         cfg = replace_paths(RunConfig(), {{
             "env.id": "CartPole-v1", "env.num_levels": 0, "actors.num_actors": 1, "actors.envs_per_actor": 2,
@@ -213,8 +214,8 @@ def test_actors_crashing_at_start_back_off_then_stop_the_job_with_the_error(ray_
     failure in a row is past --max-actor-restarts 2 and the run ends with the actor's exception."""
     import gymnasium as gym
 
-    from levelray.deploy.driver import run
     from levelray.deploy.errors import JobFailed
+    from levelray.deploy.training.driver import run
 
     ray = ray_session
     if DRIVER_ONLY_ENV not in gym.envs.registry:

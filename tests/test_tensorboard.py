@@ -9,9 +9,9 @@ import math
 import pytest
 
 from levelray.contracts.config import RunConfig, replace_paths
-from levelray.deploy.driver import train
+from levelray.deploy.monitoring.tensorboard import scalars
 from levelray.deploy.rundir import RunDir
-from levelray.deploy.tensorboard import scalars
+from levelray.deploy.training.driver import train
 from tests.test_ray_system import read_tensorboard
 
 

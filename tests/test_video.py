@@ -1,7 +1,8 @@
 """Episode videos (`levelray evaluate --video`, `levelray train --video-interval`) and `level_frame`, on real
 envs, real checkpoints of tiny inline runs and real H.264 files read back with imageio.
 
-A video of an episode of L steps has exactly L frames (the frame each action was chosen on, `deploy.video`)."""
+A video of an episode of L steps has exactly L frames (the frame each action was chosen on,
+`deploy.evaluation.video`)."""
 
 from __future__ import annotations
 
@@ -17,10 +18,10 @@ import pytest
 from levelray.actors.envs import level_frame
 from levelray.contracts.config import EnvConfig, replace_paths
 from levelray.deploy.cli import main
-from levelray.deploy.level_sets import level_set_seeds
-from levelray.deploy.periodic_eval import PeriodicEvaluator
+from levelray.deploy.evaluation.level_sets import level_set_seeds
+from levelray.deploy.evaluation.video import watchable
 from levelray.deploy.rundir import checkpoint_weights, resolve_checkpoint
-from levelray.deploy.video import watchable
+from levelray.deploy.training.periodic_eval import PeriodicEvaluator
 from tests.support import TINY_INLINE_RUN as TINY
 from tests.support import json_output
 

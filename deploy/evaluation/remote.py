@@ -1,5 +1,5 @@
 """Evaluation fanned out over Ray tasks: `levelray evaluate --backend ray` and the periodic held-out
-evaluation of a Ray job. Each task plays its share of the episodes with `deploy.episodes.play_episodes` (one
+evaluation of a Ray job. Each task plays its share of the episodes with `deploy.evaluation.episodes.play_episodes` (one
 CPU, one torch thread) and the shares are merged in episode order, so the result is the one `evaluate_policy`
 would give for the same seeds. A periodic evaluation's video (`--video-interval`) is one more task, which
 returns the MP4's bytes for the driver to write into the run directory (on the driver's machine, which a task
@@ -14,8 +14,8 @@ import numpy as np
 import ray
 
 from levelray.contracts.config import RunConfig
-from levelray.deploy.episodes import merge_episodes, play_episodes, summarize
-from levelray.deploy.ray_cluster import init_ray
+from levelray.deploy.cluster.ray_cluster import init_ray
+from levelray.deploy.evaluation.episodes import merge_episodes, play_episodes, summarize
 
 
 @ray.remote(num_cpus=1)
@@ -30,7 +30,7 @@ def _eval_episodes(cfg: RunConfig, weights, seeds, episodes, greedy, num_envs, s
 def _record_video(cfg: RunConfig, weights, level_seed, greedy, seed) -> tuple[dict[str, Any], bytes]:
     import torch
 
-    from levelray.deploy.video import record_to_bytes
+    from levelray.deploy.evaluation.video import record_to_bytes
 
     torch.set_num_threads(1)
     return record_to_bytes(cfg, weights, level_seed, greedy=greedy, seed=seed)
@@ -77,7 +77,7 @@ def start_on_ray(cfg: RunConfig, weights_or_ref, seeds: np.ndarray, episodes: in
 def start_video(cfg: RunConfig, weights_or_ref, level_seed: int, *, greedy: bool, seed: int,
                 num_cpus: float = 1.0) -> ray.ObjectRef:
     """Start the task that records one episode of `level_seed` (non-blocking); its value is
-    `(deploy.video.record_episode's result, the MP4's bytes)`."""
+    `(deploy.evaluation.video.record_episode's result, the MP4's bytes)`."""
     return _record_video.options(num_cpus=num_cpus).remote(cfg, weights_or_ref, int(level_seed), greedy, seed)
 
 

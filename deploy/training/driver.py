@@ -3,8 +3,8 @@
 The loop reports, checkpoints, evaluates on held-out levels and decides when to stop; a backend only
 moves training forward and answers questions about it. Two backends implement `Backend`:
 
-- `deploy.inline.InlineBackend`: actors, learner and services in this process, stepped in turn;
-- `deploy.ray_backend.RayJob`: Ray actors that train on their own while the driver watches.
+- `deploy.training.inline.InlineBackend`: actors, learner and services in this process, stepped in turn;
+- `deploy.training.ray_backend.RayJob`: Ray actors that train on their own while the driver watches.
 
 Each pass of the loop: `advance` (the inline backend trains until the next report, checkpoint or
 evaluation is due; Ray just waits), `poll` a snapshot, turn it into one `metrics.jsonl` record and the
@@ -28,9 +28,9 @@ import numpy as np
 from levelray.contracts.config import RunConfig, replace_path
 from levelray.contracts.status import LEVEL_COMPLEXITY_KEYS, LEVEL_EDITOR_KEYS, StatusSnapshot, actor_counts
 from levelray.deploy.errors import JobFailed
-from levelray.deploy.periodic_eval import PeriodicEvaluator
-from levelray.deploy.progress import ProgressPrinter, reached_return, say
 from levelray.deploy.rundir import RunDir
+from levelray.deploy.training.periodic_eval import PeriodicEvaluator
+from levelray.deploy.training.progress import ProgressPrinter, reached_return, say
 from levelray.learner.core import TrainingDiverged, monotone_counters
 
 log = logging.getLogger(__name__)
@@ -222,7 +222,7 @@ class Reporter:
         self.last_test: dict[str, Any] = {}  # the last successful held-out evaluation
         self.tensorboard = None
         if cfg.tensorboard:
-            from levelray.deploy.tensorboard import TensorBoardWriter
+            from levelray.deploy.monitoring.tensorboard import TensorBoardWriter
 
             self.tensorboard = TensorBoardWriter(run_dir.path)
 
@@ -351,7 +351,7 @@ def prepare_run_dir(
     cfg: RunConfig, *, resume: bool = False, overwrite: bool = False, saved: RunConfig | None = None
 ) -> RunDir:
     """Check the whole config (`contracts.validate`), that the env exists and that the metrics port can be
-    served (`deploy.metrics.check_metrics_port`), claim the run directory (see
+    served (`deploy.monitoring.metrics.check_metrics_port`), claim the run directory (see
     `RunDir.start`) and write the resolved config into it: the one place both the command line and
     `levelray.train` pass through before anything starts, whichever the backend. On resume, `saved` is the
     run's own config: overrides are checked against it, and the directory must hold a checkpoint, before
@@ -378,10 +378,10 @@ def prepare_run_dir(
                           f"one-hot action and its policy head is categorical), but env.id {cfg.env.id!r} has "
                           f"continuous ones; use --model-loss none")
     if cfg.eval.video_interval > 0:  # an env that cannot draw frames is refused before the directory exists
-        from levelray.deploy.video import check_renders
+        from levelray.deploy.evaluation.video import check_renders
 
         check_renders(cfg.env, "--video-interval")
-    from levelray.deploy.metrics import check_metrics_port
+    from levelray.deploy.monitoring.metrics import check_metrics_port
     from levelray.deploy.rundir import RunDirInUse
 
     if resume and not RunDir(cfg.run_dir).list_checkpoints():
@@ -410,7 +410,7 @@ def train(
 ) -> dict[str, Any]:
     """Build the backend `cfg.backend` names and run it; the metrics endpoint serves from the start.
     `cfg.run_dir` is taken from `run_dir` (the directory `prepare_run_dir` claimed)."""
-    from levelray.deploy.metrics import MetricsServer
+    from levelray.deploy.monitoring.metrics import MetricsServer
 
     cfg = replace_path(cfg, "run_dir", str(run_dir.path))
 
@@ -420,11 +420,11 @@ def train(
         print(f"levelray: metrics on http://{cfg.metrics_host}:{metrics.port}/metrics", flush=True)
     try:
         if cfg.backend == "inline":
-            from levelray.deploy.inline import InlineBackend
+            from levelray.deploy.training.inline import InlineBackend
 
             backend: Backend = InlineBackend(cfg, resume_state=resume_state)
         else:
-            from levelray.deploy.ray_backend import RayJob
+            from levelray.deploy.training.ray_backend import RayJob
 
             backend = RayJob.start(cfg, run_dir, resume_state=resume_state)
         return run(cfg, run_dir, backend, stop=stop, metrics=metrics, on_report=None if quiet else ProgressPrinter())

@@ -7,7 +7,7 @@ cluster. It creates, in this order (data flows one way: actors -> learner -> ser
     replay service (PER) <- unrolls/prios --     ^ unrolls         | weights by version
     supervisor (named) -- owns --> env actors ---+  <--------------+ (object store)
 
-The actors train on their own; `deploy.driver.run` polls them every report interval (records,
+The actors train on their own; `deploy.training.driver.run` polls them every report interval (records,
 Prometheus, checkpoints, held-out evaluation, stop conditions) through the `Backend` methods here.
 """
 
@@ -27,11 +27,11 @@ from levelray.contracts.config import ConfigError, RunConfig, uses_level_service
 from levelray.contracts.levels import training_seeds
 from levelray.contracts.status import PUBLISHED_KEYS, StatusSnapshot
 from levelray.contracts.validate import MIN_RAY_REPORT_INTERVAL_S, ray_resources
-from levelray.deploy.components import service_section
-from levelray.deploy.eval_ray import eval_workers
-from levelray.deploy.ray_cluster import init_ray
+from levelray.deploy.cluster.ray_cluster import init_ray
+from levelray.deploy.cluster.supervisor import NAMESPACE, SUPERVISOR_NAME, Supervisor
+from levelray.deploy.evaluation.remote import eval_workers
 from levelray.deploy.rundir import RunDir
-from levelray.deploy.supervisor import NAMESPACE, SUPERVISOR_NAME, Supervisor
+from levelray.deploy.training.components import service_section
 from levelray.learner import service as learner_service
 from levelray.learner.core import monotone_counters
 from levelray.learner.ranks import merge_counters, merge_stats, rank_counters
@@ -80,7 +80,7 @@ def check_placement(cfg: RunConfig) -> None:
 
 
 class RayJob:
-    """The running job's handles and the Ray `Backend` (`deploy.driver.run` drives it; tests drive it directly).
+    """The running job's handles and the Ray `Backend` (`driver.run` drives it; tests drive it directly).
 
     Failure handling (see README, "Operations"): env actors are replaced by the supervisor, with growing
     delays while they keep failing at start (past `actors.max_restarts` failures in a row the supervisor's
@@ -95,7 +95,7 @@ class RayJob:
                  embedded: bool = False):
         """`embedded`: the Ray this job runs on was started by this process for it (`start()` without an
         address), on the user's own machine: env actors then ask for no CPU unless `--actor-cpus` says
-        otherwise, so `levelray scale` is never refused for want of logical CPUs (see `deploy.supervisor`)."""
+        otherwise, so `levelray scale` is never refused for want of logical CPUs (see `deploy.cluster.supervisor`)."""
         self.cfg = cfg
         self.run_dir = run_dir
         self.spec = env_spec(cfg.env)

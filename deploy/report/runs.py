@@ -1,6 +1,6 @@
 """The runs a report draws: each run directory's config, `metrics.jsonl` records and checkpoints, read into
-the series, heat-map matrices, histograms and grouped curves that `deploy.report_figures` plots and
-`deploy.report` summarises. A run is a dict `{name, path, config (dict), strategy, buffer, label, records}`;
+the series, heat-map matrices, histograms and grouped curves that `deploy.report.figures` plots and
+`deploy.report.command` summarises. A run is a dict `{name, path, config (dict), strategy, buffer, label, records}`;
 `buffer` is True for a run whose level service keeps a level buffer (`--num-levels 0` with a scored strategy)."""
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ import numpy as np
 
 from levelray.contracts.config import ConfigError
 from levelray.contracts.levels import UNSCORED_STRATEGIES
-from levelray.deploy.stats import ci_summary, mean_ci
+from levelray.deploy.report.stats import ci_summary, mean_ci
 
 BAND_POINTS = 60  # env-step grid the grouped curves are interpolated onto
 SCORE_QUANTILES = ("min", "p25", "median", "p75", "max")  # the `level_score` keys the buffer figure draws

@@ -7,7 +7,7 @@ import logging
 import os
 import sys
 
-from levelray.deploy.supervisor import NAMESPACE
+from levelray.deploy.cluster.supervisor import NAMESPACE
 
 # Where Ray 2.60 logs that it turned token authentication on for a new local cluster, and how that line starts.
 AUTH_LOGGER = "ray._private.authentication.authentication_token_setup"

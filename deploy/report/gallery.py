@@ -35,7 +35,7 @@ import numpy as np
 from levelray.contracts.config import ConfigError, EnvConfig, from_dict
 from levelray.contracts.levels import STRATEGIES, UNSCORED_STRATEGIES
 from levelray.contracts.maze import EDITED_ID_BASE, suite_names
-from levelray.deploy.report_runs import checkpoint_dirs, checkpoint_env_steps, load_level_state
+from levelray.deploy.report.runs import checkpoint_dirs, checkpoint_env_steps, load_level_state
 
 GALLERY_LEVELS = 16  # levels per side: the most and the least likely
 EARLIER_POINTS = 3  # checkpoints before the end that get a gallery too (evenly spaced over the kept ones)
@@ -135,7 +135,7 @@ def draw_gallery(out: Path, title: str, most: list[dict], least: list[dict], fra
 
 
 def _scored(run: dict) -> bool:
-    """A PLR run: a scored strategy over a fixed set, or a level buffer (`report_runs.load_run`)."""
+    """A PLR run: a scored strategy over a fixed set, or a level buffer (`runs.load_run`)."""
     return bool(run.get("buffer")) or (run["strategy"] in STRATEGIES and run["strategy"] not in UNSCORED_STRATEGIES)
 
 

@@ -1,14 +1,14 @@
 """`levelray evaluate`: a policy's returns on training levels and on held-out levels.
 
 The command's arguments, the checkpoint-wide result (`levelray evaluate --json`, `levelray.evaluate`) and
-its table. The parts it is made of each live apart: which seeds a level set plays (`deploy.level_sets`),
-playing episodes in this process (`deploy.episodes`), the same split over Ray tasks (`deploy.eval_ray`),
-and the checkpoint it loads (`deploy.rundir.resolve_checkpoint`). The training-time held-out evaluation
-is `deploy.periodic_eval.PeriodicEvaluator`. `--video DIR` adds episode videos (`deploy.video`), played in
-this process apart from the statistics' episodes, so the results are the same with or without them.
+its table. The parts it is made of each live apart: which seeds a level set plays (`level_sets`), playing
+episodes in this process (`episodes`), the same split over Ray tasks (`remote`), and the checkpoint it loads
+(`deploy.rundir.resolve_checkpoint`). The training-time held-out evaluation is
+`deploy.training.periodic_eval.PeriodicEvaluator`. `--video DIR` adds episode videos (`video`), played in this
+process apart from the statistics' episodes, so the results are the same with or without them.
 
 A maze run's level sets (`maze-suite`, `maze-<N>`) are each played with their own env config
-(`deploy.level_sets.plan_level_sets`: `maze-25` generates its levels with 25 walls), and the suite's mazes
+(`deploy.evaluation.level_sets.plan_level_sets`: `maze-25` generates its levels with 25 walls), and the suite's mazes
 add their mean (`maze_suite`).
 """
 
@@ -25,8 +25,8 @@ import numpy as np
 
 from levelray.contracts.config import ConfigError, RunConfig
 from levelray.contracts.levels import training_range
-from levelray.deploy.episodes import add_human_normalized, atari_game, evaluate_policy
-from levelray.deploy.level_sets import MAZE_BLOCKS_RE, parse_level_sets, plan_level_sets
+from levelray.deploy.evaluation.episodes import add_human_normalized, atari_game, evaluate_policy
+from levelray.deploy.evaluation.level_sets import MAZE_BLOCKS_RE, parse_level_sets, plan_level_sets
 from levelray.deploy.rundir import checkpoint_weights, resolve_checkpoint
 
 
@@ -38,7 +38,7 @@ def _evaluate_sets(
     """The `evaluate_policy` result of each level set, each played with its own config, in this process or
     over Ray tasks."""
     if backend == "ray":
-        from levelray.deploy.eval_ray import evaluate_sets_on_ray
+        from levelray.deploy.evaluation.remote import evaluate_sets_on_ray
 
         return evaluate_sets_on_ray(cfg_by_set, weights, seeds_by_set, episodes, greedy=greedy, num_envs=num_envs,
                                     seed=seed, address=address, num_workers=num_workers)
@@ -63,12 +63,12 @@ def evaluate_checkpoint(
     num_workers: int | None = None, video_dir: str | os.PathLike | None = None, video_episodes: int = 1,
 ) -> dict[str, Any]:
     """Evaluate CHECKPOINT on each level set; the result of `levelray evaluate --json`. With `video_dir`,
-    also `video_episodes` videos per level set there (`deploy.video`), listed under `videos`. Suite mazes
+    also `video_episodes` videos per level set there (`deploy.evaluation.video`), listed under `videos`. Suite mazes
     (`--levels maze-suite`) add `maze_suite`, the mean over those played (`maze_suite_summary`)."""
     ckpt = resolve_checkpoint(checkpoint)
     cfg: RunConfig = ckpt["cfg"]
     if video_dir is not None:
-        from levelray.deploy.video import check_renders
+        from levelray.deploy.evaluation.video import check_renders
 
         check_renders(cfg.env, "--video")  # an env that cannot draw frames is refused before anything runs
     episodes = episodes or cfg.eval.episodes
@@ -105,7 +105,7 @@ def evaluate_checkpoint(
     if suite:
         out["maze_suite"] = maze_suite_summary(results, suite)
     if video_dir is not None:
-        from levelray.deploy.video import write_level_set_videos
+        from levelray.deploy.evaluation.video import write_level_set_videos
 
         out["videos"] = [video for which, seeds in seeds_by_set.items()
                          for video in write_level_set_videos(cfg_by_set[which], weights, {which: seeds}, video_dir,

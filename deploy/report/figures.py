@@ -1,7 +1,7 @@
-"""The report's figures (matplotlib, Agg, no display), each drawn from the runs `deploy.report_runs` reads.
+"""The report's figures (matplotlib, Agg, no display), each drawn from the runs `deploy.report.runs` reads.
 
 Each figure function returns `{path, series}` (the PNG and its line labels), or `{path: None, series: [],
-skipped: reason}` when no run has its data; see `deploy.report` for the list of figures.
+skipped: reason}` when no run has its data; see `deploy.report.command` for the list of figures.
 """
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ import numpy as np
 
 from levelray.contracts.config import MODEL_LOSS_TERMS
 from levelray.contracts.levels import UNSCORED_STRATEGIES
-from levelray.deploy.report_runs import (
+from levelray.deploy.report.runs import (
     final_values,
     group_curve,
     group_runs,

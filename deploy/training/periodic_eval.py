@@ -1,7 +1,7 @@
 """Held-out evaluation during training: the same evaluation as `levelray evaluate --levels test`, every
 `cfg.eval.interval_updates` learner versions (on Ray as remote tasks, inline synchronously), and with
 `cfg.eval.video_interval` N a video of one held-out episode with every Nth of them, in `RUN_DIR/videos/`
-(`deploy.video`)."""
+(`deploy.evaluation.video`)."""
 
 from __future__ import annotations
 
@@ -12,10 +12,10 @@ from typing import Any
 
 from levelray.contracts.atari_scores import human_normalized_score
 from levelray.contracts.config import RunConfig
-from levelray.deploy.episodes import atari_game, play_episodes, summarize
 from levelray.deploy.errors import error_summary
-from levelray.deploy.level_sets import level_set_seeds
-from levelray.deploy.video import VIDEOS_DIR, check_renders, record_to_bytes, save_video, video_name
+from levelray.deploy.evaluation.episodes import atari_game, play_episodes, summarize
+from levelray.deploy.evaluation.level_sets import level_set_seeds
+from levelray.deploy.evaluation.video import VIDEOS_DIR, check_renders, record_to_bytes, save_video, video_name
 
 log = logging.getLogger(__name__)
 
@@ -57,9 +57,9 @@ class PeriodicEvaluator:
             self._check_video()
         self._ray = None
         if use_ray and self.enabled:
-            from levelray.deploy import eval_ray  # Ray is imported only by a job that runs on it
+            from levelray.deploy.evaluation import remote  # Ray is imported only by a job that runs on it
 
-            self._ray = eval_ray
+            self._ray = remote
 
     def _check_video(self) -> None:
         problem = "cfg.run_dir is not set" if self.videos_dir is None else None

@@ -1,6 +1,6 @@
 """Playing a policy's episodes in this process, and the result they add up to.
 
-Each episode plays the next seed of its level set (`deploy.level_sets`). Exactly `episodes` episodes are
+Each episode plays the next seed of its level set (`deploy.evaluation.level_sets`). Exactly `episodes` episodes are
 started and every one of them is played to its end (an env that has no episode left to start idles), so
 short episodes are not over-represented. Every returned seed is the level the env reported playing.
 

@@ -27,11 +27,11 @@ Reads each run's `config.yaml`, `metrics.jsonl` and checkpoints, and writes (mat
     level_gallery_run<i>_<env steps>.png
                            each PLR run's levels (of its set or its buffer): the first frame of the 16 most and
                            16 least likely levels at the end of the run and at up to 3 earlier checkpoints
-                           (`deploy.report_gallery`); an ACCEL run's edited levels are drawn from their
+                           (`deploy.report.gallery`); an ACCEL run's edited levels are drawn from their
                            encodings
     maze_suite.png         maze runs: every maze of the zero-shot test suite, as the env draws it
     index.html             one page with all of the above, the runs' configs side by side and the videos found
-                           in the run directories, copied into videos/ (`deploy.report_html`)
+                           in the run directories, copied into videos/ (`deploy.report.html`)
 
 Level heat maps come from the `level_weights` / `level_staleness` vectors of `metrics.jsonl` records
 where present, else from the level sampler states saved in the run's checkpoints (one row per kept
@@ -39,8 +39,8 @@ checkpoint). The replay histogram comes from `replay_priority_hist` (or `replay.
 {edges, counts}, else from the replay state of the latest checkpoint. A figure without data is skipped,
 with the reason in the returned dict and in summary.md.
 
-This module writes summary.md and runs the command; reading the runs is `deploy.report_runs`, drawing the
-figures `deploy.report_figures`, the level gallery `deploy.report_gallery`, the page `deploy.report_html`.
+This module writes summary.md and runs the command; reading the runs is `deploy.report.runs`, drawing the
+figures `deploy.report.figures`, the level gallery `deploy.report.gallery`, the page `deploy.report.html`.
 """
 
 from __future__ import annotations
@@ -54,7 +54,7 @@ from typing import Any
 import numpy as np
 
 from levelray.contracts.config import ConfigError, leaves
-from levelray.deploy.report_figures import (
+from levelray.deploy.report.figures import (
     bands_figure,
     complexity_figure,
     level_buffer_figure,
@@ -65,9 +65,9 @@ from levelray.deploy.report_figures import (
     priorities_figure,
     returns_figure,
 )
-from levelray.deploy.report_gallery import gallery_figure, suite_figure
-from levelray.deploy.report_html import write_page
-from levelray.deploy.report_runs import label_runs, last_value, load_run
+from levelray.deploy.report.gallery import gallery_figure, suite_figure
+from levelray.deploy.report.html import write_page
+from levelray.deploy.report.runs import label_runs, last_value, load_run
 
 
 def check_group_by(path: str) -> None:

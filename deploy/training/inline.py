@@ -3,7 +3,7 @@
 For a GPU box without Ray, for debugging, and for machines that cannot install Ray. The same config,
 services, learner train step (`LearnerCore`) and rollout code as the Ray backend; only the transport
 differs: actors are `RolloutWorker`s stepped in turn, the level and replay services are their cores
-called directly. `deploy.driver.run` drives it like any other backend.
+called directly. `deploy.training.driver.run` drives it like any other backend.
 """
 
 from __future__ import annotations
@@ -17,8 +17,8 @@ from levelray.actors.envs import env_spec, make_env_vector
 from levelray.actors.rollout import RolloutWorker
 from levelray.contracts.config import RunConfig, uses_level_service, uses_replay
 from levelray.contracts.status import StatusSnapshot
-from levelray.deploy.components import make_level_service, make_replay
-from levelray.deploy.progress import reached_return
+from levelray.deploy.training.components import make_level_service, make_replay
+from levelray.deploy.training.progress import reached_return
 from levelray.learner.core import LearnerCore
 
 if TYPE_CHECKING:

@@ -9,7 +9,7 @@ import sys
 import ray
 
 from levelray.contracts.status import PUBLISHED_KEYS, STATUS_LEARNER_KEYS
-from levelray.deploy.supervisor import NAMESPACE, SUPERVISOR_NAME
+from levelray.deploy.cluster.supervisor import NAMESPACE, SUPERVISOR_NAME
 
 
 def connect(address: str):

@@ -2,7 +2,7 @@
 
 `levelray evaluate --video DIR` records `--video-episodes` episodes of each level set (`write_level_set_videos`);
 `levelray train --video-interval N` one held-out episode with every Nth periodic evaluation, into
-`RUN_DIR/videos/` (`deploy.periodic_eval`; on Ray a task plays and encodes it and returns the MP4's bytes,
+`RUN_DIR/videos/` (`deploy.training.periodic_eval`; on Ray a task plays and encodes it and returns the MP4's bytes,
 which the driver writes, since the run directory is on the driver's machine).
 
 An episode is played by the evaluation's own policy code (`actors.rollout.RolloutWorker`, greedy or sampled as
