@@ -166,7 +166,7 @@ class RemoteLevels:
 # The learner's torch threads: every core of its machine, up to 4. Ray starts the actor with OMP_NUM_THREADS set
 # to its 1 reserved CPU, which would leave torch one thread. Measured on the 2-core machine, README's main job (2
 # env actors of 1 thread each, learner-bound) ran at 708 and 737 env steps/s with the learner on 1 thread, 1,071,
-# 1,106 and 1,104 with 2 (RESULTS: "bf16 (issue 30)"): the actors wait on the learner, so its second thread takes
+# 1,106 and 1,104 with 2 (RESULTS: "bf16"): the actors wait on the learner, so its second thread takes
 # time they would not use. The cap of 4 keeps a learner on a large shared node from crowding its co-located
 # actors (not measured here). The actors keep 1 thread each (`EnvActor`): with 2 each the same job lost 7%.
 MAX_LEARNER_THREADS = 4
@@ -184,7 +184,7 @@ def inbound_queue_size(learner: LearnerConfig, batch_unrolls: int) -> int:
     unrolls. A full queue blocks the actors' `submit_batch` (backpressure). Every batch waiting in it adds one
     version to the policy lag of the unrolls behind it. One batch ready while the learner trains on another kept
     README's main job at a lag of 3 versions (16 with 32 unrolls) for 3% of its env steps/s (measured:
-    benchmarks/RESULTS.md, "bf16 (issue 30)")."""
+    benchmarks/RESULTS.md, "bf16")."""
     return learner.queue_size if learner.queue_size is not None else batch_unrolls
 
 

@@ -16,7 +16,7 @@ replay priorities and PLR's scores are float32 arithmetic on those outputs. The 
 Fast bf16 means: a CUDA device that supports it (`torch.cuda.is_bf16_supported()`: Ampere or later), or a CPU
 whose flags include `avx512_bf16` or `amx_bf16` (oneDNN's native bf16 kernels; detected from the CPU, never
 assumed). Which networks `auto` puts in bf16 was measured per network, update and inference apart
-(`benchmarks/bench_learner`, RESULTS.md: "bf16 (issue 30)"): the IMPALA CNN, a large convolution stack, gains
+(`benchmarks/bench_learner`, RESULTS.md: "bf16"): the IMPALA CNN, a large convolution stack, gains
 in both; the MiniGrid net's and the MLP's few small products lose to the casts or gain too little to matter.
 """
 
@@ -34,7 +34,7 @@ __all__ = ["AUTO_BF16", "AUTO_BF16_INFERENCE", "PRECISIONS", "autocast", "bf16_i
 log = logging.getLogger(__name__)
 
 PRECISIONS = ("auto", "fp32", "bf16")
-# The networks `auto` runs in bf16 on fast-bf16 hardware (measured: benchmarks/RESULTS.md, "bf16 (issue 30)"):
+# The networks `auto` runs in bf16 on fast-bf16 hardware (measured: benchmarks/RESULTS.md, "bf16"):
 # in the learner's update, and in the actors' forward pass at an env vector's batch
 AUTO_BF16 = frozenset({"impala_cnn"})
 AUTO_BF16_INFERENCE = frozenset({"impala_cnn"})

@@ -1,6 +1,6 @@
 """The learner's inbound queue: one batch by default, so a learner-bound run's actors wait instead of running
 ahead with a stale policy (measured: README's main job at a policy lag of ~16 versions with a 32-unroll queue,
-~3 with one batch; benchmarks/RESULTS.md, "bf16 (issue 30)")."""
+~3 with one batch; benchmarks/RESULTS.md, "bf16")."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Checks of the whole config before anything starts (`contracts.validate`, issue 14 item 6): each problem is
+"""Checks of the whole config before anything starts (`contracts.validate`): each problem is
 refused with the dotted names of its fields, by the real command line with exit code 2, no traceback and no
 run directory, and by `levelray.train` with a `ConfigError`.
 
@@ -235,16 +235,17 @@ def test_python_api_refuses_before_writing_anything(tmp_path):
 
 
 @pytest.mark.timeout(180)
-def test_a_run_trained_with_a_now_refused_value_can_still_be_resumed(tmp_path, capsys):
-    """A run from before these checks (replay 0.5 of a batch of 3) keeps what it was trained with: resuming it
-    warns instead of refusing, since --resume may not change those values."""
+def test_a_saved_config_the_checks_refuse_is_resumed_with_a_warning(tmp_path, capsys):
+    """A run directory whose saved config holds a value the checks refuse (replay 0.5 of a batch of 3, written
+    into config.yaml here) keeps what its checkpoint was trained with: resuming it warns instead of refusing,
+    since --resume may not change those values."""
     run = tmp_path / "run"
     tiny = ["--backend", "inline", "--env", "CartPole-v1", "--num-levels", "0", "--num-actors", "1",
             "--envs-per-actor", "2", "--unroll-length", "8", "--metrics-port", "0", "--quiet"]
     assert main(["train", *tiny, "--batch-size", "2", "--replay-ratio", "0.5", "--replay-min-size", "2",
                  "--total-steps", "64", "--run-dir", str(run)]) == 0
     saved = yaml.safe_load((run / "config.yaml").read_text())
-    saved["learner"]["batch_size"] = 3  # as an older version would have accepted
+    saved["learner"]["batch_size"] = 3  # a value `validate` refuses for a new run
     (run / "config.yaml").write_text(yaml.safe_dump(saved))
     capsys.readouterr()
     assert main(["train", "--resume", str(run), "--total-steps", "160", "--quiet"]) == 0

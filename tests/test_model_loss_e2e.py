@@ -21,7 +21,7 @@ ENVS = {
 }
 TERMS = ("learner_model_value_loss", "learner_model_reward_loss", "learner_model_policy_loss",
          "learner_model_game_over_loss")
-# what a regression of the model loss is traced to (issue 26's metric names, read by benchmarks.model_loss_fair)
+# what a regression of the model loss is traced to (the diagnostic metric names benchmarks.model_loss_fair reads)
 DIAGNOSTICS = ("learner_torso_grad_norm_vtrace", "learner_torso_grad_norm_model", "learner_feature_rms",
                "learner_model_batch_age")
 

@@ -1,5 +1,5 @@
 """A NaN/Inf loss or gradient skips the update (model, optimiser, PopArt statistics and version as they
-were), is counted, and N in a row stop the job with a message naming what diverged (issue 14 item 5)."""
+were), is counted, and N in a row stop the job with a message naming what diverged."""
 
 from __future__ import annotations
 
