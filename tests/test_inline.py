@@ -88,8 +88,8 @@ def test_python_api_trains_and_evaluates(tmp_path):
 
 @pytest.mark.timeout(120)
 def test_a_run_directory_holding_a_run_is_refused_unless_resume_or_overwrite(tmp_path, capsys):
-    """Reusing --run-dir without --resume once kept the old run's higher-versioned checkpoints and
-    pruned the new run's as soon as they were written; now it is refused, and nothing there changes."""
+    """Reusing --run-dir without --resume would mix two runs' checkpoints (the old run's higher versions kept,
+    the new run's pruned as soon as they were written): it is refused, and nothing there changes."""
     run = tmp_path / "run"
     args = [*CARTPOLE, "--num-levels", "0", "--run-dir", str(run)]
     assert main(["train", *args, "--total-steps", "3200"]) == 0  # 10 updates

@@ -264,7 +264,7 @@ def test_a_hung_level_service_never_stalls_an_actor(ray_session):
         first = ray.get(actor.collect.remote(1), timeout=60)[0]
         assert set(first["level_seeds"][0].tolist()) <= set(range(50))  # the service's seeds at the start
         os.kill(pid, signal.SIGSTOP)
-        # 20 x 20 steps x 4 envs: ~80 episode ends, under a second; one blocking wait used to take 30 s. The
+        # 20 x 20 steps x 4 envs: ~80 episode ends, under a second, where one blocking wait would take 30 s. The
         # actor holds about a second of prefetched levels: collect until they have run out.
         ended, info = 0, {}
         for _ in range(30):
