@@ -43,6 +43,7 @@ import os
 import re
 from collections.abc import Collection
 from dataclasses import dataclass
+from typing import Any
 
 from levelray.contracts.config import ConfigError, RunConfig, coerce_value, get_path, leaves, uses_replay
 from levelray.contracts.levels import UNSCORED_STRATEGIES
@@ -73,13 +74,16 @@ class Problem:
         return self.message
 
 
-def _leaf_problems(cfg: RunConfig) -> list[Problem]:
-    """Every leaf through `coerce_value` again: a value a section kept as given because it does not convert
-    (see `contracts.config`'s sections) is refused here with its dotted path."""
+def leaf_problems(section: Any, prefix: str = "") -> list[Problem]:
+    """Every leaf of `section` (the whole `RunConfig`, or one section with its dotted `prefix`, e.g. "levels.")
+    through `coerce_value` again, against its type, choices and bounds in the field's metadata: a value a section
+    kept as given because it does not convert (see `contracts.config`'s sections), or one out of range in a
+    section built in Python, is refused with its dotted path. The services check the sections they are handed
+    with this (`level_service.checks`), so a leaf's range is written once, in its metadata."""
     found = []
-    for path, f, tp in leaves():
+    for path, f, tp in leaves(type(section), prefix):
         try:
-            coerce_value(path, tp, get_path(cfg, path), dict(f.metadata))
+            coerce_value(path, tp, get_path(section, path.removeprefix(prefix)), dict(f.metadata))
         except ConfigError as exc:
             found.append(Problem((path,), str(exc)))
     return found
@@ -348,7 +352,7 @@ def _editor_problems(cfg: RunConfig) -> list[Problem]:
 
 def problems(cfg: RunConfig) -> list[Problem]:
     """Everything wrong with `cfg`; leaf problems alone when there are any (the rest assume sound leaves)."""
-    found = _leaf_problems(cfg)
+    found = leaf_problems(cfg)
     if found:
         return found
     return [*_replay_problems(cfg), *_model_problems(cfg), *_device_problems(cfg), *_learner_placement_problems(cfg),
