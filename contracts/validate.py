@@ -45,7 +45,7 @@ from collections.abc import Collection
 from dataclasses import dataclass
 from typing import Any
 
-from levelray.contracts.config import ConfigError, RunConfig, coerce_value, get_path, leaves, uses_replay
+from levelray.contracts.config import ConfigError, EnvConfig, RunConfig, coerce_value, get_path, leaves, uses_replay
 from levelray.contracts.levels import UNSCORED_STRATEGIES
 from levelray.contracts.maze import ENV_PREFIX as MAZE_PREFIX
 
@@ -331,23 +331,41 @@ def _level_problems(cfg: RunConfig) -> list[Problem]:
 
 
 def _editor_problems(cfg: RunConfig) -> list[Problem]:
-    """ACCEL's editor needs what its children are: maze levels held as data, kept in a level buffer, scored by a
-    strategy, and (as ACCEL is Robust PLR plus the editor) played without gradient."""
+    """ACCEL's editor needs what its children are: maze levels held as data, kept in a level buffer
+    (`editor_space_problems`), scored by a strategy, and (as ACCEL is Robust PLR plus the editor) played without
+    gradient."""
     lv = cfg.levels
+    found = editor_space_problems(lv.editor, cfg.env, unbounded=cfg.env.num_levels == 0)
     if lv.editor == "none":
-        return []
-    needs = []
-    if not str(cfg.env.id).startswith(MAZE_PREFIX):
-        needs.append((("levels.editor", "env.id"), f"a maze family (--env maze:<W>x<H>), not {cfg.env.id}"))
-    if cfg.env.num_levels != 0:
-        needs.append((("levels.editor", "env.num_levels"), "an unbounded level space (--num-levels 0)"))
+        return found
     if lv.strategy in UNSCORED_STRATEGIES:
-        needs.append((("levels.editor", "levels.strategy"), f"a scored strategy (not {lv.strategy}), such as "
-                                                            "--level-strategy positive_value_loss"))
+        found.append(_editor_needs(lv.editor, "levels.strategy", f"a scored strategy (not {lv.strategy}), such as "
+                                                                 "--level-strategy positive_value_loss"))
     if not lv.robust:
-        needs.append((("levels.editor", "levels.robust"), "Robust PLR (--level-robust): children are scored, "
-                                                          "never trained on"))
-    return [Problem(paths, f"levels.editor {lv.editor} needs {what}") for paths, what in needs]
+        found.append(_editor_needs(lv.editor, "levels.robust", "Robust PLR (--level-robust): children are scored, "
+                                                               "never trained on"))
+    return found
+
+
+def editor_space_problems(editor: str, env: EnvConfig | None, *, unbounded: bool) -> list[Problem]:
+    """What ACCEL's editor (`levels.editor`) needs of the level space it edits: a maze family (its levels are
+    edited as data) and an unbounded space (`unbounded`: its children are levels outside any fixed set). The run
+    config is checked with it, and so is the level service where it makes the editor
+    (`level_service.spaces.make_sampler`, whose level space is the seeds it was given)."""
+    if editor == "none":
+        return []
+    env_id = None if env is None else env.id
+    found = []
+    if not str(env_id).startswith(MAZE_PREFIX):
+        found.append(_editor_needs(editor, "env.id", f"a maze family (--env maze:<W>x<H>), not {env_id}"))
+    if not unbounded:
+        found.append(_editor_needs(editor, "env.num_levels", "an unbounded level space (--num-levels 0): its "
+                                                             "children are levels outside any fixed set"))
+    return found
+
+
+def _editor_needs(editor: str, path: str, what: str) -> Problem:
+    return Problem(("levels.editor", path), f"levels.editor {editor} needs {what}")
 
 
 def problems(cfg: RunConfig) -> list[Problem]:
