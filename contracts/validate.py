@@ -26,6 +26,8 @@ problem named by the dotted paths of its fields:
   above `model_loss.td_steps` or a dynamic horizon (`model_loss.max_bootstrap_age` > 0) with `model_loss.td_steps` -1,
   `model_loss.target_update_tau` 0 (the target network would never move), the model loss with every term off
   (`model_loss.loss_weight` 0), and `replay.max_use` too small to serve one model batch.
+  The model loss needs discrete actions (`check_model_loss_actions`): checked once the env's spec is known, by
+  `deploy.driver.prepare_run_dir` (and the learner, which holds the spec).
 
 - ACCEL's editor (`levels.editor accel`) without what it needs: a maze env (`env.id` maze:<W>x<H>), an unbounded
   level space (`env.num_levels` 0), a scored `levels.strategy`, and `levels.robust` (children are never trained on).
@@ -45,9 +47,19 @@ from collections.abc import Collection
 from dataclasses import dataclass
 from typing import Any
 
-from levelray.contracts.config import ConfigError, EnvConfig, RunConfig, coerce_value, get_path, leaves, uses_replay
+from levelray.contracts.config import (
+    ConfigError,
+    EnvConfig,
+    ModelLossConfig,
+    RunConfig,
+    coerce_value,
+    get_path,
+    leaves,
+    uses_replay,
+)
 from levelray.contracts.levels import UNSCORED_STRATEGIES
 from levelray.contracts.maze import ENV_PREFIX as MAZE_PREFIX
+from levelray.contracts.spec import EnvSpec
 
 # The Ray driver never polls the job more often than this (`deploy.ray_backend` waits at least this long
 # between polls: each one is a remote call to the learner, the supervisor and both services), so a shorter
@@ -175,6 +187,17 @@ def _model_problems(cfg: RunConfig) -> list[Problem]:
             f"of {needed} unrolls (model_loss.batch_size {m.batch_size}, 4 sequences per unroll)",
         ))
     return found
+
+
+def check_model_loss_actions(model_loss: ModelLossConfig, spec: EnvSpec, env_id: str | None = None) -> None:
+    """ConfigError unless the model loss (`model_loss.loss`) is off or the env (`spec`, of `env.id` `env_id` where
+    known) has discrete actions: the model's dynamics takes a one-hot action and its policy head is categorical."""
+    if model_loss.loss == "none" or spec.discrete:
+        return
+    env = f"env.id {env_id!r}" if env_id is not None else "the env (env.id)"
+    raise ConfigError(f"model_loss.loss = {model_loss.loss!r} needs discrete actions (its dynamics takes a one-hot "
+                      f"action and its policy head is categorical), but {env} has continuous ones; use "
+                      f"--model-loss none")
 
 
 def _whole(x: float) -> bool:
