@@ -50,6 +50,7 @@ from typing import Any
 from levelray.contracts.config import (
     ConfigError,
     EnvConfig,
+    LevelConfig,
     ModelLossConfig,
     RunConfig,
     coerce_value,
@@ -328,16 +329,32 @@ def _video_problems(cfg: RunConfig) -> list[Problem]:
     return []
 
 
-def _level_problems(cfg: RunConfig) -> list[Problem]:
-    lv, found = cfg.levels, []
-    scored = lv.strategy not in UNSCORED_STRATEGIES
-    if scored and cfg.env.num_levels == 0 and lv.buffer_size == 0:
+def level_buffer_problems(levels: LevelConfig) -> list[Problem]:
+    """What PLR's level buffer (`level_service.buffer`, the level service on an unbounded level space) needs of
+    the `levels` section: a scored strategy, as it keeps the levels that score highest, and room for a level. The
+    run config is checked with it where it has a buffer, and so is the buffer when it is built."""
+    found = []
+    if levels.strategy in UNSCORED_STRATEGIES:
+        found.append(Problem(
+            ("levels.strategy", "env.num_levels"),
+            f"levels.strategy must be a scored one for a level buffer (an unbounded level space, env.num_levels = "
+            f"0, with PLR), not {levels.strategy}: random and sequential never score a level",
+        ))
+    elif levels.buffer_size == 0:
         found.append(Problem(
             ("levels.buffer_size", "levels.strategy", "env.num_levels"),
-            f"levels.buffer_size = 0 with levels.strategy {lv.strategy} on an unbounded level space "
+            f"levels.buffer_size = 0 with levels.strategy {levels.strategy} on an unbounded level space "
             f"(env.num_levels = 0) leaves PLR nowhere to keep a level; use --level-buffer-size N (DCD: 4000), or "
             f"--level-strategy random for domain randomisation",
         ))
+    return found
+
+
+def _level_problems(cfg: RunConfig) -> list[Problem]:
+    lv = cfg.levels
+    scored = lv.strategy not in UNSCORED_STRATEGIES
+    # an unbounded space without a scored strategy is domain randomisation: no level service, no buffer
+    found = level_buffer_problems(lv) if scored and cfg.env.num_levels == 0 else []
     if lv.robust and not scored:
         found.append(Problem(
             ("levels.robust", "levels.strategy"),
