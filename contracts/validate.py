@@ -26,11 +26,15 @@ problem named by the dotted paths of its fields:
   above `model_loss.td_steps` or a dynamic horizon (`model_loss.max_bootstrap_age` > 0) with `model_loss.td_steps` -1,
   `model_loss.target_update_tau` 0 (the target network would never move), the model loss with every term off
   (`model_loss.loss_weight` 0), and `replay.max_use` too small to serve one model batch.
-  The model loss needs discrete actions (`check_model_loss_actions`): checked once the env's spec is known, by
-  `deploy.driver.prepare_run_dir` (and the learner, which holds the spec).
-
+  The model loss needs discrete actions (`check_model_loss_actions`): checked by `deploy.driver.prepare_run_dir`
+  once the env's spec is known.
+- PLR's level buffer (a scored strategy on an unbounded level space) with no room (`levels.buffer_size` 0).
 - ACCEL's editor (`levels.editor accel`) without what it needs: a maze env (`env.id` maze:<W>x<H>), an unbounded
   level space (`env.num_levels` 0), a scored `levels.strategy`, and `levels.robust` (children are never trained on).
+
+The rules a service also needs of the section it is handed are written here once and called there too, so that
+both refuse in the same words: a section's leaves (`leaf_problems`), the level buffer's needs
+(`level_buffer_problems`) and the editor's needs of the level space (`editor_space_problems`).
 
 `actors.unroll_length` (T >= 1 as a leaf) is checked against the model loss's unroll only: V-trace, every
 PLR score (one_step_td_error uses the bootstrap row) and replay work with T = 1. `checkpoint_interval_updates`
