@@ -184,7 +184,7 @@ def _model_problems(cfg: RunConfig) -> list[Problem]:
             "--model-loss none to turn it off",
         ))
     uses = cfg.replay.max_use
-    needed = -(-m.batch_size // 4)  # learner.model_loss.SEQUENCES_PER_UNROLL unrolls per model batch
+    needed = -(-m.batch_size // 4)  # learner.model_batch.SEQUENCES_PER_UNROLL sequences per unroll
     if uses is not None and uses * cfg.replay.capacity < needed:
         found.append(Problem(
             ("replay.max_use", "replay.capacity", "model_loss.batch_size"),
