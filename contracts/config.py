@@ -161,14 +161,14 @@ class LevelConfig(_Section):
     score_transform: str = field(
         default="rank", metadata=_flag("--level-score-transform", "PLR score transform", choices=TRANSFORMS)
     )
-    temperature: float = field(default=0.1, metadata=_flag("--level-temperature", "PLR beta", min=0.0))
+    temperature: float = field(default=0.1, metadata=_flag("--level-temperature", "PLR beta", above=0.0))
     eps: float = field(default=0.05, metadata=_flag("--level-eps", "eps for eps_greedy", min=0.0, max=1.0))
     rho: float = field(default=0.2, metadata=_flag("--level-rho", "fraction of the levels seen (a fixed set) or of the "
                                                    "level buffer filled (unbounded) before any replay",
                                                    min=0.0, max=1.0))
     nu: float = field(default=0.5, metadata=_flag("--level-nu", "fixed schedule on a fixed set: P(new level) (a level "
                                                  "buffer uses levels.replay_prob)", min=0.0, max=1.0))
-    alpha: float = field(default=1.0, metadata=_flag("--level-alpha", "score EWA weight", min=0.0, max=1.0))
+    alpha: float = field(default=1.0, metadata=_flag("--level-alpha", "score EWA weight", above=0.0, max=1.0))
     staleness_coef: float = field(
         default=0.1, metadata=_flag("--level-staleness-coef", "staleness mix (paper's rho)", min=0.0, max=1.0)
     )
@@ -176,7 +176,7 @@ class LevelConfig(_Section):
         default="power", metadata=_flag("--level-staleness-transform", "staleness transform", choices=TRANSFORMS)
     )
     staleness_temperature: float = field(
-        default=1.0, metadata=_flag("--level-staleness-temperature", "staleness temperature", min=0.0)
+        default=1.0, metadata=_flag("--level-staleness-temperature", "staleness temperature", above=0.0)
     )
     snapshot_interval_s: float = field(
         default=60.0, metadata=_flag("--level-snapshot-interval", "level service snapshot period (s)", min=0.0)

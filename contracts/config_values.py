@@ -83,6 +83,8 @@ def coerce_value(path: str, tp, value: Any, meta: dict | None = None) -> Any:
         raise ConfigError(f"{path}: expected one of {', '.join(meta['choices'])}, got {out!r}")
     if "min" in meta and out < meta["min"]:
         raise ConfigError(f"{path}: must be >= {meta['min']}, got {out!r}")
+    if "above" in meta and not out > meta["above"]:
+        raise ConfigError(f"{path}: must be > {meta['above']}, got {out!r}")
     if "max" in meta and out > meta["max"]:
         raise ConfigError(f"{path}: must be <= {meta['max']}, got {out!r}")
     if "check" in meta:
@@ -94,9 +96,10 @@ def coerce_value(path: str, tp, value: Any, meta: dict | None = None) -> Any:
 
 
 def flag(name: str, help: str, **kw) -> dict:
-    """A leaf's metadata: its CLI flag, its help, and optional `choices`, `min` and `max`; `check`, a function
-    that raises ValueError for a value of the right type that still means nothing (its message follows the
-    dotted path); `numbers_as_text`, a str leaf that also takes a YAML number as its text (`coerce_value`)."""
+    """A leaf's metadata: its CLI flag, its help, and optional `choices`, `min`, `above` (a lower bound the value
+    must exceed, such as a temperature's 0, which a transform divides by) and `max`; `check`, a function that
+    raises ValueError for a value of the right type that still means nothing (its message follows the dotted
+    path); `numbers_as_text`, a str leaf that also takes a YAML number as its text (`coerce_value`)."""
     return {"flag": name, "help": help, **kw}
 
 

@@ -26,9 +26,15 @@ problem named by the dotted paths of its fields:
   above `model_loss.td_steps` or a dynamic horizon (`model_loss.max_bootstrap_age` > 0) with `model_loss.td_steps` -1,
   `model_loss.target_update_tau` 0 (the target network would never move), the model loss with every term off
   (`model_loss.loss_weight` 0), and `replay.max_use` too small to serve one model batch.
-
+  The model loss needs discrete actions (`check_model_loss_actions`): checked by
+  `deploy.training.driver.prepare_run_dir` once the env's spec is known.
+- PLR's level buffer (a scored strategy on an unbounded level space) with no room (`levels.buffer_size` 0).
 - ACCEL's editor (`levels.editor accel`) without what it needs: a maze env (`env.id` maze:<W>x<H>), an unbounded
   level space (`env.num_levels` 0), a scored `levels.strategy`, and `levels.robust` (children are never trained on).
+
+The rules a service also needs of the section it is handed are written here once and called there too, so that
+both refuse in the same words: a section's leaves (`leaf_problems`), the level buffer's needs
+(`level_buffer_problems`) and the editor's needs of the level space (`editor_space_problems`).
 
 `actors.unroll_length` (T >= 1 as a leaf) is checked against the model loss's unroll only: V-trace, every
 PLR score (one_step_td_error uses the bootstrap row) and replay work with T = 1. `checkpoint_interval_updates`
@@ -43,10 +49,22 @@ import os
 import re
 from collections.abc import Collection
 from dataclasses import dataclass
+from typing import Any
 
-from levelray.contracts.config import ConfigError, RunConfig, coerce_value, get_path, leaves, uses_replay
+from levelray.contracts.config import (
+    ConfigError,
+    EnvConfig,
+    LevelConfig,
+    ModelLossConfig,
+    RunConfig,
+    coerce_value,
+    get_path,
+    leaves,
+    uses_replay,
+)
 from levelray.contracts.levels import UNSCORED_STRATEGIES
 from levelray.contracts.maze import ENV_PREFIX as MAZE_PREFIX
+from levelray.contracts.spec import EnvSpec
 
 # The Ray driver never polls the job more often than this (`deploy.training.ray_backend` waits at least this long
 # between polls: each one is a remote call to the learner, the supervisor and both services), so a shorter
@@ -73,13 +91,16 @@ class Problem:
         return self.message
 
 
-def _leaf_problems(cfg: RunConfig) -> list[Problem]:
-    """Every leaf through `coerce_value` again: a value a section kept as given because it does not convert
-    (see `contracts.config`'s sections) is refused here with its dotted path."""
+def leaf_problems(section: Any, prefix: str = "") -> list[Problem]:
+    """Every leaf of `section` (the whole `RunConfig`, or one section with its dotted `prefix`, e.g. "levels.")
+    through `coerce_value` again, against its type, choices and bounds in the field's metadata: a value a section
+    kept as given because it does not convert (see `contracts.config`'s sections), or one out of range in a
+    section built in Python, is refused with its dotted path. The services check the sections they are handed
+    with this (`level_service.checks`), so a leaf's range is written once, in its metadata."""
     found = []
-    for path, f, tp in leaves():
+    for path, f, tp in leaves(type(section), prefix):
         try:
-            coerce_value(path, tp, get_path(cfg, path), dict(f.metadata))
+            coerce_value(path, tp, get_path(section, path.removeprefix(prefix)), dict(f.metadata))
         except ConfigError as exc:
             found.append(Problem((path,), str(exc)))
     return found
@@ -163,7 +184,7 @@ def _model_problems(cfg: RunConfig) -> list[Problem]:
             "--model-loss none to turn it off",
         ))
     uses = cfg.replay.max_use
-    needed = -(-m.batch_size // 4)  # learner.model_loss.SEQUENCES_PER_UNROLL unrolls per model batch
+    needed = -(-m.batch_size // 4)  # learner.model_batch.SEQUENCES_PER_UNROLL sequences per unroll
     if uses is not None and uses * cfg.replay.capacity < needed:
         found.append(Problem(
             ("replay.max_use", "replay.capacity", "model_loss.batch_size"),
@@ -171,6 +192,17 @@ def _model_problems(cfg: RunConfig) -> list[Problem]:
             f"of {needed} unrolls (model_loss.batch_size {m.batch_size}, 4 sequences per unroll)",
         ))
     return found
+
+
+def check_model_loss_actions(model_loss: ModelLossConfig, spec: EnvSpec, env_id: str | None = None) -> None:
+    """ConfigError unless the model loss (`model_loss.loss`) is off or the env (`spec`, of `env.id` `env_id` where
+    known) has discrete actions: the model's dynamics takes a one-hot action and its policy head is categorical."""
+    if model_loss.loss == "none" or spec.discrete:
+        return
+    env = f"env.id {env_id!r}" if env_id is not None else "the env (env.id)"
+    raise ConfigError(f"model_loss.loss = {model_loss.loss!r} needs discrete actions (its dynamics takes a one-hot "
+                      f"action and its policy head is categorical), but {env} has continuous ones; use "
+                      f"--model-loss none")
 
 
 def _whole(x: float) -> bool:
@@ -301,16 +333,32 @@ def _video_problems(cfg: RunConfig) -> list[Problem]:
     return []
 
 
-def _level_problems(cfg: RunConfig) -> list[Problem]:
-    lv, found = cfg.levels, []
-    scored = lv.strategy not in UNSCORED_STRATEGIES
-    if scored and cfg.env.num_levels == 0 and lv.buffer_size == 0:
+def level_buffer_problems(levels: LevelConfig) -> list[Problem]:
+    """What PLR's level buffer (`level_service.buffer`, the level service on an unbounded level space) needs of
+    the `levels` section: a scored strategy, as it keeps the levels that score highest, and room for a level. The
+    run config is checked with it where it has a buffer, and so is the buffer when it is built."""
+    found = []
+    if levels.strategy in UNSCORED_STRATEGIES:
+        found.append(Problem(
+            ("levels.strategy", "env.num_levels"),
+            f"levels.strategy must be a scored one for a level buffer (an unbounded level space, env.num_levels = "
+            f"0, with PLR), not {levels.strategy}: random and sequential never score a level",
+        ))
+    elif levels.buffer_size == 0:
         found.append(Problem(
             ("levels.buffer_size", "levels.strategy", "env.num_levels"),
-            f"levels.buffer_size = 0 with levels.strategy {lv.strategy} on an unbounded level space "
+            f"levels.buffer_size = 0 with levels.strategy {levels.strategy} on an unbounded level space "
             f"(env.num_levels = 0) leaves PLR nowhere to keep a level; use --level-buffer-size N (DCD: 4000), or "
             f"--level-strategy random for domain randomisation",
         ))
+    return found
+
+
+def _level_problems(cfg: RunConfig) -> list[Problem]:
+    lv = cfg.levels
+    scored = lv.strategy not in UNSCORED_STRATEGIES
+    # an unbounded space without a scored strategy is domain randomisation: no level service, no buffer
+    found = level_buffer_problems(lv) if scored and cfg.env.num_levels == 0 else []
     if lv.robust and not scored:
         found.append(Problem(
             ("levels.robust", "levels.strategy"),
@@ -327,28 +375,46 @@ def _level_problems(cfg: RunConfig) -> list[Problem]:
 
 
 def _editor_problems(cfg: RunConfig) -> list[Problem]:
-    """ACCEL's editor needs what its children are: maze levels held as data, kept in a level buffer, scored by a
-    strategy, and (as ACCEL is Robust PLR plus the editor) played without gradient."""
+    """ACCEL's editor needs what its children are: maze levels held as data, kept in a level buffer
+    (`editor_space_problems`), scored by a strategy, and (as ACCEL is Robust PLR plus the editor) played without
+    gradient."""
     lv = cfg.levels
+    found = editor_space_problems(lv.editor, cfg.env, unbounded=cfg.env.num_levels == 0)
     if lv.editor == "none":
-        return []
-    needs = []
-    if not str(cfg.env.id).startswith(MAZE_PREFIX):
-        needs.append((("levels.editor", "env.id"), f"a maze family (--env maze:<W>x<H>), not {cfg.env.id}"))
-    if cfg.env.num_levels != 0:
-        needs.append((("levels.editor", "env.num_levels"), "an unbounded level space (--num-levels 0)"))
+        return found
     if lv.strategy in UNSCORED_STRATEGIES:
-        needs.append((("levels.editor", "levels.strategy"), f"a scored strategy (not {lv.strategy}), such as "
-                                                            "--level-strategy positive_value_loss"))
+        found.append(_editor_needs(lv.editor, "levels.strategy", f"a scored strategy (not {lv.strategy}), such as "
+                                                                 "--level-strategy positive_value_loss"))
     if not lv.robust:
-        needs.append((("levels.editor", "levels.robust"), "Robust PLR (--level-robust): children are scored, "
-                                                          "never trained on"))
-    return [Problem(paths, f"levels.editor {lv.editor} needs {what}") for paths, what in needs]
+        found.append(_editor_needs(lv.editor, "levels.robust", "Robust PLR (--level-robust): children are scored, "
+                                                               "never trained on"))
+    return found
+
+
+def editor_space_problems(editor: str, env: EnvConfig | None, *, unbounded: bool) -> list[Problem]:
+    """What ACCEL's editor (`levels.editor`) needs of the level space it edits: a maze family (its levels are
+    edited as data) and an unbounded space (`unbounded`: its children are levels outside any fixed set). The run
+    config is checked with it, and so is the level service where it makes the editor
+    (`level_service.spaces.make_sampler`, whose level space is the seeds it was given)."""
+    if editor == "none":
+        return []
+    env_id = None if env is None else env.id
+    found = []
+    if not str(env_id).startswith(MAZE_PREFIX):
+        found.append(_editor_needs(editor, "env.id", f"a maze family (--env maze:<W>x<H>), not {env_id}"))
+    if not unbounded:
+        found.append(_editor_needs(editor, "env.num_levels", "an unbounded level space (--num-levels 0): its "
+                                                             "children are levels outside any fixed set"))
+    return found
+
+
+def _editor_needs(editor: str, path: str, what: str) -> Problem:
+    return Problem(("levels.editor", path), f"levels.editor {editor} needs {what}")
 
 
 def problems(cfg: RunConfig) -> list[Problem]:
     """Everything wrong with `cfg`; leaf problems alone when there are any (the rest assume sound leaves)."""
-    found = _leaf_problems(cfg)
+    found = leaf_problems(cfg)
     if found:
         return found
     return [*_replay_problems(cfg), *_model_problems(cfg), *_device_problems(cfg), *_learner_placement_problems(cfg),

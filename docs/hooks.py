@@ -178,6 +178,8 @@ def _type_text(tp) -> str:
 
 def _bounds(meta) -> str:
     low, high = meta.get("min"), meta.get("max")
+    if "above" in meta:
+        return f"> {meta['above']}" + (f", ≤ {high}" if high is not None else "")
     if low is not None and high is not None:
         return f"{low} to {high}"
     if low is not None:

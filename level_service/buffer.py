@@ -43,8 +43,9 @@ from typing import Any
 import numpy as np
 
 from levelray.contracts.config import LevelConfig
-from levelray.contracts.levels import MAX_SEED, UNSCORED_STRATEGIES, LevelFeedback
+from levelray.contracts.levels import MAX_SEED, LevelFeedback
 from levelray.contracts.rng import make_rng
+from levelray.contracts.validate import level_buffer_problems
 from levelray.level_service import episodes
 from levelray.level_service.buffer_state import BUFFER_STATE_VERSION, read_buffer_state
 from levelray.level_service.checks import check_real, checked_config
@@ -86,12 +87,10 @@ class LevelBuffer:
         ):
             raise ValueError(f"start_level must be an int in [0, {MAX_SEED}), got {start_level!r}")
         self.config = checked_config(LevelConfig() if config is None else config)
-        if self.config.strategy in UNSCORED_STRATEGIES:
-            raise ValueError(f"strategy must be a scored one for a level buffer (not {self.config.strategy!r}): "
-                             f"random and sequential never score a level")
+        found = level_buffer_problems(self.config)
+        if found:
+            raise ValueError(found[0].message)
         cap = self.config.buffer_size
-        if isinstance(cap, bool) or not isinstance(cap, int | np.integer) or cap < 1:
-            raise ValueError(f"buffer_size must be a positive int, got {cap!r}")
         self.discount = check_real("discount", discount, 0.0, 1.0)
         self._rng = make_rng(rng)
         self.start_level = int(start_level)

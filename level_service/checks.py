@@ -6,7 +6,6 @@ the caller.
 
 from __future__ import annotations
 
-import dataclasses
 import math
 import numbers
 from typing import Any
@@ -14,7 +13,7 @@ from typing import Any
 import numpy as np
 
 from levelray.contracts.config import LevelConfig
-from levelray.contracts.levels import SCHEDULES, STRATEGIES, TRANSFORMS
+from levelray.contracts.validate import leaf_problems
 
 INT64_MAX = np.iinfo(np.int64).max
 
@@ -61,26 +60,11 @@ def as_float_array(name: str, value: Any, shape: tuple[int, ...]) -> np.ndarray:
 
 
 def checked_config(config: LevelConfig) -> LevelConfig:
-    """`config` with its numbers as floats; ValueError naming the first bad field."""
+    """`config`, checked leaf by leaf against the ranges and choices of its fields' metadata (the rule the run
+    config is checked with, `contracts.validate.leaf_problems`); ValueError naming the first bad field."""
     if not isinstance(config, LevelConfig):
         raise ValueError(f"config must be a contracts.config.LevelConfig, got {type(config).__name__}")
-    for name, choices in (
-        ("strategy", STRATEGIES),
-        ("replay_schedule", SCHEDULES),
-        ("score_transform", TRANSFORMS),
-        ("staleness_transform", TRANSFORMS),
-    ):
-        if getattr(config, name) not in choices:
-            raise ValueError(f"{name} must be one of {choices}, got {getattr(config, name)!r}")
-    c = config
-    return dataclasses.replace(
-        c,
-        temperature=check_real("temperature", c.temperature, 0.0, 1e300, lo_open=True),
-        staleness_temperature=check_real("staleness_temperature", c.staleness_temperature, 0.0, 1e300, lo_open=True),
-        eps=check_real("eps", c.eps, 0.0, 1.0),
-        rho=check_real("rho", c.rho, 0.0, 1.0),
-        nu=check_real("nu", c.nu, 0.0, 1.0),
-        alpha=check_real("alpha", c.alpha, 0.0, 1.0, lo_open=True),
-        staleness_coef=check_real("staleness_coef", c.staleness_coef, 0.0, 1.0),
-        replay_prob=check_real("replay_prob", c.replay_prob, 0.0, 1.0),
-    )
+    found = leaf_problems(config, "levels.")
+    if found:
+        raise ValueError(found[0].message)
+    return config

@@ -33,7 +33,6 @@ import numpy as np
 from levelray.contracts.config import EnvConfig
 from levelray.contracts.maze import (
     EDITED_ID_BASE,
-    ENV_PREFIX,
     MazeLevel,
     level_for_id,
     maze_size,
@@ -94,11 +93,9 @@ class MazeEditor:
         self.counts = dict.fromkeys(EDITOR_COUNT_KEYS, 0)
 
     @classmethod
-    def for_run(cls, env: EnvConfig | None, num_edits: int, queue_limit: int) -> MazeEditor:
-        """The editor of a run's `env` section; ValueError naming `levels.editor` for an env that is not a maze."""
-        if env is None or not str(env.id).startswith(ENV_PREFIX):
-            raise ValueError(f"levels.editor accel edits maze levels: it needs --env maze:<W>x<H>, got "
-                             f"{None if env is None else env.id!r}")
+    def for_run(cls, env: EnvConfig, num_edits: int, queue_limit: int) -> MazeEditor:
+        """The editor of a maze run's `env` section (`maze:<W>x<H>`: what the editor needs of a run is checked
+        once, by `contracts.validate.editor_space_problems`, before this is called)."""
         width, height = maze_size(env.id)
         return cls(width, height, parse_blocks(env.maze_blocks), num_edits, queue_limit)
 

@@ -34,7 +34,6 @@ comes back with the state of its last snapshot.
 
 from __future__ import annotations
 
-import math
 from pathlib import Path
 from typing import Any
 
@@ -86,10 +85,10 @@ class LevelServiceCore:
     ):
         self._complexity = MazeComplexity.for_env(env, resolve=self._maze_level)
         fresh = make_sampler(seeds, config, start_level=start_level, discount=discount, rng=rng, env=env)
+        # a finite float >= 0 (the sampler checked the section's leaves); 0 is a valid leaf, which a resumed run may
+        # carry, and `deploy.training.components.service_section` hands the service at least 1 ms
         snapshot_interval_s = fresh.config.snapshot_interval_s
-        if isinstance(snapshot_interval_s, bool) or not isinstance(snapshot_interval_s, int | float):
-            raise ValueError(f"snapshot_interval_s must be a positive number, got {snapshot_interval_s!r}")
-        if not (snapshot_interval_s > 0 and math.isfinite(snapshot_interval_s)):
+        if not snapshot_interval_s > 0:
             raise ValueError(f"snapshot_interval_s must be a positive number, got {snapshot_interval_s!r}")
         self._snapshot_path = None if snapshot_path is None else str(snapshot_path)
         self._schedule = snapshot.SnapshotSchedule("level service", snapshot_interval_s)

@@ -12,6 +12,7 @@ from typing import Any, NamedTuple
 import numpy as np
 
 from levelray.contracts.config import EnvConfig, LevelConfig
+from levelray.contracts.validate import editor_space_problems
 from levelray.level_service.buffer import LevelBuffer
 from levelray.level_service.editor import MazeEditor
 from levelray.level_service.sampler import LevelSampler
@@ -25,12 +26,13 @@ Sampler = LevelSampler | LevelBuffer
 def make_sampler(seeds, config: LevelConfig | None, *, start_level: int = 0, discount: float = 0.99,
                  rng=None, env: EnvConfig | None = None) -> Sampler:
     """`LevelSampler(seeds)` for a fixed set; `LevelBuffer(start_level)` when `seeds` is None (unbounded), with
-    ACCEL's editor over the maze family of `env` where `config.editor` is accel (ValueError for a fixed set)."""
+    ACCEL's editor over the maze family of `env` where `config.editor` is accel (ValueError, in the words of the
+    run config's check `contracts.validate.editor_space_problems`, for a fixed set or an env that is no maze)."""
     editor = None
     if config is not None and config.editor != "none":
-        if seeds is not None:
-            raise ValueError(f"levels.editor {config.editor} needs an unbounded level space (--num-levels 0): its "
-                             "children are levels outside any fixed set")
+        found = editor_space_problems(config.editor, env, unbounded=seeds is None)
+        if found:
+            raise ValueError("; ".join(p.message for p in found))
         editor = MazeEditor.for_run(env, config.num_edits, config.buffer_size)
     if seeds is None:
         return LevelBuffer(start_level, config, discount=discount, rng=rng, editor=editor)

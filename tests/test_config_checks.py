@@ -252,3 +252,23 @@ def test_a_saved_config_the_checks_refuse_is_resumed_with_a_warning(tmp_path, ca
     err = capsys.readouterr().err
     assert "levelray: warning: replay.replay_ratio × learner.batch_size = 0.5 × 3" in err
     assert "kept: the run being resumed was trained with it" in err
+
+
+def test_the_model_loss_needs_discrete_actions():
+    """One rule for the driver (which knows the env id) and the learner (which holds only the spec)."""
+    from levelray.contracts.config import ModelLossConfig
+    from levelray.contracts.spec import EnvSpec
+    from levelray.contracts.validate import check_model_loss_actions
+
+    box = EnvSpec(obs_shape=(3,), obs_dtype="float32", discrete=False, action_dim=1, action_low=(-2.0,),
+                  action_high=(2.0,))
+    choice = EnvSpec(obs_shape=(4,), obs_dtype="float32", discrete=True, num_actions=2)
+    muzero = ModelLossConfig(loss="muzero")
+    check_model_loss_actions(muzero, choice, "CartPole-v1")
+    check_model_loss_actions(ModelLossConfig(loss="none"), box, "Pendulum-v1")
+    with pytest.raises(ConfigError, match=r"model_loss\.loss = 'muzero' needs discrete actions .* but env\.id "
+                                          r"'Pendulum-v1' has continuous ones; use --model-loss none"):
+        check_model_loss_actions(muzero, box, "Pendulum-v1")
+    with pytest.raises(ValueError, match=r"model_loss\.loss = 'muzero' needs discrete actions .* but the env "
+                                         r"\(env\.id\) has continuous ones"):
+        check_model_loss_actions(muzero, box)

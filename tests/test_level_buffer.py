@@ -478,6 +478,25 @@ def test_bad_config_names_the_field(kwargs, field):
         LevelServiceCore(None, LevelConfig(**kwargs), start_level=START)
 
 
+def test_an_empty_buffer_is_refused_in_the_run_configs_words():
+    """A level buffer with no room is one rule: the run config (an unbounded space with a scored strategy) and the
+    buffer refuse it with the same message. An unbounded run with random levels is domain randomisation, which
+    needs no buffer; a buffer built for it is refused."""
+    from levelray.contracts.config import from_dict
+    from levelray.contracts.validate import problems
+
+    cfg = from_dict({"env": {"id": "CartPole-v1", "num_levels": 0}, "levels": {"buffer_size": 0}})
+    words = [p.message for p in problems(cfg) if "levels.buffer_size" in p.paths]
+    assert len(words) == 1
+    with pytest.raises(ValueError) as refused:
+        LevelServiceCore(None, cfg.levels, start_level=START)
+    assert str(refused.value) == words[0]
+    random = from_dict({"env": {"id": "CartPole-v1", "num_levels": 0}, "levels": {"strategy": "random"}})
+    assert problems(random) == []
+    with pytest.raises(ValueError, match=r"levels\.strategy must be a scored one for a level buffer"):
+        LevelServiceCore(None, random.levels, start_level=START)
+
+
 @pytest.mark.parametrize("start", [-1, MAX_SEED, True, 5.0])
 def test_bad_start_level(start):
     with pytest.raises(ValueError, match="start_level"):

@@ -193,6 +193,26 @@ def test_config_checks_name_what_the_editor_needs():
         from_dict({"levels": {"num_edits": 0}})
 
 
+def test_the_level_service_refuses_an_editor_without_its_level_space_as_the_config_does():
+    """What the editor needs of the level space (a maze family, unbounded) is one rule: the level service refuses
+    with the run config's own words, and takes the rest of ACCEL's settings as given."""
+    from levelray.contracts.validate import problems
+
+    base = {"env": {"id": "maze:13x13", "num_levels": 0, "maze_blocks": "0"},
+            "levels": {"strategy": "value_l1", "robust": True, "editor": "accel"}}
+    for env in ({"id": "minigrid:Empty-5x5"}, {"num_levels": 100}, {"id": "CartPole-v1", "num_levels": 20}):
+        cfg = from_dict({"env": {**base["env"], **env}, "levels": base["levels"]})
+        words = [p.message for p in problems(cfg) if "levels.editor" in p.paths]
+        assert words and all("levels.editor accel needs" in w for w in words), env
+        seeds = None if cfg.env.num_levels == 0 else range(cfg.env.num_levels)
+        with pytest.raises(ValueError) as refused:
+            LevelServiceCore(seeds, cfg.levels, env=cfg.env)
+        assert str(refused.value) == "; ".join(words)
+    with pytest.raises(ValueError, match=r"levels\.editor accel needs a maze family \(--env maze:<W>x<H>\), not None"):
+        LevelServiceCore(None, ACCEL)
+    LevelServiceCore(None, ACCEL, env=EMPTY)
+
+
 def test_level_draws_keep_the_encodings_still_needed():
     from levelray.actors.env_vector import LevelDraws
 

@@ -603,6 +603,42 @@ def test_bad_constructor_args(kwargs, field):
         make_sampler(range(5), **kwargs)
 
 
+def _edges(meta: dict, whole: bool) -> list[tuple[float, bool]]:
+    """`(value, accepted)` at each bound of a leaf's metadata and one step past it."""
+    step = 1 if whole else 1e-6
+    out = []
+    if "min" in meta:
+        out += [(meta["min"], True), (meta["min"] - step, False)]
+    if "above" in meta:
+        out += [(meta["above"], False), (meta["above"] + step, True)]
+    if "max" in meta:
+        out += [(meta["max"], True), (meta["max"] + step, False)]
+    return out
+
+
+def test_the_sampler_accepts_exactly_the_levels_values_the_run_config_accepts():
+    """A `levels` leaf's range is its metadata: at each bound and one step past it, the config (as the command
+    line reads it) and the sampler agree, and refuse with the same words."""
+    from levelray.contracts.config import ConfigError, from_dict, leaves
+
+    checked = 0
+    for path, f, tp in leaves(LevelConfig, "levels."):
+        name = path.removeprefix("levels.")
+        for value, accepted in _edges(dict(f.metadata), tp is int):
+            if accepted:
+                from_dict({"levels": {name: value}})
+                make_sampler(range(5), **{name: value})
+                continue
+            with pytest.raises(ConfigError) as by_config:
+                from_dict({"levels": {name: value}})
+            with pytest.raises(ValueError) as by_sampler:
+                make_sampler(range(5), **{name: value})
+            assert str(by_sampler.value) == str(by_config.value)
+            assert path in str(by_sampler.value)
+            checked += 1
+    assert checked == 17  # one step past each of the 17 bounds of the section
+
+
 def test_bad_seeds():
     for seeds, msg in [
         ([], "non-empty"),

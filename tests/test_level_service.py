@@ -220,3 +220,28 @@ def test_prefetcher_holds_a_second_of_levels_within_its_bounds(ray_session):
         drawn += 1
     assert drawn > 2000 and fresh.requests < drawn / 40 and fresh.capacity > 8
     assert all(0 <= seed < 100 for seed, _ in fresh.buffer)
+
+
+@pytest.mark.timeout(120)
+def test_both_backends_build_the_level_service_from_the_run_config_alike(ray_session, tmp_path):
+    """The inline core and the Ray actor take one set of arguments
+    (`deploy.training.components.level_service_args`): the run's level space, its `levels` section as the
+    services take it, the learner's discount and the run's seed, so both draw the same levels; the actor writes its
+    snapshots where the Ray backend says."""
+    from levelray.contracts.config import from_dict
+    from levelray.deploy.training.components import level_service_args, make_level_service
+    from levelray.level_service.service import LevelService
+
+    cfg = from_dict({"env": {"id": "CartPole-v1", "num_levels": 30, "start_level": 100}, "seed": 7,
+                     "levels": {"snapshot_interval_s": 0}, "learner": {"discount": 0.9}})
+    path = tmp_path / "levels.msgpack"
+    inline = make_level_service(cfg)
+    actor = LevelService.remote(**level_service_args(cfg, snapshot_path=str(path)))
+    want = inline.sample_seeds(64)
+    assert ray_session.get(actor.sample_seeds.remote(64)) == want
+    assert set(want) <= set(range(100, 130))
+    saved = ray_session.get(actor.state_dict.remote())
+    assert packb(saved) == packb(inline.state_dict())
+    assert saved["config"]["discount"] == 0.9 and saved["config"]["snapshot_interval_s"] == 1e-3
+    assert path.exists()  # an interval of 0 is raised to 1 ms (`service_section`): a snapshot after the call
+    ray_session.kill(actor)

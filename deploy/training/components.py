@@ -1,10 +1,10 @@
-"""The services' in-process cores from the run config (the inline backend), and the one rule both backends
-apply to the sections they hand the services."""
+"""The services' in-process cores from the run config (the inline backend), and what both backends hand the
+services: the sections (`service_section`) and the level service's arguments (`level_service_args`)."""
 
 from __future__ import annotations
 
 import dataclasses
-from typing import TypeVar
+from typing import Any, TypeVar
 
 from levelray.contracts.config import LevelConfig, ReplayConfig, RunConfig
 from levelray.contracts.levels import training_seeds
@@ -18,15 +18,22 @@ def service_section(section: Section) -> Section:
     return dataclasses.replace(section, snapshot_interval_s=max(section.snapshot_interval_s, 1e-3))
 
 
+def level_service_args(cfg: RunConfig, *, snapshot_path: str | None = None,
+                       initial_state: dict | None = None) -> dict[str, Any]:
+    """The level service core's keyword arguments from the run config, for both backends (the inline one builds
+    the core with them, the Ray one creates the actor with them): its level space (the training set, or the
+    unbounded space from `env.start_level`), configured by `cfg.levels`, discount and seed from `cfg`, and the
+    `env` section whole, so that a maze run's stats measure its levels and ACCEL's editor knows its family."""
+    return dict(seeds=training_seeds(cfg.env), config=service_section(cfg.levels), start_level=cfg.env.start_level,
+                discount=cfg.learner.discount, rng=cfg.seed, snapshot_path=snapshot_path,
+                initial_state=initial_state, env=cfg.env)
+
+
 def make_level_service(cfg: RunConfig, initial_state: dict | None = None):
-    """The level service's core over the run's level space (its training set, or the unbounded space from
-    `env.start_level`), configured by `cfg.levels` (discount and seed from `cfg`; the `env` section whole, so
-    that a maze run's stats measure its levels)."""
+    """The level service's core in this process (`level_service_args`, without snapshots)."""
     from levelray.level_service.service import LevelServiceCore
 
-    return LevelServiceCore(training_seeds(cfg.env), service_section(cfg.levels), start_level=cfg.env.start_level,
-                            discount=cfg.learner.discount, rng=cfg.seed, initial_state=initial_state,
-                            env=cfg.env)
+    return LevelServiceCore(**level_service_args(cfg, initial_state=initial_state))
 
 
 def make_replay(cfg: RunConfig):

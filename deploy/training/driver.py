@@ -357,7 +357,7 @@ def prepare_run_dir(
     run's own config: overrides are checked against it, and the directory must hold a checkpoint, before
     anything is written."""
     from levelray.contracts.config import ConfigError, leaves
-    from levelray.contracts.validate import validate
+    from levelray.contracts.validate import check_model_loss_actions, validate
     from levelray.deploy.rundir import default_run_dir
 
     if resume and saved is not None:
@@ -373,10 +373,7 @@ def prepare_run_dir(
         spec = env_spec(cfg.env)  # an unknown env id fails here, before anything starts
     except ValueError as exc:
         raise ConfigError(f"--env: {exc}") from None
-    if cfg.model_loss.loss != "none" and not spec.discrete:
-        raise ConfigError(f"model_loss.loss = {cfg.model_loss.loss!r} needs discrete actions (its dynamics takes a "
-                          f"one-hot action and its policy head is categorical), but env.id {cfg.env.id!r} has "
-                          f"continuous ones; use --model-loss none")
+    check_model_loss_actions(cfg.model_loss, spec, cfg.env.id)
     if cfg.eval.video_interval > 0:  # an env that cannot draw frames is refused before the directory exists
         from levelray.deploy.evaluation.video import check_renders
 

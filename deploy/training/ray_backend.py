@@ -24,14 +24,13 @@ from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
 from levelray.actors.envs import env_spec
 from levelray.contracts.config import ConfigError, RunConfig, uses_level_service, uses_replay
-from levelray.contracts.levels import training_seeds
 from levelray.contracts.status import PUBLISHED_KEYS, StatusSnapshot
 from levelray.contracts.validate import MIN_RAY_REPORT_INTERVAL_S, ray_resources
 from levelray.deploy.cluster.ray_cluster import init_ray
 from levelray.deploy.cluster.supervisor import NAMESPACE, SUPERVISOR_NAME, Supervisor
 from levelray.deploy.evaluation.remote import eval_workers
 from levelray.deploy.rundir import RunDir
-from levelray.deploy.training.components import service_section
+from levelray.deploy.training.components import level_service_args, service_section
 from levelray.learner import service as learner_service
 from levelray.learner.core import monotone_counters
 from levelray.learner.ranks import merge_counters, merge_stats, rank_counters
@@ -112,16 +111,8 @@ class RayJob:
         restart = dict(max_restarts=-1, max_task_retries=2, enable_task_events=False, **where)
         self.level_service = None
         if uses_level_service(cfg):
-            self.level_service = LevelService.options(num_cpus=0, **restart).remote(
-                training_seeds(cfg.env),
-                service_section(cfg.levels),
-                start_level=cfg.env.start_level,
-                discount=cfg.learner.discount,
-                rng=cfg.seed,
-                snapshot_path=str(services / "levels.msgpack"),
-                initial_state=resume_state.get("levels"),
-                env=cfg.env,
-            )
+            self.level_service = LevelService.options(num_cpus=0, **restart).remote(**level_service_args(
+                cfg, snapshot_path=str(services / "levels.msgpack"), initial_state=resume_state.get("levels")))
         self.replay_service = None
         if uses_replay(cfg):
             self.replay_service = ReplayService.options(num_cpus=0, **restart).remote(
