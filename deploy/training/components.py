@@ -1,5 +1,6 @@
 """The services' in-process cores from the run config (the inline backend), and what both backends hand the
-services: the sections (`service_section`) and the level service's arguments (`level_service_args`)."""
+services: the sections (`service_section`) and each service's arguments (`level_service_args`,
+`replay_service_args`)."""
 
 from __future__ import annotations
 
@@ -36,8 +37,16 @@ def make_level_service(cfg: RunConfig, initial_state: dict | None = None):
     return LevelServiceCore(**level_service_args(cfg, initial_state=initial_state))
 
 
+def replay_service_args(cfg: RunConfig, *, snapshot_path: str | None = None,
+                        initial_state: dict | None = None) -> dict[str, Any]:
+    """The replay service core's keyword arguments from the run config, for both backends: configured by
+    `cfg.replay`, seeded by `cfg.seed`."""
+    return dict(config=service_section(cfg.replay), seed=cfg.seed, snapshot_path=snapshot_path,
+                initial_state=initial_state)
+
+
 def make_replay(cfg: RunConfig):
-    """The replay service's core, configured by `cfg.replay` (seeded by `cfg.seed`)."""
+    """The replay service's core in this process (`replay_service_args`, without snapshots)."""
     from levelray.replay_service.service import ReplayServiceCore
 
-    return ReplayServiceCore(service_section(cfg.replay), seed=cfg.seed)
+    return ReplayServiceCore(**replay_service_args(cfg))

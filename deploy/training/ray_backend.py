@@ -30,7 +30,7 @@ from levelray.deploy.cluster.ray_cluster import init_ray
 from levelray.deploy.cluster.supervisor import NAMESPACE, SUPERVISOR_NAME, Supervisor
 from levelray.deploy.evaluation.remote import eval_workers
 from levelray.deploy.rundir import RunDir
-from levelray.deploy.training.components import level_service_args, service_section
+from levelray.deploy.training.components import level_service_args, replay_service_args
 from levelray.learner import service as learner_service
 from levelray.learner.core import monotone_counters
 from levelray.learner.ranks import merge_counters, merge_stats, rank_counters
@@ -115,9 +115,8 @@ class RayJob:
                 cfg, snapshot_path=str(services / "levels.msgpack"), initial_state=resume_state.get("levels")))
         self.replay_service = None
         if uses_replay(cfg):
-            self.replay_service = ReplayService.options(num_cpus=0, **restart).remote(
-                service_section(cfg.replay), seed=cfg.seed, snapshot_path=str(services / "replay.msgpack"),
-                initial_state=resume_state.get("replay"))
+            self.replay_service = ReplayService.options(num_cpus=0, **restart).remote(**replay_service_args(
+                cfg, snapshot_path=str(services / "replay.msgpack"), initial_state=resume_state.get("replay")))
         self.learner_restarts = 0
         self.last_learner_stats: dict[str, Any] | None = None  # counters to restart a dead learner from
         self.learners = self._start_learners(resume_state.get("learner"))
