@@ -96,7 +96,8 @@ def coerce_value(path: str, tp, value: Any, meta: dict | None = None) -> Any:
 def flag(name: str, help: str, **kw) -> dict:
     """A leaf's metadata: its CLI flag, its help, and optional `choices`, `min` and `max`; `check`, a function
     that raises ValueError for a value of the right type that still means nothing (its message follows the
-    dotted path); `numbers_as_text`, a str leaf that also takes a YAML number as its text (`coerce_value`)."""
+    dotted path); `numbers_as_text`, a str leaf that also takes a YAML number as its text (`coerce_value`);
+    `resumable`, a leaf a resumed run may change (`contracts.config.RESUMABLE_KEYS`)."""
     return {"flag": name, "help": help, **kw}
 
 
