@@ -31,27 +31,29 @@ from levelray.contracts.levels import EDITORS, SCHEDULES, STRATEGIES, TRANSFORMS
 
 @dataclass(frozen=True)
 class ActorConfig(_Section):
-    num_actors: int = field(default=2, metadata=_flag("--num-actors", "number of env actors", min=0))
+    num_actors: int = field(default=2, metadata=_flag("--num-actors", "number of env actors", min=0, resumable=True))
     envs_per_actor: int = field(default=16, metadata=_flag("--envs-per-actor", "environments per actor", min=1))
     unroll_length: int = field(default=20, metadata=_flag("--unroll-length", "steps per unroll (T)", min=1))
     seed_prefetch: int = field(
         default=4, metadata=_flag("--seed-prefetch", "levels each env keeps ready from the level service, at least "
-                                                     "(where episodes are short: about a second of them)", min=1)
+                                                     "(where episodes are short: about a second of them)", min=1,
+                                                     resumable=True)
     )
     unrolls_per_submit: int = field(
         default=1,
         metadata=_flag("--unrolls-per-submit", "unrolls an actor sends to the learner per call (fewer, larger calls)",
-                       min=1),
+                       min=1, resumable=True),
     )
     num_cpus: float | None = field(
         default=None,
         metadata=_flag("--actor-cpus", "logical CPUs Ray reserves per env actor (none: 1 on a cluster, 0 on the "
-                       "embedded local Ray, so that `levelray scale` may go past the cores)", min=0.0),
+                       "embedded local Ray, so that `levelray scale` may go past the cores)", min=0.0, resumable=True),
     )
     max_restarts: int = field(
         default=6,
         metadata=_flag("--max-actor-restarts", "times in a row an env actor that dies within a minute of starting "
-                       "is replaced (after 0.5 s, doubling to 30 s); one more failure stops the job", min=0),
+                       "is replaced (after 0.5 s, doubling to 30 s); one more failure stops the job", min=0,
+                       resumable=True),
     )
 
 
@@ -124,14 +126,18 @@ class LearnerConfig(_Section):
         default=None,
         metadata=_flag("--queue-size", "learner inbound queue, in unrolls (None: one batch, so that actors wait for a "
                        "busy learner instead of running ahead: every batch waiting in the queue adds a version to "
-                       "the policy lag; measured on the main job, ~3 versions against ~16 with 32 unrolls)", min=1),
+                       "the policy lag; measured on the main job, ~3 versions against ~16 with 32 unrolls)", min=1,
+                       resumable=True),
     )
     max_nonfinite_updates: int = field(
         default=10,
         metadata=_flag("--max-nonfinite-updates",
-                       "stop the job after this many updates in a row with a NaN/Inf loss or gradient", min=1),
+                       "stop the job after this many updates in a row with a NaN/Inf loss or gradient", min=1,
+                       resumable=True),
     )
-    device: str = field(default="auto", metadata=_flag("--device", "torch device: auto, cpu, cuda or cuda:N"))
+    device: str = field(
+        default="auto", metadata=_flag("--device", "torch device: auto, cpu, cuda or cuda:N", resumable=True)
+    )
     precision: str = field(
         default="auto",
         metadata=_flag("--precision", "the networks' arithmetic: bf16 autocast (parameters, optimiser state, targets "
@@ -179,7 +185,8 @@ class LevelConfig(_Section):
         default=1.0, metadata=_flag("--level-staleness-temperature", "staleness temperature", above=0.0)
     )
     snapshot_interval_s: float = field(
-        default=60.0, metadata=_flag("--level-snapshot-interval", "level service snapshot period (s)", min=0.0)
+        default=60.0, metadata=_flag("--level-snapshot-interval", "level service snapshot period (s)", min=0.0,
+                                     resumable=True)
     )
     # An unbounded level space (--num-levels 0) with a scored strategy: DCD's level buffer (Jiang et al. 2021b).
     buffer_size: int = field(
@@ -231,10 +238,12 @@ class ReplayConfig(_Section):
     min_size: int = field(default=8, metadata=_flag("--replay-min-size", "unrolls before replay starts", min=1))
     snapshot_max_item_bytes: int = field(
         default=64 << 20,
-        metadata=_flag("--replay-snapshot-bytes", "trajectory data kept in replay snapshots/checkpoints", min=0),
+        metadata=_flag("--replay-snapshot-bytes", "trajectory data kept in replay snapshots/checkpoints", min=0,
+                       resumable=True),
     )
     snapshot_interval_s: float = field(
-        default=300.0, metadata=_flag("--replay-snapshot-interval", "replay service snapshot period (s)", min=0.0)
+        default=300.0, metadata=_flag("--replay-snapshot-interval", "replay service snapshot period (s)", min=0.0,
+                                      resumable=True)
     )
 
 
@@ -242,15 +251,22 @@ class ReplayConfig(_Section):
 @dataclass(frozen=True)
 class EvalConfig(_Section):
     interval_updates: int = field(
-        default=0, metadata=_flag("--eval-interval", "learner updates between held-out evaluations (0: off)", min=0)
+        default=0, metadata=_flag("--eval-interval", "learner updates between held-out evaluations (0: off)", min=0,
+                                  resumable=True)
     )
-    episodes: int = field(default=32, metadata=_flag("--eval-episodes", "episodes per evaluation", min=1))
-    num_envs: int = field(default=8, metadata=_flag("--eval-envs", "environments per evaluation worker", min=1))
-    greedy: bool = field(default=False, metadata=_flag("--eval-greedy", "argmax actions instead of sampling"))
+    episodes: int = field(
+        default=32, metadata=_flag("--eval-episodes", "episodes per evaluation", min=1, resumable=True)
+    )
+    num_envs: int = field(
+        default=8, metadata=_flag("--eval-envs", "environments per evaluation worker", min=1, resumable=True)
+    )
+    greedy: bool = field(
+        default=False, metadata=_flag("--eval-greedy", "argmax actions instead of sampling", resumable=True)
+    )
     video_interval: int = field(
         default=0,
         metadata=_flag("--video-interval", "record one held-out episode with every Nth periodic evaluation into "
-                       "RUN_DIR/videos/ (0: off)", min=0),
+                       "RUN_DIR/videos/ (0: off)", min=0, resumable=True),
     )
 
 
@@ -270,38 +286,53 @@ class RunConfig(_Section):
                        choices=("auto", "none", "procgen", "classic_control", "continuous_control", "minigrid",
                                 "atari")),
     )
-    backend: str = field(default="ray", metadata=_flag("--backend", "ray or single-process", choices=("ray", "inline")))
-    address: str | None = field(default=None, metadata=_flag("--address", "Ray cluster: auto or HOST:PORT"))
+    backend: str = field(
+        default="ray", metadata=_flag("--backend", "ray or single-process", choices=("ray", "inline"), resumable=True)
+    )
+    address: str | None = field(
+        default=None, metadata=_flag("--address", "Ray cluster: auto or HOST:PORT", resumable=True)
+    )
     service_resources: str = field(
         default="", metadata=_flag("--service-resources", "custom Ray resources the level and replay services ask "
                                    "for, NAME=AMOUNT[,NAME=AMOUNT]; empty: they run on the driver's node. Nodes "
                                    "with them must share the run directory (storage every node mounts at one path), "
                                    "so that a service restarted on another node reads its snapshot")
     )
-    run_dir: str | None = field(default=None, metadata=_flag("--run-dir", "run directory (default runs/<time>)"))
-    total_steps: int = field(default=2_000_000, metadata=_flag("--total-steps", "env steps to train for", min=1))
+    run_dir: str | None = field(
+        default=None, metadata=_flag("--run-dir", "run directory (default runs/<time>)", resumable=True)
+    )
+    total_steps: int = field(
+        default=2_000_000, metadata=_flag("--total-steps", "env steps to train for", min=1, resumable=True)
+    )
     seed: int = field(default=0, metadata=_flag("--seed", "random seed", min=0))
-    metrics_host: str = field(default="127.0.0.1", metadata=_flag("--metrics-host", "metrics bind address"))
+    metrics_host: str = field(
+        default="127.0.0.1", metadata=_flag("--metrics-host", "metrics bind address", resumable=True)
+    )
     metrics_port: int = field(
-        default=9464, metadata=_flag("--metrics-port", "Prometheus port (0: none)", min=0, max=65535)
+        default=9464, metadata=_flag("--metrics-port", "Prometheus port (0: none)", min=0, max=65535, resumable=True)
     )
     report_interval_s: float = field(
-        default=5.0, metadata=_flag("--report-interval", "seconds between progress reports", min=0.0)
+        default=5.0, metadata=_flag("--report-interval", "seconds between progress reports", min=0.0, resumable=True)
     )
     tensorboard: bool = field(
-        default=True, metadata=_flag("--tensorboard", "write TensorBoard event files into the run directory")
+        default=True, metadata=_flag("--tensorboard", "write TensorBoard event files into the run directory",
+                                     resumable=True)
     )
     checkpoint_interval_updates: int = field(
-        default=500, metadata=_flag("--checkpoint-interval", "learner updates between checkpoints", min=1)
+        default=500, metadata=_flag("--checkpoint-interval", "learner updates between checkpoints", min=1,
+                                    resumable=True)
     )
     keep_checkpoints: int = field(
-        default=3, metadata=_flag("--keep-checkpoints", "checkpoints kept (at least 2: a fallback must exist)", min=2)
+        default=3, metadata=_flag("--keep-checkpoints", "checkpoints kept (at least 2: a fallback must exist)", min=2,
+                                  resumable=True)
     )
     max_learner_restarts: int = field(
-        default=3, metadata=_flag("--max-learner-restarts", "restarts of a dead learner from its checkpoint", min=0)
+        default=3, metadata=_flag("--max-learner-restarts", "restarts of a dead learner from its checkpoint", min=0,
+                                  resumable=True)
     )
     stop_at_return: float | None = field(
-        default=None, metadata=_flag("--stop-at-return", "stop once the mean episode return reaches this")
+        default=None, metadata=_flag("--stop-at-return", "stop once the mean episode return reaches this",
+                                     resumable=True)
     )
 
 
@@ -317,6 +348,13 @@ def leaves(cls=RunConfig, prefix: str = "") -> list[tuple[str, dataclasses.Field
         else:
             out.append((path, f, tp))
     return out
+
+
+# What may differ from the saved config when a run is resumed, the leaves whose metadata says `resumable`: how long
+# and how it runs, how it reports, and where. Everything else is part of the saved state (the model's shape, the
+# optimiser, the level set and PLR settings, the replay buffer, the unroll format, the seed): a change there would
+# silently break a service or be ignored, so it is refused (`deploy.training.driver.check_resume_overrides`).
+RESUMABLE_KEYS = frozenset(path for path, f, _tp in leaves() if f.metadata.get("resumable"))
 
 
 def flag_name(path: str, f: dataclasses.Field) -> str:

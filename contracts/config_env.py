@@ -48,7 +48,8 @@ class EnvConfig(Section):
     )
     native_vector: bool = field(
         default=True,
-        metadata=flag("--native-vector", "step CartPole's K envs as one NumPy array (same episodes, same levels)"),
+        metadata=flag("--native-vector", "step CartPole's K envs as one NumPy array (same episodes, same levels)",
+                      resumable=True),
     )
     maze_blocks: str = field(
         default=DEFAULT_MAZE_BLOCKS,

@@ -99,7 +99,8 @@ def flag(name: str, help: str, **kw) -> dict:
     """A leaf's metadata: its CLI flag, its help, and optional `choices`, `min`, `above` (a lower bound the value
     must exceed, such as a temperature's 0, which a transform divides by) and `max`; `check`, a function that
     raises ValueError for a value of the right type that still means nothing (its message follows the dotted
-    path); `numbers_as_text`, a str leaf that also takes a YAML number as its text (`coerce_value`)."""
+    path); `numbers_as_text`, a str leaf that also takes a YAML number as its text (`coerce_value`);
+    `resumable`, a leaf a resumed run may change (`contracts.config.RESUMABLE_KEYS`)."""
     return {"flag": name, "help": help, **kw}
 
 

@@ -11,16 +11,13 @@ from __future__ import annotations
 
 from typing import Any, NotRequired, TypedDict
 
+from levelray.contracts.counters import LearnerCounters
 
-class LearnerCoreStats(TypedDict):
-    """`LearnerCore.stats()`: the learner's counters and its last update's metrics."""
 
-    learner_version: int
-    env_steps: int
-    episodes: int
-    episodes_replayed: int  # of those, episodes on a level the level service replayed (Robust PLR trains on these)
-    unrolls_received: int
-    samples_trained: int
+class LearnerCoreStats(LearnerCounters):
+    """`LearnerCore.stats()`: the learner's counters (every field of `LearnerCounters`) and its last update's
+    metrics."""
+
     episode_return_mean: float | None  # over the last 100 episodes; None before the first
     episode_length_mean: float | None
     episode_returns_window: int  # episodes the mean is over
@@ -28,8 +25,6 @@ class LearnerCoreStats(TypedDict):
     policy_lag_buckets: list[float]
     policy_lag_counts: list[int]  # [len(buckets) + 1]: the histogram, the last bin unbounded
     policy_lag_sum: float
-    dropped: dict[str, int]  # unrolls dropped, by reason
-    nonfinite_updates: int
     last_nonfinite: str | None
     metrics: dict[str, float]  # the last update's losses, entropy, grad norm, ...
     device: str

@@ -213,6 +213,9 @@ def _section_doc(cls) -> str:
     return "" if doc.startswith(cls.__name__ + "(") else inspect.cleandoc(doc)
 
 
+RESUMABLE_MARK = "*(may change on resume)*"  # after the meaning of a key a resumed run may change
+
+
 def config_page() -> str:
     import dataclasses
 
@@ -226,8 +229,9 @@ def config_page() -> str:
     for path, f, tp in leaves():
         meta = f.metadata
         rule = ", ".join(filter(None, [" \\| ".join(code(c) for c in meta.get("choices", ())), md(_bounds(meta))]))
+        meaning = md(meta.get("help", "")) + (f" {RESUMABLE_MARK}" if meta.get("resumable") else "")
         groups[_section(path)].append([code(path), code(flag_name(path, f)), code(_type_text(tp)),
-                                       code(value_text(get_path(defaults, path))), rule, md(meta.get("help", ""))])
+                                       code(value_text(get_path(defaults, path))), rule, meaning])
     out = [NOTE.format(source="contracts/config.py"), "# Config keys\n\n",
            "One typed config tree holds a whole run. Every key has a flag of `levelray train`, and every key can be "
            "set in the YAML file given to `--config`, nested by section (flags override the file):\n\n",
@@ -240,6 +244,10 @@ def config_page() -> str:
            "(the default) a new run takes the preset of its env's family for every key the user did not set: the "
            "[preset table](#presets) gives those values (`contracts/presets.py`). Booleans take a value "
            "(`--tensorboard false`); `none` sets an optional key to null.\n\n",
+           f"**Resume.** `levelray train --resume RUN_DIR` keeps the run's saved config. A flag given with it may "
+           f"change the keys marked {RESUMABLE_MARK} (how long and how the run goes on, how it reports, and where: "
+           "`resumable` in their metadata); a change to any other key is refused, naming it, since the checkpoint "
+           "was trained with the saved value.\n\n",
            "Sections: " + ", ".join(f"[`{name}`](#{name})" for name in sections) + ", and the [run-wide keys](#run)."
            "\n"]
     header = ["key", "flag", "type", "default", "allowed", "meaning"]

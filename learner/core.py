@@ -8,14 +8,15 @@ counts what arrives (env steps, episodes, policy lag) and drops an unroll too st
 learner actor (`learner.service`) wraps it in a queue and a training thread; the inline backend calls it
 directly. Neither adds maths of its own.
 
-Thread safety: counters and `stats()` are guarded by one lock, so a driver thread may read them while a
+The counters are one record (`contracts.counters.LearnerCounters`): `stats()`, a checkpoint and a resume read it
+whole. Thread safety: counters and `stats()` are guarded by one lock, so a driver thread may read them while a
 training thread updates. `train` itself must be called from one thread at a time.
 """
 
 from __future__ import annotations
 
 import threading
-from collections import Counter, deque
+from collections import deque
 from typing import Any
 
 import numpy as np
@@ -23,6 +24,7 @@ import torch
 
 from levelray.contracts.clients import LevelClient, ReplayClient
 from levelray.contracts.config import RunConfig
+from levelray.contracts.counters import BY_REASON, MAX, TALLIES, LearnerCounters, combine, read_counters, zero_counters
 from levelray.contracts.spec import EnvSpec
 from levelray.contracts.status import LearnerCoreStats
 from levelray.contracts.trajectory import Unroll
@@ -56,19 +58,14 @@ class LearnerCore:
         self.replay_feed = ReplayFeed(cfg.replay, cfg.learner.batch_size, replay, sequences=self.learner.sequences,
                                       model_priorities=model_priorities)
         self.lock = threading.Lock()
-        self.env_steps = 0
+        self.counters = zero_counters()  # its learner_version, samples_trained and replay_updates: see `_counters`
         self.job_env_steps: int | None = None  # several learners: every rank's env steps, as of the last update
-        self.episodes = 0
-        self.episodes_replayed = 0
-        self.unrolls_received = 0
-        self.dropped: Counter[str] = Counter()
         self.returns: deque[float] = deque(maxlen=RETURN_WINDOW)
         self.lengths: deque[int] = deque(maxlen=RETURN_WINDOW)
         self.lag_window: deque[float] = deque(maxlen=10 * RETURN_WINDOW)
         self.lag_counts = np.zeros(len(LAG_BUCKETS) + 1, dtype=np.int64)
         self.lag_sum = 0.0
         self.last_metrics: dict[str, float] = {}
-        self.nonfinite_updates = 0  # skipped updates, in all
         self.nonfinite_in_a_row = 0
         self.last_nonfinite: str | None = None
 
@@ -86,7 +83,7 @@ class LearnerCore:
         """The run's `total_steps` have been consumed: train no further batch. Checked before a batch, so
         the learner consumes at most one batch past the budget, whichever transport feeds it. With several
         learners, by the job's env steps as every rank last summed them: the ranks decide alike."""
-        steps = self.env_steps if self.job_env_steps is None else self.job_env_steps
+        steps = self.counters["env_steps"] if self.job_env_steps is None else self.job_env_steps
         return steps >= self.cfg.total_steps
 
     def learning_rate(self, env_steps: int) -> float:
@@ -102,9 +99,10 @@ class LearnerCore:
         """The env steps of the whole job: this learner's, summed over the ranks when there are several (every
         rank then sets the same learning rate)."""
         data_parallel = self.learner.data_parallel
+        env_steps = self.counters["env_steps"]
         if data_parallel is None:
-            return self.env_steps
-        self.job_env_steps = int(data_parallel.sum(torch.tensor([float(self.env_steps)]))[0])
+            return env_steps
+        self.job_env_steps = int(data_parallel.sum(torch.tensor([float(env_steps)]))[0])
         return self.job_env_steps
 
     # -- arrivals --------------------------------------------------------------------------------
@@ -113,26 +111,31 @@ class LearnerCore:
         V-trace's clipped importance weights make such data nearly worthless and it slows learning)."""
         lag = self.learner.version - int(unroll["policy_version"])
         with self.lock:
-            self.unrolls_received += 1
-            self.env_steps += int(unroll["rewards"].size)
+            counters = self.counters
+            counters["unrolls_received"] += 1
+            counters["env_steps"] += int(unroll["rewards"].size)
             returns = unroll.get("episode_returns")
             if returns is not None and len(returns):
-                self.episodes += len(returns)
+                counters["episodes"] += len(returns)
                 ended = unroll["terminated"] | unroll["truncated"]
-                self.episodes_replayed += int(np.count_nonzero(unroll["level_replayed"] & ended))
+                counters["episodes_replayed"] += int(np.count_nonzero(unroll["level_replayed"] & ended))
                 self.returns.extend(float(r) for r in returns)
                 self.lengths.extend(int(n) for n in unroll.get("episode_lengths", ()))
             self.lag_counts[np.searchsorted(LAG_BUCKETS, lag)] += 1
             self.lag_sum += lag
             self.lag_window.append(float(lag))
             if lag > self.cfg.learner.max_policy_lag:
-                self.dropped["policy_lag"] += 1
+                self._count_dropped("policy_lag")
                 return False
         return True
 
     def count_malformed(self) -> None:
         with self.lock:
-            self.dropped["malformed"] += 1
+            self._count_dropped("malformed")
+
+    def _count_dropped(self, reason: str) -> None:
+        dropped = self.counters["dropped"]
+        dropped[reason] = dropped.get(reason, 0) + 1
 
     # -- the train step --------------------------------------------------------------------------
     def train(self, fresh: list[Unroll]) -> dict[str, float]:
@@ -165,7 +168,7 @@ class LearnerCore:
     def _count_nonfinite(self, what: str) -> None:
         """Count a skipped update; `max_nonfinite_updates` of them in a row raise `TrainingDiverged`."""
         with self.lock:
-            self.nonfinite_updates += 1
+            self.counters["nonfinite_updates"] += 1
             self.nonfinite_in_a_row += 1
             self.last_nonfinite = what
         limit = self.cfg.learner.max_nonfinite_updates
@@ -177,16 +180,20 @@ class LearnerCore:
             )
 
     # -- reading and saving ----------------------------------------------------------------------
+    def _counters(self) -> LearnerCounters:
+        """A copy of the counters, safe to hand out; called under `self.lock`. The model keeps its version and the
+        samples trained, the replay feed its updates (they advance with them): read into the record here."""
+        counters = self.counters
+        counters["learner_version"] = self.learner.version
+        counters["samples_trained"] = self.learner.samples_trained
+        counters["replay_updates"] = self.replay_feed.updates
+        return {**counters, "dropped": dict(counters["dropped"])}
+
     def stats(self) -> LearnerCoreStats:
         """Counters and last losses: what the driver turns into a metrics record and Prometheus series."""
         with self.lock:
             return {
-                "learner_version": self.learner.version,
-                "env_steps": self.env_steps,
-                "episodes": self.episodes,
-                "episodes_replayed": self.episodes_replayed,
-                "unrolls_received": self.unrolls_received,
-                "samples_trained": self.learner.samples_trained,
+                **self._counters(),
                 "episode_return_mean": float(np.mean(self.returns)) if self.returns else None,
                 "episode_length_mean": float(np.mean(self.lengths)) if self.lengths else None,
                 "episode_returns_window": len(self.returns),
@@ -194,8 +201,6 @@ class LearnerCore:
                 "policy_lag_buckets": list(LAG_BUCKETS),
                 "policy_lag_counts": self.lag_counts.tolist(),
                 "policy_lag_sum": self.lag_sum,
-                "dropped": dict(self.dropped),
-                "nonfinite_updates": self.nonfinite_updates,
                 "last_nonfinite": self.last_nonfinite,
                 "metrics": dict(self.last_metrics),
                 "device": str(self.learner.device),
@@ -206,46 +211,29 @@ class LearnerCore:
     def state_dict(self) -> dict[str, Any]:
         """Model, optimiser and counters: what a checkpoint holds of the learner."""
         with self.lock:
-            counters = {
-                "env_steps": self.env_steps,
-                "episodes": self.episodes,
-                "episodes_replayed": self.episodes_replayed,
-                "unrolls_received": self.unrolls_received,
-                "learner_version": self.learner.version,
-                "samples_trained": self.learner.samples_trained,
-                "nonfinite_updates": self.nonfinite_updates,
-                "dropped": dict(self.dropped),
-                "replay_updates": self.replay_feed.updates,  # beta's annealing: the same IS weights after a resume
-            }
+            counters = self._counters()
         return {"learner": self.learner.state_dict(), "counters": counters}
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         """Model and optimiser from `state["learner"]` (None: keep the fresh ones), counters from
         `state["counters"]`. The learner version is the larger of the model's and the counters': a restart
         that was given counters seen after the checkpoint (see `monotone_counters`) goes on counting from
-        there."""
+        there. Counters without `replay_updates` annealed beta by the learner version."""
         if state.get("learner") is not None:
             self.learner.load_state_dict(state["learner"])
-        counters = state.get("counters") or {}
+        saved = state.get("counters") or {}
+        counters = read_counters(saved)
         with self.lock:
-            self.env_steps = int(counters.get("env_steps", 0))
-            self.episodes = int(counters.get("episodes", 0))
-            self.episodes_replayed = int(counters.get("episodes_replayed", 0))
-            self.unrolls_received = int(counters.get("unrolls_received", 0))
-            self.nonfinite_updates = int(counters.get("nonfinite_updates", 0))
-            self.dropped = Counter({k: int(v) for k, v in (counters.get("dropped") or {}).items()})
-            self.learner.version = max(self.learner.version, int(counters.get("learner_version", 0)))
-            self.learner.samples_trained = max(self.learner.samples_trained, int(counters.get("samples_trained", 0)))
-            self.replay_feed.updates = int(counters.get("replay_updates", self.learner.version))
-
-
-COUNTER_KEYS = ("env_steps", "episodes", "episodes_replayed", "unrolls_received", "learner_version", "samples_trained",
-                "nonfinite_updates")
+            self.learner.version = max(self.learner.version, counters["learner_version"])
+            self.learner.samples_trained = max(self.learner.samples_trained, counters["samples_trained"])
+            has_updates = saved.get("replay_updates") is not None
+            self.replay_feed.updates = counters["replay_updates"] if has_updates else self.learner.version
+            self.counters = counters
 
 
 def monotone_counters(saved: dict[str, Any] | None, seen: dict[str, Any] | None) -> dict[str, Any]:
-    """Counters to restart from: the checkpoint's (`saved`), raised to the highest values the job already
-    reported (`seen`: a learner's last `stats()` or the last `metrics.jsonl` record).
+    """Counters to restart from: the checkpoint's (`saved`), each counter that resumes by `MAX` raised to the
+    highest value the job already reported (`seen`: a learner's last `stats()` or the last `metrics.jsonl` record).
 
     A checkpoint is older than the job's last report, so restoring its counters would make env steps,
     episodes and updates step back: `metrics.jsonl` would go backwards and Prometheus would see a counter
@@ -253,11 +241,7 @@ def monotone_counters(saved: dict[str, Any] | None, seen: dict[str, Any] | None)
     are counted; the model restarts from the checkpoint, so its version number skips ahead, which keeps
     checkpoint names and policy lag monotone too."""
     saved, seen = dict(saved or {}), seen or {}
-    for key in COUNTER_KEYS:
-        if seen.get(key) is not None:
-            saved[key] = max(int(saved.get(key, 0)), int(seen[key]))
-    dropped = dict(saved.get("dropped") or {})
-    for reason, n in (seen.get("dropped") or {}).items():
-        dropped[reason] = max(int(dropped.get(reason, 0)), int(n))
-    saved["dropped"] = dropped
+    for name, tally in TALLIES.items():
+        if tally.on_resume == MAX and (name in BY_REASON or seen.get(name) is not None):
+            saved[name] = combine(name, (saved.get(name), seen.get(name)), max)
     return saved

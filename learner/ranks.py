@@ -3,17 +3,19 @@
 Every rank counts what reached it: its actors' env steps, episodes and unrolls, its drops. Those add up. What
 the ranks share (the model's version, the samples trained, which every rank counts for the union of the batches
 since `DataParallel.union_count`, a skipped non-finite update, which every rank skips) is the same on every rank:
-the largest is kept, never the sum. The training return is the mean over the ranks' windows, weighted by how
+the largest is kept, never the sum. Which counter is which is written on its field (`contracts.counters`); the
+policy-lag histogram's counts and sum add up. The training return is the mean over the ranks' windows, weighted by how
 many episodes each holds; the metrics of the last update are rank 0's.
 """
 
 from __future__ import annotations
 
-from collections import Counter
 from typing import Any
 
-ADDED = ("env_steps", "episodes", "episodes_replayed", "unrolls_received", "policy_lag_sum")
-SHARED = ("learner_version", "samples_trained", "nonfinite_updates", "replay_updates")
+from levelray.contracts.counters import BY_REASON, SUM, TALLIES, combine, zero_counters
+
+# Each rank's own counts: summed over the ranks, and counted from 0 again by a restarted rank other than 0.
+ADDED = tuple(name for name, tally in TALLIES.items() if tally.over_ranks == SUM)
 
 
 def _weighted_mean(stats: list[dict[str, Any]], key: str, weight: str) -> float | None:
@@ -29,16 +31,9 @@ def _weighted_mean(stats: list[dict[str, Any]], key: str, weight: str) -> float 
 def merge_counters(counters: list[dict[str, Any]]) -> dict[str, Any]:
     """One checkpoint's counters from every rank's (`LearnerCore.state_dict()["counters"]`), rank 0 first."""
     merged = dict(counters[0])
-    for key in ADDED:
-        if any(key in c for c in counters):
-            merged[key] = sum(int(c.get(key, 0)) for c in counters)
-    for key in SHARED:
-        if any(key in c for c in counters):
-            merged[key] = max(int(c.get(key, 0)) for c in counters)
-    dropped: Counter = Counter()
-    for c in counters:
-        dropped.update({k: int(v) for k, v in (c.get("dropped") or {}).items()})
-    merged["dropped"] = dict(dropped)
+    for name, tally in TALLIES.items():
+        if name in BY_REASON or any(name in c for c in counters):
+            merged[name] = combine(name, (c.get(name) for c in counters), sum if tally.over_ranks == SUM else max)
     return merged
 
 
@@ -47,7 +42,8 @@ def rank_counters(counters: dict[str, Any] | None, rank: int) -> dict[str, Any] 
     the job's counts, the others start their own from 0 (so their sum stays the job's) with the shared ones."""
     if counters is None or rank == 0:
         return counters
-    return {**counters, **{key: 0 for key in ADDED if key in counters}, "dropped": {}}
+    fresh = zero_counters()
+    return {**counters, **{name: fresh[name] for name in ADDED if name in counters or name in BY_REASON}}
 
 
 def merge_stats(stats: list[dict[str, Any]]) -> dict[str, Any]:
@@ -58,6 +54,8 @@ def merge_stats(stats: list[dict[str, Any]]) -> dict[str, Any]:
     merged["episode_length_mean"] = _weighted_mean(stats, "episode_length_mean", "episode_returns_window")
     merged["episode_returns_window"] = sum(int(s.get("episode_returns_window") or 0) for s in stats)
     merged["policy_lag_mean"] = _weighted_mean(stats, "policy_lag_mean", "unrolls_received") or 0.0
+    if any("policy_lag_sum" in s for s in stats):
+        merged["policy_lag_sum"] = sum(int(s.get("policy_lag_sum", 0)) for s in stats)
     if all(s.get("policy_lag_counts") is not None for s in stats):
         merged["policy_lag_counts"] = [sum(c) for c in zip(*(s["policy_lag_counts"] for s in stats), strict=True)]
     merged["queue_depth"] = sum(int(s.get("queue_depth") or 0) for s in stats)

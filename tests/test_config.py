@@ -73,3 +73,19 @@ def test_unknown_env_is_a_clean_cli_error(capsys, tmp_path):
     err = capsys.readouterr().err
     assert "--env: unknown procgen game 'bigfsh'" in err and "procgen:bigfish" in err
     assert not (tmp_path / "r").exists()  # nothing was started or written
+
+
+def test_a_resume_may_change_the_leaves_marked_resumable_and_no_other():
+    from levelray.contracts.config import RESUMABLE_KEYS, replace_paths
+    from levelray.deploy.training.driver import check_resume_overrides
+
+    marked = {path for path, f, _tp in leaves() if f.metadata.get("resumable")}
+    assert RESUMABLE_KEYS == marked and {"total_steps", "actors.num_actors", "env.native_vector"} <= marked
+    assert not {"seed", "learner.batch_size", "env.num_levels", "levels.strategy"} & marked
+    saved = RunConfig()
+    check_resume_overrides(saved, replace_paths(saved, {"total_steps": 5, "actors.num_actors": 7, "eval.greedy": True}))
+    with pytest.raises(ConfigError) as refused:
+        check_resume_overrides(saved, replace_paths(saved, {"seed": 3, "learner.batch_size": 4, "total_steps": 5}))
+    message = str(refused.value)
+    assert message.startswith("--resume cannot change learner.batch_size (2 -> 4), seed (0 -> 3): the checkpoint")
+    assert message.endswith("Keys that may change on resume: " + ", ".join(sorted(marked)))

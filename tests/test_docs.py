@@ -74,6 +74,10 @@ def test_config_reference_lists_every_key_with_its_flag(site):
     assert not missing, f"flags not in the config reference: {missing}"
     # the help text is escaped, not read as HTML: `procgen:<game>` stays visible
     assert "procgen:&lt;game&gt;" in text
+    # exactly the keys a resumed run may change are marked so (in the key tables, before the presets' table)
+    rows = [row.split("</tr>", 1)[0] for row in text.split('id="presets"')[0].split("<tr>\n<td><code>")[1:]]
+    marked = {html.unescape(row.split("</code>", 1)[0]) for row in rows if "may change on resume" in row}
+    assert marked == {path for path, f, _tp in leaves() if f.metadata.get("resumable")}
 
 
 @pytest.mark.timeout(300)

@@ -168,7 +168,7 @@ def test_learning_rate_schedule_follows_the_env_steps_received(tmp_path, schedul
         seen = []
         while not backend.core.budget_spent:
             metrics = backend.train_step()
-            received = backend.core.env_steps
+            received = backend.core.counters["env_steps"]
             expected = 1e-3 * (1 - received / 400) if schedule == "linear" else 1e-3
             assert metrics["learning_rate"] == pytest.approx(expected, rel=1e-12)
             assert backend.core.learner.optimizer.param_groups[0]["lr"] == pytest.approx(expected, rel=1e-12)

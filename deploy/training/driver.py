@@ -320,23 +320,9 @@ def run(
     return record
 
 
-# What may differ from the saved config when a run is resumed: how long and how it runs, how it reports, and
-# where. Everything else is part of the saved state (the model's shape, the optimiser, the level set and PLR
-# settings, the replay buffer, the unroll format, the seed): a change there would silently break a service
-# or be ignored, so it is refused.
-RESUMABLE_KEYS = frozenset({
-    "total_steps", "stop_at_return", "run_dir", "backend", "address", "metrics_host", "metrics_port",
-    "report_interval_s", "tensorboard", "checkpoint_interval_updates", "keep_checkpoints", "max_learner_restarts",
-    "env.native_vector", "actors.num_actors", "actors.seed_prefetch", "actors.unrolls_per_submit", "actors.num_cpus",
-    "actors.max_restarts", "learner.device", "learner.queue_size", "learner.max_nonfinite_updates",
-    "levels.snapshot_interval_s", "replay.snapshot_interval_s", "replay.snapshot_max_item_bytes",
-    "eval.interval_updates", "eval.episodes", "eval.num_envs", "eval.greedy", "eval.video_interval",
-})
-
-
 def check_resume_overrides(saved: RunConfig, new: RunConfig) -> None:
-    """Refuse, naming every key, a resume that changes a config value outside `RESUMABLE_KEYS`."""
-    from levelray.contracts.config import ConfigError, differing_paths, get_path
+    """Refuse, naming every key, a resume that changes a config value outside `contracts.config.RESUMABLE_KEYS`."""
+    from levelray.contracts.config import RESUMABLE_KEYS, ConfigError, differing_paths, get_path
 
     changed = [f"{path} ({get_path(saved, path)!r} -> {get_path(new, path)!r})"
                for path in differing_paths(saved, new) if path not in RESUMABLE_KEYS]
@@ -356,7 +342,7 @@ def prepare_run_dir(
     `levelray.train` pass through before anything starts, whichever the backend. On resume, `saved` is the
     run's own config: overrides are checked against it, and the directory must hold a checkpoint, before
     anything is written."""
-    from levelray.contracts.config import ConfigError, leaves
+    from levelray.contracts.config import RESUMABLE_KEYS, ConfigError, leaves
     from levelray.contracts.validate import check_model_loss_actions, validate
     from levelray.deploy.rundir import default_run_dir
 

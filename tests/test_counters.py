@@ -1,0 +1,84 @@
+"""The learner's counters are one record (`contracts.counters.LearnerCounters`): what a core counts is what its
+stats report and its checkpoint holds, under the same key names; a core loaded from those counts on from them, and
+a resume treats each counter as its field says."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from levelray.contracts.config import RunConfig, replace_paths
+from levelray.contracts.counters import TALLIES
+from levelray.learner.core import LearnerCore, monotone_counters
+from tests.test_learner import VEC, make_batch
+
+# A checkpoint's counters as `meta.json` holds them: these key names are the on-disk format.
+SAVED = {"env_steps": 1200, "episodes": 30, "episodes_replayed": 4, "unrolls_received": 100, "learner_version": 9,
+         "samples_trained": 900, "nonfinite_updates": 1, "dropped": {"policy_lag": 2}, "replay_updates": 7}
+
+
+def _core() -> LearnerCore:
+    return LearnerCore(replace_paths(RunConfig(), {"learner.batch_size": 1, "learner.max_policy_lag": 0}), VEC)
+
+
+def _unroll(rng, policy_version: int = 0, *, episode: bool = False) -> dict:
+    """T=6, B=2: 12 env steps; with `episode`, env 0 ends an episode on a replayed level at t=2."""
+    b = make_batch(rng, T=6, B=2)
+    b["terminated"][:] = False
+    returns, lengths = np.zeros(0), np.zeros(0, dtype=np.int64)
+    if episode:
+        b["terminated"][2, 0] = True
+        b["level_replayed"][:, 0] = True
+        returns, lengths = np.array([1.5]), np.array([3])
+    return {**b, "policy_version": policy_version, "actor_id": 0, "episode_returns": returns,
+            "episode_lengths": lengths}
+
+
+def test_stats_and_checkpoint_carry_every_counter_under_its_name():
+    core, rng = _core(), np.random.default_rng(0)
+    first = _unroll(rng, episode=True)
+    assert core.accept(first) and core.accept(_unroll(rng))
+    assert core.train([first])["version"] == 1
+    assert not core.accept(_unroll(rng, policy_version=0))  # lag 1 > max_policy_lag 0: dropped
+    core.count_malformed()
+    counters = core.state_dict()["counters"]
+    assert list(counters) == list(TALLIES)
+    assert counters == {"env_steps": 36, "episodes": 1, "episodes_replayed": 1, "unrolls_received": 3,
+                        "learner_version": 1, "samples_trained": core.learner.samples_trained, "nonfinite_updates": 0,
+                        "dropped": {"policy_lag": 1, "malformed": 1}, "replay_updates": core.replay_feed.updates}
+    assert counters["samples_trained"] > 0
+    stats = core.stats()
+    assert {name: stats[name] for name in TALLIES} == counters
+    counters["dropped"]["malformed"] = 99  # a copy: the core's own counts are not changed through it
+    assert core.stats()["dropped"]["malformed"] == 1
+
+
+def test_a_checkpoints_counters_load_and_counting_goes_on_from_them():
+    core, rng = _core(), np.random.default_rng(1)
+    core.load_state_dict({"learner": None, "counters": SAVED})
+    assert core.state_dict()["counters"] == SAVED
+    assert core.learner.version == 9 and core.replay_feed.updates == 7
+    assert not core.accept(_unroll(rng, policy_version=9 - 1))  # one version behind, with max_policy_lag 0
+    core.count_malformed()
+    counters = core.stats()
+    assert (counters["env_steps"], counters["unrolls_received"], counters["dropped"]) == (
+        1212, 101, {"policy_lag": 3, "malformed": 1})
+    # counters written without the replay feed's updates anneal beta by the learner version
+    older = _core()
+    older.load_state_dict({"learner": None, "counters": {k: v for k, v in SAVED.items() if k != "replay_updates"}})
+    assert older.replay_feed.updates == 9
+
+
+@pytest.mark.parametrize("name,value,form", [("env_steps", "many", "an integer count"),
+                                             ("dropped", [1], "a mapping of reason to count"),
+                                             ("dropped", {"policy_lag": "x"}, "a mapping of reason to count")])
+def test_a_counter_that_is_not_a_count_is_refused_naming_it(name, value, form):
+    with pytest.raises(ValueError, match=rf"counters\.{name}: expected {form}, got "):
+        _core().load_state_dict({"learner": None, "counters": {**SAVED, name: value}})
+
+
+def test_a_resume_raises_every_counter_to_the_last_report_but_the_replay_feeds_updates():
+    seen = {**SAVED, "env_steps": 1500, "learner_version": 12, "replay_updates": 11, "dropped": {"malformed": 1}}
+    out = monotone_counters(SAVED, seen)
+    assert out == {**SAVED, "env_steps": 1500, "learner_version": 12, "dropped": {"policy_lag": 2, "malformed": 1}}
+    assert out["replay_updates"] == 7  # beta anneals with the replay buffer the checkpoint holds
