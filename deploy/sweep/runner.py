@@ -52,10 +52,10 @@ class Progress(tune.Callback):
     def _name(trial) -> str:
         return trial_name(trial.config["arm"], trial.config["seed"])
 
-    def on_trial_start(self, iteration, trials, trial, **info):
+    def on_trial_start(self, trial, **info):  # Tune passes its hooks' arguments by name
         say(f"{self._name(trial)} started")
 
-    def on_trial_result(self, iteration, trials, trial, result, **info):
+    def on_trial_result(self, trial, result, **info):
         name, now = self._name(trial), time.monotonic()
         if "env_steps" not in result or now - self.last.get(name, -PROGRESS_EVERY_S) < PROGRESS_EVERY_S:
             return
@@ -64,16 +64,16 @@ class Progress(tune.Callback):
         say(f"{name} {int(result['env_steps']):,}/{self.budgets.get(name, 0):,} env steps, return "
             f"{'n/a' if ret is None else format(ret, '.3g')}, {result.get('env_steps_per_second', 0):,.0f} steps/s")
 
-    def on_trial_complete(self, iteration, trials, trial, **info):
+    def on_trial_complete(self, trial, **info):
         error = trial.last_result.get("trial_error")
         say(f"{self._name(trial)} {'failed: ' + error if error else 'done'}")
 
-    def on_trial_recover(self, iteration, trials, trial, **info):
+    def on_trial_recover(self, trial, **info):
         error = trial.get_pickled_error()
         say(f"{self._name(trial)} lost ({error_summary(error) if error else 'no error recorded'}); restarting it "
             f"from its last checkpoint")
 
-    def on_trial_error(self, iteration, trials, trial, **info):
+    def on_trial_error(self, trial, **info):
         error = trial.get_pickled_error()
         say(f"{self._name(trial)} lost for good after {trial.num_failures} failures"
             + (f": {error_summary(error)}" if error else ""))
