@@ -17,6 +17,7 @@ node mounts at one path.
 from __future__ import annotations
 
 import json
+import logging
 import os
 import sys
 import time
@@ -60,9 +61,9 @@ class Progress(tune.Callback):
         if "env_steps" not in result or now - self.last.get(name, -PROGRESS_EVERY_S) < PROGRESS_EVERY_S:
             return
         self.last[name] = now
-        ret = result.get("episode_return_mean")
+        ret, rate = result.get("episode_return_mean"), result.get("env_steps_per_second") or 0
         say(f"{name} {int(result['env_steps']):,}/{self.budgets.get(name, 0):,} env steps, return "
-            f"{'n/a' if ret is None else format(ret, '.3g')}, {result.get('env_steps_per_second', 0):,.0f} steps/s")
+            f"{'n/a' if ret is None else format(ret, '.3g')}" + (f", {rate:,.0f} steps/s" if rate > 0 else ""))
 
     def on_trial_complete(self, trial, **info):
         error = trial.last_result.get("trial_error")
@@ -108,6 +109,7 @@ def run_sweep(spec: SweepSpec, sweep_dir: str | Path, *, resume: bool = False,
     # Tune's own console output off (its table and banner): `Progress` prints a line per trial instead. Its
     # newer output engine prints a banner whatever the verbosity; the older one prints nothing at verbose=0.
     os.environ.setdefault("RAY_AIR_NEW_OUTPUT", "0")
+    logging.getLogger("ray.tune").setLevel(logging.WARNING)  # and its INFO notes of each state it saved
     sweep_dir = Path(sweep_dir).resolve()
     tune_dir = sweep_dir / TUNE_DIR
     if resume and tune.Tuner.can_restore(str(tune_dir)):

@@ -198,17 +198,18 @@ def _resources(value: Any) -> dict[str, float]:
     return out
 
 
-def _merged(base: dict, over: dict) -> dict:
+def merge_config(base: dict, over: dict) -> dict:
     """`base` with `over`'s keys laid over it, section by section."""
     out = dict(base)
     for key, value in over.items():
-        out[key] = _merged(out[key], value) if isinstance(value, dict) and isinstance(out.get(key), dict) else value
+        nested = isinstance(value, dict) and isinstance(out.get(key), dict)
+        out[key] = merge_config(out[key], value) if nested else value
     return out
 
 
 def trial_config(spec: SweepSpec, arm: str, seed: int, run_dir: str | Path) -> RunConfig:
     """The run config of one trial (see the module doc), resolved as `levelray train --config` resolves one."""
-    data = _merged(spec.base, spec.arms[arm])
+    data = merge_config(spec.base, spec.arms[arm])
     sweep = {"run_dir": str(run_dir), "seed": seed, "backend": "inline", "address": None, "metrics_port": 0}
     cfg = replace_paths(from_dict(data), sweep)
     return apply_preset(cfg, dict_paths(data) | set(sweep))
