@@ -165,7 +165,12 @@ def paired(results: list[dict], a: str, b: str, key: str) -> dict:
 def run_arms(arms: Sequence[str], seeds: Sequence[int], parallel: int,
              run_one: Callable[[str, int], dict]) -> tuple[list[dict], float]:
     """`run_one(arm, seed)` for every arm and seed, `parallel` at a time, seed by seed with the arms interleaved
-    (each arm then sees about the same machine load): (the results in that order, the wall seconds of it all)."""
+    (each arm then sees about the same machine load): (the results in that order, the wall seconds of it all).
+
+    For protocols a sweep trial (one budget, one evaluation; `run_sweep`) does not cover: `accel_maze` evaluates
+    each run twice with different episode counts, `model_loss_fair` trains to one budget, evaluates, then resumes
+    the same run to a later budget. A comparison that is one train and one evaluate per run is a sweep spec in
+    benchmarks/sweeps/ instead."""
     from concurrent.futures import ThreadPoolExecutor
 
     started = time.time()
@@ -173,6 +178,50 @@ def run_arms(arms: Sequence[str], seeds: Sequence[int], parallel: int,
     with ThreadPoolExecutor(max_workers=parallel) as pool:
         results = list(pool.map(lambda job: run_one(*job), jobs))
     return results, time.time() - started
+
+
+def train_flags_config(flags: Sequence[str]) -> dict:
+    """`levelray train` flags (`--level-buffer-size 500`) as the nested config mapping a sweep spec takes."""
+    from levelray.deploy.cli import _parser
+
+    parser, dests = _parser()
+    args = parser.parse_args(["train", *flags])
+    out: dict = {}
+    for dest, path in dests.items():
+        if hasattr(args, dest):
+            *sections, leaf = path.split(".")
+            node = out
+            for section in sections:
+                node = node.setdefault(section, {})
+            node[leaf] = getattr(args, dest)
+    return out
+
+
+def run_sweep(spec: Mapping[str, Any], out: Path, parallel: int, env: Mapping[str, str] | None = None) -> list[dict]:
+    """`levelray sweep` of `spec` (a spec mapping, see docs/guides/experiments.md) into `out`, `parallel` trials at
+    once; a sweep already in `out` is continued (`--resume`: its finished trials are kept). Returns each trial of
+    results.json with its run's `records` (metrics.jsonl) and `evaluation` (evaluate.json) added, in the sweep's
+    order (seed by seed, the arms interleaved). A trial that did not finish ends the benchmark."""
+    import yaml
+
+    out.mkdir(parents=True, exist_ok=True)
+    if (out / "sweep.yaml").exists():
+        cmd = [*LEVELRAY, "sweep", "--resume", str(out)]
+    else:
+        path = out.parent / f"{out.name}.yaml"
+        path.write_text(yaml.safe_dump(dict(spec), sort_keys=False))
+        cmd = [*LEVELRAY, "sweep", str(path), "--dir", str(out), "--max-concurrent", str(parallel)]
+    print(f"$ levelray {' '.join(cmd[len(LEVELRAY):])}", file=sys.stderr, flush=True)
+    subprocess.run(cmd, cwd=ROOT, env=None if env is None else dict(env))  # its progress lines go to the terminal
+    results = json.loads((out / "results.json").read_text())
+    bad = [f"{t['name']}: {t['status']} {t['error'] or ''}" for t in results["trials"] if t["status"] != "done"]
+    if bad:
+        raise SystemExit(f"sweep {out} did not finish: {'; '.join(bad)}; continue it by running the benchmark again")
+    for trial in results["trials"]:
+        run = Path(trial["run_dir"])
+        trial["records"] = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines() if line]
+        trial["evaluation"] = json.loads((run / "evaluate.json").read_text())
+    return results["trials"]
 
 
 def pairwise(results: list[dict], arms: Sequence[str], key: str) -> dict[str, dict]:

@@ -8,26 +8,27 @@
 Protocol (Jiang et al., "Replay-Guided Adversarial Environment Design", 2021): every run trains on the whole
 level space (`--num-levels 0`: any seed), so there is no training set to overfit; held-out levels are fresh
 random seeds (`levelray evaluate --levels test`; with ~10^4 levels played out of 2^31, a test seed was trained
-on with probability ~10^-5). Three arms, each a `levelray train` subprocess on the inline backend (two at a time,
-one torch thread each), differing only in their level flags:
+on with probability ~10^-5). Three arms, differing only in their level keys, run as the sweep
+`benchmarks/sweeps/robust_plr.yaml` (`levelray sweep`: each run a Ray Tune trial on the inline backend, two at a
+time, one torch thread each; the flags below override the spec's values):
 
-- `dr`: domain randomisation, a fresh random level every episode (`--level-strategy random`);
+- `dr`: domain randomisation, a fresh random level every episode (`levels.strategy random`);
 - `plr`: PLR with a level buffer, gradient on every level; DCD's settings for its maze runs
   (`positive_value_loss` scores, rank transform, temperature 0.3, staleness 0.3, replay probability 0.5), with
   the buffer scaled to the budget (`--buffer-size`, default 500: DCD's 4000 belongs to 250M steps, and a buffer
   that does not fill within the run would leave PLR replaying almost nothing);
-- `robust`: the same with `--level-robust` (PLR⊥: new levels are played to be scored, never trained on).
+- `robust`: the same with `levels.robust` (PLR⊥: new levels are played to be scored, never trained on).
 
 Per arm: mean and 95% Student-t interval over seeds of held-out return and success (final evaluation of
 `--eval-episodes` sampled episodes), steps until a periodic held-out evaluation first reached `--threshold`
 success, and the fraction of steps that carried gradient; per pair of arms the paired difference (same seed)
-of held-out success. Prints tables, writes JSON, and `levelray report` of every run into `OUT/report/`.
+of held-out success. Prints tables, writes JSON, and `levelray report` of the sweep (its arms side by side) into
+`OUT/report/`. Running it again with the same `--out-dir` continues a stopped sweep (`levelray sweep --resume`).
 """
 
 from __future__ import annotations
 
 import argparse
-import json
 import shutil
 import sys
 import time
@@ -39,20 +40,18 @@ from benchmarks.common import (
     fmt_ci,
     pairwise,
     print_table,
-    run_arms,
     run_levelray,
+    run_sweep,
     thread_share_env,
+    train_flags_config,
     write_json,
 )
 from benchmarks.plr_vs_uniform import arm_summary, steps_to_threshold
 from levelray.deploy.report.stats import ci_summary
 
-DCD_PLR = ["--level-strategy", "positive_value_loss", "--level-score-transform", "rank", "--level-temperature", "0.3",
-           "--level-staleness-coef", "0.3", "--level-replay-prob", "0.5"]
-ARMS = {"dr": ["--level-strategy", "random"], "plr": DCD_PLR, "robust": [*DCD_PLR, "--level-robust"]}
+SPEC = ROOT / "benchmarks" / "sweeps" / "robust_plr.yaml"
 # DCD's published MiniGrid maze results (25 blocks, 250M steps, zero-shot solved rate): the ordering to compare
 DCD_SOLVED = {"dr": 0.43, "plr": 0.59, "robust": 0.68}
-SHAPE = ["--num-actors", "1", "--envs-per-actor", "16", "--unroll-length", "20", "--batch-size", "2"]
 
 
 def parse(argv: list[str] | None) -> argparse.Namespace:
@@ -62,37 +61,43 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--seeds", default="0,1,2,3,4")
     p.add_argument("--parallel", type=int, default=2)
     p.add_argument("--buffer-size", type=int, default=500)
-    p.add_argument("--arms", default=",".join(ARMS))
+    p.add_argument("--arms", default="dr,plr,robust", help="arms of the spec to run")
     p.add_argument("--eval-episodes", type=int, default=100)
     p.add_argument("--eval-interval", type=int, default=100, help="learner updates between held-out evaluations")
     p.add_argument("--threshold", type=float, default=0.5, help="held-out success for 'steps to threshold'")
     p.add_argument("--quick", action="store_true", help="a smoke test: 20k steps, 8 episodes, seeds 0,1")
-    p.add_argument("--out-dir", default=None)
+    p.add_argument("--out-dir", default=None, help="the sweep's directory (default: a fresh benchmarks/out/robust_plr)")
     p.add_argument("--json", default=str(ROOT / "benchmarks" / "out" / "robust_plr.json"))
     p.add_argument("train_args", nargs="*", help="extra `levelray train` flags, after --")
     return p.parse_args(argv)
 
 
-def one_run(args: argparse.Namespace, common: list[str], out: Path, arm: str, seed: int, child_env: dict) -> dict:
-    name = f"{arm}-seed{seed}"
-    run = out / name
-    start = time.time()
-    run_levelray([*LEVELRAY, "train", *common, *ARMS[arm], "--seed", str(seed), "--run-dir", str(run)],
-                 out / f"train-{name}.log", child_env)
-    train_s = time.time() - start
-    records = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines() if line.strip()]
-    last = records[-1]
-    ev = json.loads(run_levelray([*LEVELRAY, "evaluate", str(run), "--levels", "test", "--episodes",
-                                  str(args.eval_episodes), "--seed", str(seed), "--json", "--backend", "inline"],
-                                 out / f"evaluate-{name}.log", child_env).strip().splitlines()[-1])
-    test = ev["results"]["test"]
+def sweep_spec(args: argparse.Namespace, arms: list[str], seeds: list[int]) -> dict:
+    """benchmarks/sweeps/robust_plr.yaml with this run's flags laid over it."""
+    import yaml
+
+    from levelray.deploy.sweep.spec import merge_config
+
+    spec = yaml.safe_load(SPEC.read_text())
+    base = merge_config(spec["base"], {"env": {"id": args.env}, "total_steps": args.total_steps,
+                                  "levels": {"buffer_size": args.buffer_size},
+                                  "eval": {"interval_updates": args.eval_interval}})
+    return {**spec, "base": merge_config(base, train_flags_config(args.train_args)),
+            "arms": {a: spec["arms"][a] for a in arms}, "baseline": "dr" if "dr" in arms else arms[0],
+            "seeds": seeds, "evaluate": {"levels": "test", "episodes": args.eval_episodes}}
+
+
+def trial_result(trial: dict, threshold: float) -> dict:
+    """One run's numbers, from its run directory (`run_sweep`'s trial)."""
+    records, last = trial["records"], trial["records"][-1]
+    test = trial["evaluation"]["results"]["test"]
     return {
-        "arm": arm, "seed": seed, "run_dir": str(run), "env_steps": last["env_steps"], "train_wall_s": train_s,
-        "samples_trained": last["samples_trained"], "trained_fraction": last["samples_trained"] / last["env_steps"],
-        "learner_version": last["learner_version"], "levels_buffered": last.get("levels_buffered"),
-        "levels_evicted": last.get("levels_evicted"), "training_return_last100": last.get("episode_return_mean"),
-        "test_return": test["return_mean"], "test_success": test["success_rate"],
-        "steps_to_threshold": steps_to_threshold(records, args.threshold),
+        "arm": trial["arm"], "seed": trial["seed"], "run_dir": trial["run_dir"], "env_steps": last["env_steps"],
+        "train_wall_s": last["elapsed_s"], "samples_trained": last["samples_trained"],
+        "trained_fraction": last["samples_trained"] / last["env_steps"], "learner_version": last["learner_version"],
+        "levels_buffered": last.get("levels_buffered"), "levels_evicted": last.get("levels_evicted"),
+        "training_return_last100": last.get("episode_return_mean"), "test_return": test["return_mean"],
+        "test_success": test["success_rate"], "steps_to_threshold": steps_to_threshold(records, threshold),
     }
 
 
@@ -105,16 +110,12 @@ def main(argv: list[str] | None = None) -> int:
     out = Path(args.out_dir) if args.out_dir else ROOT / "benchmarks" / "out" / "robust_plr"
     if out.exists() and not args.out_dir:
         shutil.rmtree(out)
-    out.mkdir(parents=True, exist_ok=True)
-    common = ["--backend", "inline", "--env", args.env, "--num-levels", "0", "--total-steps", str(args.total_steps),
-              "--level-buffer-size", str(args.buffer_size), "--metrics-port", "0", "--report-interval", "5", "--quiet",
-              "--tensorboard", "false", "--eval-interval", str(args.eval_interval), "--eval-episodes", "32", *SHAPE,
-              *args.train_args]
-    child_env = thread_share_env(args.parallel)
-    results, wall_s = run_arms(arms, seeds, args.parallel,
-                               lambda arm, seed: one_run(args, common, out, arm, seed, child_env))
-    run_levelray([*LEVELRAY, "report", *(r["run_dir"] for r in results), "--out", str(out / "report")],
-                 out / "report.log")
+    spec = sweep_spec(args, arms, seeds)
+    started = time.time()
+    trials = run_sweep(spec, out, args.parallel, thread_share_env(args.parallel))
+    wall_s = time.time() - started
+    results = [trial_result(t, args.threshold) for t in trials]
+    run_levelray([*LEVELRAY, "report", str(out), "--out", str(out / "report")], out.parent / f"{out.name}-report.log")
     summary = {a: arm_summary([r for r in results if r["arm"] == a], args.total_steps) for a in arms}
     for a in arms:
         summary[a]["trained_fraction"] = ci_summary([r["trained_fraction"] for r in results if r["arm"] == a])
@@ -135,7 +136,7 @@ def main(argv: list[str] | None = None) -> int:
     print("\npaired difference of test success (same seed)")
     print_table([[k, fmt_ci(v)] for k, v in pairs.items()], ["arms", "difference"])
     write_json(args.json, {"results": {"env": args.env, "total_steps": args.total_steps, "seeds": seeds,
-                                       "buffer_size": args.buffer_size, "wall_s": wall_s, "train_args": common,
+                                       "buffer_size": args.buffer_size, "wall_s": wall_s, "spec": spec,
                                        "arms": summary, "paired_test_success": pairs, "runs": results,
                                        "dcd_solved": DCD_SOLVED}},
                benchmark="robust_plr")

@@ -1,4 +1,4 @@
-"""The `levelray` command line: train, scale, status, evaluate, report.
+"""The `levelray` command line: train, scale, status, evaluate, report, sweep.
 
 Every config leaf has a flag (see `contracts.config`); `--config run.yaml` fills the tree first and
 flags override it. `levelray train --help` lists them all.
@@ -104,6 +104,9 @@ def _parser() -> tuple[argparse.ArgumentParser, dict[str, str]]:
 
     add_evaluate_arguments(sub.add_parser("evaluate", help="returns on training and held-out levels"))
     add_report_arguments(sub.add_parser("report", help="PNG figures and a Markdown summary of runs"))
+    from levelray.deploy.sweep.command import add_sweep_arguments
+
+    add_sweep_arguments(sub.add_parser("sweep", help="arms x seeds of runs on Ray Tune, compared in one table"))
     return parser, dests
 
 
@@ -163,9 +166,13 @@ def main(argv: list[str] | None = None) -> int:
 
             return cmd_evaluate(args)
         if args.command == "report":
-            from levelray.deploy.report.command import cmd_report
+            from levelray.deploy.sweep.report import cmd_report
 
             return cmd_report(args)
+        if args.command == "sweep":
+            from levelray.deploy.sweep.command import cmd_sweep
+
+            return cmd_sweep(args)
         from levelray.deploy.cluster import control
 
         if args.command == "scale":

@@ -2,7 +2,7 @@
 level_service, replay_service) → deploy → the `levelray` API, each part importing only those before it,
 the four middle parts never each other, and no cycle between modules. Inside `deploy/` the same rule orders
 its sub-packages, grouped by job: (errors, rundir) → (cluster, monitoring) → evaluation → (training, report)
-→ cli.
+→ sweep → cli.
 
 Every import counts — at module level, inside functions, and under `TYPE_CHECKING` — because a
 function-level import is how a cycle usually hides.
@@ -36,7 +36,8 @@ DEPLOY_LAYERS = {
     "evaluation": 2,
     "training": 3,
     "report": 3,
-    "cli": 4,
+    "sweep": 4,
+    "cli": 5,
 }
 
 

@@ -23,7 +23,8 @@ Reads each run's `config.yaml`, `metrics.jsonl` and checkpoints, and writes (mat
     return_bands.png       with `--group-by PATH` (e.g. `levels.strategy`): the runs grouped by that config
                            value (the arms of a comparison, one run per seed), each group's mean train and
                            held-out return against env steps with its 95% Student-t confidence band; the
-                           groups' final returns with intervals go into summary.md
+                           groups' final returns with intervals go into summary.md. A sweep directory
+                           (`levelray report SWEEP_DIR`, `deploy.sweep.report`) is grouped by its arms
     level_gallery_run<i>_<env steps>.png
                            each PLR run's levels (of its set or its buffer): the first frame of the 16 most and
                            16 least likely levels at the end of the run and at up to 3 earlier checkpoints
@@ -67,7 +68,7 @@ from levelray.deploy.report.figures import (
 )
 from levelray.deploy.report.gallery import gallery_figure, suite_figure
 from levelray.deploy.report.html import write_page
-from levelray.deploy.report.runs import label_runs, last_value, load_run
+from levelray.deploy.report.runs import group_runs, label_runs, last_value, load_run
 
 
 def check_group_by(path: str) -> None:
@@ -152,7 +153,8 @@ def _markdown_table(columns: list[str], cells: list[list[str]]) -> list[str]:
             + ["| " + " | ".join(row) + " |" for row in cells])
 
 
-def summary_markdown(runs: list[dict], figures: dict[str, dict]) -> str:
+def summary_markdown(runs: list[dict], figures: dict[str, dict],
+                     tables: list[tuple[str, str, list[str], list[list[str]]]] = ()) -> str:
     rows = [run_summary(r) for r in runs]
     lines = ["# levelray report", "", f"{len(runs)} run(s). All of it on one page, with the level gallery and the "
              "runs' videos: [index.html](index.html).", "", *_markdown_table(*runs_table(rows)), "",
@@ -165,6 +167,8 @@ def summary_markdown(runs: list[dict], figures: dict[str, dict]) -> str:
     groups = groups_table(figures)
     if groups is not None:
         lines += ["## Groups", "", GROUPS_NOTE, "", *_markdown_table(*groups), ""]
+    for title, note, columns, cells in tables:
+        lines += [f"## {title}", "", note, "", *_markdown_table(columns, cells), ""]
     lines += ["## Figures", ""]
     for name, fig in figures.items():
         if fig.get("path"):
@@ -175,16 +179,26 @@ def summary_markdown(runs: list[dict], figures: dict[str, dict]) -> str:
     return "\n".join(lines) + "\n"
 
 
-def make_report(run_dirs: list[Path], out_dir: Path, group_by: str | None = None) -> dict[str, dict]:
+def make_report(run_dirs: list[Path], out_dir: Path, group_by: str | None = None, *,
+                arms: dict[str, list[Path]] | None = None,
+                tables: list[tuple[str, str, list[str], list[list[str]]]] = ()) -> dict[str, dict]:
     """Write every figure and summary.md into `out_dir`; returns {name: {path, series, ...}} (a skipped
     figure has `path: None` and `skipped: reason`). `group_by`: a config key whose values split the runs
-    into the arms of a comparison (return_bands.png and the summary's Groups table)."""
+    into the arms of a comparison (return_bands.png and the summary's Groups table). `arms`: the arms named
+    (a sweep's: arm -> its run directories among `run_dirs`), drawn the same way where `group_by` is not given.
+    `tables`: (title, note, columns, cells) added to summary.md and the page after the runs' tables."""
     if not run_dirs:
         raise ConfigError("report: give at least one RUN_DIR")
     if group_by is not None:
         check_group_by(group_by)
     runs = [load_run(p) for p in run_dirs]
     label_runs(runs)
+    groups = None
+    if group_by is not None:
+        groups = group_runs(runs, group_by)
+    elif arms:
+        by_path = {r["path"].resolve(): r for r in runs}
+        groups = {arm: [by_path[Path(p).resolve()] for p in paths] for arm, paths in arms.items()}
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     figures = {
@@ -201,17 +215,17 @@ def make_report(run_dirs: list[Path], out_dir: Path, group_by: str | None = None
         "curriculum_complexity": complexity_figure(runs, out_dir / "curriculum_complexity.png"),
         "replay_priorities": priorities_figure(runs, out_dir / "replay_priorities.png"),
     }
-    if group_by is not None:
-        figures["return_bands"] = bands_figure(runs, out_dir / "return_bands.png", group_by)
+    if groups is not None:
+        figures["return_bands"] = bands_figure(groups, out_dir / "return_bands.png")
     figures["maze_suite"] = suite_figure(runs, out_dir / "maze_suite.png")
     figures["level_gallery"] = gallery_figure(runs, out_dir)
     summary = out_dir / "summary.md"
-    summary.write_text(summary_markdown(runs, figures))
-    tables = [("Runs", RUNS_NOTE, *runs_table([run_summary(r) for r in runs]))]
-    groups = groups_table(figures)
-    if groups is not None:
-        tables.append((f"Groups ({group_by})", GROUPS_NOTE, *groups))
-    page = write_page(runs, figures, tables, out_dir)
+    summary.write_text(summary_markdown(runs, figures, tables))
+    page_tables = [("Runs", RUNS_NOTE, *runs_table([run_summary(r) for r in runs]))]
+    group_cells = groups_table(figures)
+    if group_cells is not None:
+        page_tables.append((f"Groups ({group_by or 'arms'})", GROUPS_NOTE, *group_cells))
+    page = write_page(runs, figures, [*page_tables, *tables], out_dir)
     labels = [r["label"] for r in runs]
     figures["summary"] = {"path": str(summary), "series": labels}
     figures["page"] = {"path": str(page), "series": labels}
@@ -219,7 +233,8 @@ def make_report(run_dirs: list[Path], out_dir: Path, group_by: str | None = None
 
 
 def add_report_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("run_dirs", nargs="+", metavar="RUN_DIR", help="run directories (overlaid in the figures)")
+    p.add_argument("run_dirs", nargs="+", metavar="RUN_DIR",
+                   help="run directories (overlaid in the figures), or one sweep directory (its arms side by side)")
     p.add_argument("--out", default=None, help="output directory (default: RUN_DIR/report of the first run)")
     p.add_argument("--group-by", default=None, metavar="KEY",
                    help="config key whose values are the arms of a comparison (e.g. levels.strategy): draw each "
@@ -230,10 +245,15 @@ def add_report_arguments(p: argparse.ArgumentParser) -> None:
 def cmd_report(args: argparse.Namespace) -> int:
     run_dirs = [Path(p) for p in args.run_dirs]
     out = Path(args.out) if args.out else run_dirs[0] / "report"
-    figures = make_report(run_dirs, out, args.group_by)
-    if args.json:
+    show_figures(make_report(run_dirs, out, args.group_by), out, as_json=args.json)
+    return 0
+
+
+def show_figures(figures: dict[str, dict], out: Path, *, as_json: bool = False) -> None:
+    """Print what `make_report` wrote: the figures' paths (or why one was skipped), or all of it as JSON."""
+    if as_json:
         print(json.dumps(figures), flush=True)
-        return 0
+        return
     print(f"levelray: report in {out}", flush=True)
     for name, fig in figures.items():
         if fig.get("path"):
@@ -241,4 +261,3 @@ def cmd_report(args: argparse.Namespace) -> int:
             print(f"  {name:<18} {fig['path']}" + (f" (and {more} more)" if more > 0 else ""), flush=True)
         else:
             print(f"  {name:<18} skipped: {fig['skipped']}", flush=True)
-    return 0

@@ -15,7 +15,6 @@ from levelray.contracts.levels import UNSCORED_STRATEGIES
 from levelray.deploy.report.runs import (
     final_values,
     group_curve,
-    group_runs,
     level_matrix,
     priority_histogram,
     record_series,
@@ -82,8 +81,8 @@ def returns_figure(runs, out: Path) -> dict:
     return {"path": str(out), "series": labels}
 
 
-def bands_figure(runs: list[dict], out: Path, group_by: str) -> dict:
-    groups = group_runs(runs, group_by)
+def bands_figure(groups: dict[str, list[dict]], out: Path) -> dict:
+    """Each group's (an arm's) mean train and held-out return with 95% t-bands over its runs."""
     fig, axes = _figure(1, 2, size=(13, 5))
     panels = ((axes[0, 0], "episode_return_mean", "env_steps", "training levels"),
               (axes[0, 1], "test_return_mean", "test_env_steps", "held-out levels (--eval-interval)"))

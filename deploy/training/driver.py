@@ -390,9 +390,11 @@ def train(
     resume: bool = False,
     stop: threading.Event | None = None,
     quiet: bool = False,
+    on_report: Callable[[dict], None] | None = None,
 ) -> dict[str, Any]:
     """Build the backend `cfg.backend` names and run it; the metrics endpoint serves from the start.
-    `cfg.run_dir` is taken from `run_dir` (the directory `prepare_run_dir` claimed)."""
+    `cfg.run_dir` is taken from `run_dir` (the directory `prepare_run_dir` claimed). Each metrics record goes to
+    `on_report` (a sweep's trial hands it to Ray Tune), else to the progress line unless `quiet`."""
     from levelray.deploy.monitoring.metrics import MetricsServer
 
     cfg = replace_path(cfg, "run_dir", str(run_dir.path))
@@ -410,7 +412,9 @@ def train(
             from levelray.deploy.training.ray_backend import RayJob
 
             backend = RayJob.start(cfg, run_dir, resume_state=resume_state)
-        return run(cfg, run_dir, backend, stop=stop, metrics=metrics, on_report=None if quiet else ProgressPrinter())
+        if on_report is None and not quiet:
+            on_report = ProgressPrinter()
+        return run(cfg, run_dir, backend, stop=stop, metrics=metrics, on_report=on_report)
     finally:
         if metrics is not None:
             metrics.close()

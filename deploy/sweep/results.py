@@ -1,0 +1,153 @@
+"""A sweep's result, `DIR/results.json`, and its tables on the terminal.
+
+    {"name", "baseline", "arms_order", "seeds", "complete": every trial done,
+     "arms":   {arm: {metric: {"mean": m, "ci": h, "n": seeds}}},
+     "paired": {arm: {metric: {"mean": m, "ci": h, "n": seeds}}},   every arm but the baseline, minus the baseline
+     "trials": [{"arm", "seed", "name", "run_dir", "status", "error", "starts", "metrics"}]}
+
+`metric` is a finished trial's flat metric (`deploy.sweep.trial.trial_metrics`: `test.return_mean`,
+`maze-suite.success_rate`, `training.env_steps`, ...). `h` is the half-width of the 95% Student-t interval of the mean
+over the trials' seeds (`deploy.report.stats.mean_ci`; null with one seed); a paired entry is that of the per-seed
+differences arm - baseline over the seeds where both have the metric. Only `done` trials count. A trial's status:
+`done`, `failed` (its run refused its config or stopped: the error says why), `lost` (Tune gave up on it after
+`max_failures` restarts: the error is Tune's) or `unfinished` (the sweep stopped before it ended; `--resume`).
+
+Everything is read from the trials' own run directories (`evaluate.json` through `trial.jsonl`), so the numbers are
+those a user gets from `levelray evaluate` on each run directory, and `collect` can be run again on a sweep
+directory at any time.
+"""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+from typing import Any
+
+from levelray.deploy.report.stats import mean_ci
+from levelray.deploy.sweep.spec import SweepSpec, trial_name
+from levelray.deploy.sweep.trial import TrialLog, trial_dir
+
+
+def stat(values: list[float]) -> dict[str, Any]:
+    """{"mean", "ci" (95% t half-width, None below two values), "n"} of `values` (at least one)."""
+    mean, half = mean_ci(values)
+    return {"mean": mean, "ci": None if math.isnan(half) else half, "n": len(values)}
+
+
+def _metric_order(trials: list[dict[str, Any]]) -> list[str]:
+    """Every metric of the done trials: the evaluation's first (in the order a trial has them), training's last."""
+    names: dict[str, None] = {}
+    for t in trials:
+        names.update(dict.fromkeys(t["metrics"]))
+    return sorted(names, key=lambda m: (m.startswith("training."), list(names).index(m)))
+
+
+def summarise(trials: list[dict[str, Any]], arms: list[str], baseline: str) -> dict[str, dict]:
+    """`{"arms": ..., "paired": ...}` (the module doc) of trials `{arm, seed, status, metrics}`."""
+    done = [t for t in trials if t["status"] == "done"]
+    metrics = _metric_order(done)
+    by = {(t["arm"], t["seed"]): t["metrics"] for t in done}
+    out: dict[str, dict] = {"arms": {}, "paired": {}}
+    for arm in arms:
+        mine = [t for t in done if t["arm"] == arm]
+        out["arms"][arm] = {m: stat(vs) for m in metrics
+                            if (vs := [t["metrics"][m] for t in mine if m in t["metrics"]])}
+        if arm == baseline:
+            continue
+        paired = {}
+        for m in metrics:
+            diffs = [by[(arm, s)][m] - by[(baseline, s)][m] for a, s in by
+                     if a == arm and (baseline, s) in by and m in by[(arm, s)] and m in by[(baseline, s)]]
+            if diffs:
+                paired[m] = stat(diffs)
+        out["paired"][arm] = paired
+    return out
+
+
+def trial_record(spec: SweepSpec, sweep_dir: Path, arm: str, seed: int, tune_error: str | None) -> dict[str, Any]:
+    """One trial of results.json, from its run directory's `trial.jsonl` (and Tune's error, if Tune gave up)."""
+    path = trial_dir(sweep_dir, arm, seed)
+    log = TrialLog(path)
+    outcome = log.outcome()
+    starts = sum(e.get("event") == "start" for e in log.events())
+    record = {"arm": arm, "seed": seed, "name": trial_name(arm, seed), "run_dir": str(path), "starts": starts,
+              "status": "unfinished", "error": None, "metrics": {}}
+    if outcome is not None and outcome["event"] == "done":
+        record.update(status="done", metrics=outcome["metrics"])
+    elif outcome is not None:
+        record.update(status="failed", error=outcome.get("error"))
+    elif tune_error is not None:
+        record.update(status="lost", error=tune_error)
+    return record
+
+
+def collect(spec: SweepSpec, sweep_dir: str | Path, tune_errors: dict[str, str] | None = None) -> dict[str, Any]:
+    """results.json of the sweep in `sweep_dir` (the module doc); `tune_errors`: trial name -> the error Tune ended
+    it with."""
+    errors = tune_errors or {}
+    trials = [trial_record(spec, Path(sweep_dir), arm, seed, errors.get(trial_name(arm, seed)))
+              for arm, seed in spec.trials()]
+    arms = list(spec.arms)
+    return {"name": spec.name, "baseline": spec.baseline, "arms_order": arms, "seeds": list(spec.seeds),
+            "complete": all(t["status"] == "done" for t in trials), **summarise(trials, arms, spec.baseline),
+            "trials": trials}
+
+
+def fmt(value: dict[str, Any] | None) -> str:
+    """"mean ± half-width" of a results.json entry ("-" without one)."""
+    if not value:
+        return "-"
+    spec = ",.0f" if abs(value["mean"]) >= 1000 else ".3f"
+    half = "" if value["ci"] is None else f" ± {format(value['ci'], spec)}"
+    return f"{format(value['mean'], spec)}{half}"
+
+
+def table_metrics(results: dict[str, Any]) -> list[str]:
+    """The metrics the terminal table shows: each level set's return_mean and success_rate (a maze suite by its
+    mean, not maze by maze), the generalisation gap, and training's final return and env steps."""
+    names: dict[str, None] = {}
+    for stats in results["arms"].values():
+        names.update(dict.fromkeys(stats))
+    suite = _suite_members(results)
+    keep = [m for m in names if m.rsplit(".", 1)[-1] in ("return_mean", "success_rate") and not
+            m.startswith("training.") and m.split(".")[0] not in suite]
+    return keep + [m for m in ("generalization_gap", "training.episode_return_mean", "training.env_steps")
+                   if m in names]
+
+
+def _suite_members(results: dict[str, Any]) -> set[str]:
+    """The level sets that are mazes of the suite (their mean is `maze-suite.*`)."""
+    from levelray.contracts.maze import suite_names
+
+    return set(suite_names()) if any("maze-suite.success_rate" in s for s in results["arms"].values()) else set()
+
+
+def format_tables(results: dict[str, Any]) -> str:
+    """The arms table (mean ± 95% CI over seeds) and the paired table (arm - baseline, seed by seed), as text."""
+    metrics = table_metrics(results)
+    lines = [f"sweep {results['name']}: mean ± 95% CI (Student t over seeds; n: seeds)"]
+    rows = [["arm", "n", *metrics]]
+    for arm, stats in results["arms"].items():
+        n = max((s["n"] for s in stats.values()), default=0)
+        rows.append([arm + (" (baseline)" if arm == results["baseline"] else ""), str(n),
+                     *(fmt(stats.get(m)) for m in metrics)])
+    lines += _aligned(rows)
+    if results["paired"]:
+        lines += ["", f"paired: arm - {results['baseline']}, seed by seed"]
+        rows = [["arm", "n", *metrics]]
+        for arm, stats in results["paired"].items():
+            n = max((s["n"] for s in stats.values()), default=0)
+            rows.append([arm, str(n), *(fmt(stats.get(m)) for m in metrics)])
+        lines += _aligned(rows)
+    bad = [t for t in results["trials"] if t["status"] != "done"]
+    if bad:
+        lines += ["", "trials not done:"] + [f"  {t['name']}: {t['status']}" + (f": {t['error']}" if t["error"] else "")
+                                             for t in bad]
+    return "\n".join(lines)
+
+
+def _aligned(rows: list[list[str]]) -> list[str]:
+    widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
+    out = ["  ".join(c.rjust(w) for c, w in zip(r, widths, strict=True)) for r in rows]
+    out.insert(1, "  ".join("-" * w for w in widths))
+    return out

@@ -1,0 +1,243 @@
+"""The sweep spec (`levelray sweep SPEC.yaml`): arms x seeds of levelray runs, read and checked whole before anything
+starts.
+
+    name: plr-vs-uniform               # optional: the default --dir is sweeps/<name>-<time> (default: the file's stem)
+    base:                              # config keys nested as in a run's config.yaml, shared by every arm
+      env: {id: minigrid:DoorKey-8x8, num_levels: 200}
+      total_steps: 1500000
+    arms:                              # arm name -> config keys overriding the base (empty: the base itself)
+      uniform: {levels: {strategy: random}}
+      plr: {levels: {strategy: value_l1}}
+    baseline: uniform                  # the arm every other arm is compared with, seed by seed
+    seeds: [0, 1, 2, 3, 4]             # each arm runs once per seed (`seed` of its config)
+    evaluate: {levels: train,test, episodes: 100, greedy: false}   # what `levelray evaluate` takes
+    resources: {cpu: 1, gpu: 0}        # optional: what each trial asks Ray for; other names are custom resources
+    max_failures: 3                    # optional: restarts of a trial whose process or node was lost
+
+A trial is one arm with one seed: the base, the arm's keys, then the keys the sweep sets itself (`SWEEP_KEYS`: the
+trial's run directory and seed, the inline backend, no metrics port), with the env family's preset filling the
+keys none of those set, as `levelray train --config` would. Every arm's config is built and checked
+(`contracts.validate`) here, and the evaluation's level sets are planned for it, so a misspelt key or a value out of
+range is refused naming its place in the spec (`arms.plr.levels.stratgy`) before a trial starts. Whether the env
+can be made is the trial's own first step (`prepare_run_dir`), on the node that runs it: a trial refused there is
+reported as failed with the reason, and the other trials go on.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from levelray.contracts.config import ConfigError, RunConfig, from_dict, replace_paths
+from levelray.contracts.presets import apply_preset, dict_paths
+from levelray.contracts.validate import validate
+
+# Config keys each trial gets from the sweep: its own run directory and seed; the inline backend (a trial is one
+# process that Tune places, restarts and accounts for, see docs/guides/experiments.md); no Prometheus port (trials
+# sharing a node would ask for the same one); no cluster address (the inline backend starts no Ray job).
+SWEEP_KEYS = ("run_dir", "seed", "backend", "address", "metrics_port")
+SPEC_KEYS = ("name", "base", "arms", "baseline", "seeds", "evaluate", "resources", "max_failures")
+EVALUATE_KEYS = ("levels", "episodes", "greedy")
+ARM_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")  # a trial's run directory is <arm>-seed<seed>
+
+
+@dataclass(frozen=True)
+class SweepSpec:
+    """A checked spec. `base` and `arms` are config mappings (YAML's nesting); `levels` the evaluation's level
+    sets; `resources` Ray's names (`CPU`, `GPU`, custom) -> amounts per trial."""
+
+    name: str
+    base: dict
+    arms: dict[str, dict]
+    baseline: str
+    seeds: tuple[int, ...]
+    levels: tuple[str, ...]
+    episodes: int
+    greedy: bool = False
+    resources: dict[str, float] = field(default_factory=lambda: {"CPU": 1.0})
+    max_failures: int = 3
+
+    def trials(self) -> list[tuple[str, int]]:
+        """(arm, seed) of every trial, seed by seed with the arms interleaved (each arm sees the same load)."""
+        return [(arm, seed) for seed in self.seeds for arm in self.arms]
+
+    def threads(self) -> int:
+        """Torch threads a trial uses: the CPUs it holds (at least one)."""
+        return max(1, math.floor(self.resources.get("CPU", 1.0)))
+
+    def to_dict(self) -> dict[str, Any]:
+        """The spec in its YAML form (what `load_spec` reads back, and the sweep directory keeps)."""
+        resources = {("cpu" if k == "CPU" else "gpu" if k == "GPU" else k): v for k, v in self.resources.items()}
+        return {"name": self.name, "base": self.base, "arms": self.arms, "baseline": self.baseline,
+                "seeds": list(self.seeds), "evaluate": {"levels": ",".join(self.levels), "episodes": self.episodes,
+                                                        "greedy": self.greedy},
+                "resources": resources, "max_failures": self.max_failures}
+
+
+def trial_name(arm: str, seed: int) -> str:
+    """A trial's name and the name of its run directory under DIR/trials/."""
+    return f"{arm}-seed{seed}"
+
+
+def load_spec(source: str | Path | dict, name: str | None = None) -> SweepSpec:
+    """Read (a YAML file, or its mapping) and check a spec; raises ConfigError naming the first problem."""
+    if not isinstance(source, dict):
+        path = Path(source)
+        try:
+            data = yaml.safe_load(path.read_text())
+        except OSError as exc:
+            raise ConfigError(f"sweep spec: cannot read {path}: {exc.strerror}") from None
+        except yaml.YAMLError as exc:
+            raise ConfigError(f"sweep spec: {path} is not valid YAML: {exc}") from None
+        name = name or path.stem
+    else:
+        data = source
+    if not isinstance(data, dict):
+        raise ConfigError(f"sweep spec: expected a mapping with keys {', '.join(SPEC_KEYS)}, got "
+                          f"{type(data).__name__}")
+    unknown = sorted(set(data) - set(SPEC_KEYS))
+    if unknown:
+        raise ConfigError(f"sweep spec: unknown key {unknown[0]!r}; the keys are {', '.join(SPEC_KEYS)}")
+    missing = [key for key in ("arms", "baseline", "seeds", "evaluate") if key not in data]
+    if missing:
+        raise ConfigError(f"sweep spec: {missing[0]} is missing (needed: arms, baseline, seeds, evaluate)")
+    base = _mapping(data.get("base"), "base")
+    arms = _arms(data["arms"])
+    if data["baseline"] not in arms:
+        raise ConfigError(f"sweep spec: baseline must name one of the arms ({', '.join(arms)}), "
+                          f"got {data['baseline']!r}")
+    levels, episodes, greedy = _evaluate(data["evaluate"])
+    spec = SweepSpec(name=str(data.get("name") or name or "sweep"), base=base, arms=arms, baseline=data["baseline"],
+                     seeds=_seeds(data["seeds"]), levels=levels, episodes=episodes, greedy=greedy,
+                     resources=_resources(data.get("resources")), max_failures=_count(data.get("max_failures", 3),
+                                                                                      "max_failures"))
+    _check_configs(spec)
+    return spec
+
+
+def _mapping(value: Any, where: str) -> dict:
+    if value is None:
+        return {}
+    if not isinstance(value, dict):
+        raise ConfigError(f"sweep spec: {where} must be a mapping of config keys (as in a run's config.yaml), "
+                          f"got {type(value).__name__}")
+    for key in SWEEP_KEYS:
+        if key in value:
+            raise ConfigError(f"sweep spec: {where}.{key} is set by the sweep for each trial; remove it "
+                              f"(the sweep sets {', '.join(SWEEP_KEYS)})")
+    return value
+
+
+def _arms(value: Any) -> dict[str, dict]:
+    if not isinstance(value, dict) or not value:
+        raise ConfigError("sweep spec: arms must be a non-empty mapping of arm name -> config keys")
+    for name in value:
+        if not isinstance(name, str) or not ARM_NAME.match(name):
+            raise ConfigError(f"sweep spec: arm name {name!r} must be letters, digits, '_', '.' or '-' (it names "
+                              f"the trials' run directories)")
+    return {name: _mapping(keys, f"arms.{name}") for name, keys in value.items()}
+
+
+def _seeds(value: Any) -> tuple[int, ...]:
+    ok = isinstance(value, list) and value and all(isinstance(s, int) and not isinstance(s, bool) and s >= 0
+                                                   for s in value)
+    if not ok:
+        raise ConfigError(f"sweep spec: seeds must be a non-empty list of integers >= 0 (e.g. [0, 1, 2]), "
+                          f"got {value!r}")
+    if len(set(value)) != len(value):
+        raise ConfigError(f"sweep spec: seeds names a seed twice: {value}")
+    return tuple(value)
+
+
+def _evaluate(value: Any) -> tuple[tuple[str, ...], int, bool]:
+    from levelray.deploy.evaluation.level_sets import parse_level_sets
+
+    if not isinstance(value, dict):
+        raise ConfigError(f"sweep spec: evaluate must be a mapping with levels and episodes, got {value!r}")
+    unknown = sorted(set(value) - set(EVALUATE_KEYS))
+    if unknown:
+        raise ConfigError(f"sweep spec: unknown key evaluate.{unknown[0]}; its keys are {', '.join(EVALUATE_KEYS)}")
+    if "levels" not in value or "episodes" not in value:
+        raise ConfigError("sweep spec: evaluate needs levels (e.g. train,test or maze-suite) and episodes")
+    levels = value["levels"]
+    text = ",".join(map(str, levels)) if isinstance(levels, list) else str(levels)
+    try:
+        sets = parse_level_sets(text)
+    except ConfigError as exc:
+        raise ConfigError(f"sweep spec: evaluate.levels: {str(exc).removeprefix('--levels: ')}") from None
+    episodes = _count(value["episodes"], "evaluate.episodes", low=1)
+    greedy = value.get("greedy", False)
+    if not isinstance(greedy, bool):
+        raise ConfigError(f"sweep spec: evaluate.greedy must be true or false, got {greedy!r}")
+    return tuple(sets), episodes, greedy
+
+
+def _count(value: Any, where: str, low: int = 0) -> int:
+    if not isinstance(value, int) or isinstance(value, bool) or value < low:
+        raise ConfigError(f"sweep spec: {where} must be an integer >= {low}, got {value!r}")
+    return value
+
+
+def _resources(value: Any) -> dict[str, float]:
+    """`{cpu: 1, gpu: 0, NAME: AMOUNT}` -> Ray's `{"CPU": 1.0, "GPU": 0.0, NAME: AMOUNT}` (cpu defaults to 1)."""
+    value = {} if value is None else value
+    if not isinstance(value, dict):
+        raise ConfigError(f"sweep spec: resources must be a mapping such as {{cpu: 1, gpu: 0}}, got {value!r}")
+    out = {"CPU": 1.0}
+    for key, amount in value.items():
+        if isinstance(amount, bool) or not isinstance(amount, int | float) or not amount >= 0:
+            raise ConfigError(f"sweep spec: resources.{key} must be a number >= 0, got {amount!r}")
+        out[{"cpu": "CPU", "gpu": "GPU"}.get(str(key).lower(), str(key))] = float(amount)
+    if out["CPU"] <= 0:
+        raise ConfigError("sweep spec: resources.cpu must be > 0 (a trial is a process that trains)")
+    return out
+
+
+def merge_config(base: dict, over: dict) -> dict:
+    """`base` with `over`'s keys laid over it, section by section."""
+    out = dict(base)
+    for key, value in over.items():
+        nested = isinstance(value, dict) and isinstance(out.get(key), dict)
+        out[key] = merge_config(out[key], value) if nested else value
+    return out
+
+
+def trial_config(spec: SweepSpec, arm: str, seed: int, run_dir: str | Path) -> RunConfig:
+    """The run config of one trial (see the module doc), resolved as `levelray train --config` resolves one."""
+    data = merge_config(spec.base, spec.arms[arm])
+    sweep = {"run_dir": str(run_dir), "seed": seed, "backend": "inline", "address": None, "metrics_port": 0}
+    cfg = replace_paths(from_dict(data), sweep)
+    return apply_preset(cfg, dict_paths(data) | set(sweep))
+
+
+def _check_configs(spec: SweepSpec) -> None:
+    """Build and check every arm's config (with the first seed) and plan its evaluation; ConfigError names the
+    place in the spec."""
+    from levelray.deploy.evaluation.level_sets import plan_level_sets
+
+    try:
+        from_dict(spec.base, RunConfig, "base.")
+    except ConfigError as exc:
+        raise ConfigError(f"sweep spec: {exc}") from None
+    for arm, keys in spec.arms.items():
+        try:
+            from_dict(keys, RunConfig, f"arms.{arm}.")
+        except ConfigError as exc:
+            raise ConfigError(f"sweep spec: {exc}") from None
+        try:
+            cfg = trial_config(spec, arm, spec.seeds[0], "trial")
+            validate(cfg)
+            plan_level_sets(cfg, list(spec.levels), spec.episodes, spec.seeds[0])
+        except ConfigError as exc:
+            raise ConfigError(f"sweep spec: arm {arm}: {exc}") from None
+
+
+def spec_yaml(spec: SweepSpec) -> str:
+    """The text of DIR/sweep.yaml: the spec a resumed sweep reads back."""
+    return yaml.safe_dump(spec.to_dict(), sort_keys=False)
+

@@ -1,0 +1,217 @@
+"""One trial of a sweep as Ray Tune runs it: a levelray run with its own run directory, then `levelray evaluate` of its
+last checkpoint.
+
+    DIR/trials/<arm>-seed<seed>/       the trial's run directory (config.yaml, metrics.jsonl, checkpoints/, ...)
+        evaluate.json                  `levelray evaluate --json` of the final checkpoint
+        trial.jsonl                    one line per event: start (pid, node, the checkpoint it resumed from),
+                                       done (the trial's metrics) or failed (the error)
+
+`run_trial` is the Tune trainable. The run uses the inline backend in the trial's own process: the process is what
+Tune places with the trial's resources, restarts when it or its node is lost, and stops; a Ray-backend job inside it
+would start actors of its own outside the trial's resources. Each metrics record goes to `tune.report` (the progress
+line); whenever the run has written a new levelray checkpoint, the report carries a `tune.Checkpoint` naming it (its
+`levelray.json` and the checkpoint's `meta.json`), which Tune persists as the trial's checkpoint. The state itself
+stays in the run directory, which is therefore on storage every node mounts at one path: a restarted trial continues
+from the run directory's newest valid checkpoint (at least as new as the one Tune recorded), and one that Tune
+restores with a checkpoint while its run directory holds none (a node that does not see the sweep directory) fails
+saying so instead of silently starting over.
+
+A trial whose run directory records an outcome (`done` or `failed`) reports it again and returns without training:
+Tune saves its own state every few seconds, so a sweep stopped right after a trial finished may resume it as
+unfinished, and it must not run twice. A trial the run itself refuses (a config the env cannot take, a learner that
+diverged: `ConfigError`, `JobFailed`) ends as failed with that error, not retried: the same config fails again.
+Anything else (the process killed, the node lost) is Tune's to retry, up to the spec's `max_failures`.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from levelray.contracts import snapshot
+from levelray.contracts.config import ConfigError, from_dict, replace_path
+from levelray.deploy.errors import MAX_ERROR_CHARS, JobFailed
+from levelray.deploy.rundir import CHECKPOINT_PREFIX, RunDir
+from levelray.deploy.sweep.spec import SweepSpec, trial_config, trial_name
+
+TRIAL_LOG = "trial.jsonl"
+EVALUATION = "evaluate.json"
+POINTER = "levelray.json"  # what a Tune checkpoint of a trial holds, besides the levelray checkpoint's meta.json
+EVAL_KEYS = ("return_mean", "return_median", "return_std", "success_rate", "length_mean", "human_normalized_score")
+PROGRESS_KEYS = ("env_steps", "episode_return_mean", "env_steps_per_second", "learner_version", "test_return_mean")
+
+
+class TrialStorageLost(RuntimeError):
+    """Tune restored a trial from a checkpoint, but its run directory holds none."""
+
+
+def trial_dir(sweep_dir: str | Path, arm: str, seed: int) -> Path:
+    return Path(sweep_dir) / "trials" / trial_name(arm, seed)
+
+
+class TrialLog:
+    """`trial.jsonl`: the trial's starts and its outcome, one JSON object a line (a torn last line is skipped)."""
+
+    def __init__(self, path: Path):
+        self.path = Path(path) / TRIAL_LOG
+
+    def events(self) -> list[dict[str, Any]]:
+        if not self.path.exists():
+            return []
+        out = []
+        for line in self.path.read_text().splitlines():
+            try:
+                out.append(json.loads(line))
+            except ValueError:
+                continue
+        return out
+
+    def add(self, event: str, **fields: Any) -> None:
+        with open(self.path, "a") as f:
+            f.write(json.dumps({"event": event, "time": time.time(), **fields}) + "\n")
+            f.flush()
+            os.fsync(f.fileno())
+
+    def outcome(self) -> dict[str, Any] | None:
+        """The last `done` or `failed` event; None while the trial has not ended."""
+        ends = [e for e in self.events() if e.get("event") in ("done", "failed")]
+        return ends[-1] if ends else None
+
+
+def _number(value: Any) -> float | None:
+    ok = isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value)
+    return float(value) if ok else None
+
+
+def trial_metrics(evaluation: dict[str, Any], records: list[dict[str, Any]]) -> dict[str, float]:
+    """A finished trial's metrics, flat: `<level set>.<key>` of its evaluation (`EVAL_KEYS` that are numbers),
+    `maze-suite.success_rate` / `.return_mean` (the suite's mean) and `generalization_gap` where it has them, and
+    `training.*` from its metrics.jsonl: env_steps, episode_return_mean (last 100 episodes) and test_return_mean
+    (the last held-out evaluation during training) of the last record that has each, env_steps_per_second (the
+    mean over reports), trained_fraction (samples trained / env steps: below 1 for Robust PLR)."""
+    out: dict[str, float] = {}
+    for name, result in evaluation["results"].items():
+        out.update({f"{name}.{key}": v for key in EVAL_KEYS if (v := _number(result.get(key))) is not None})
+    for key in ("success_rate", "return_mean"):
+        if (v := _number(evaluation.get("maze_suite", {}).get(key))) is not None:
+            out[f"maze-suite.{key}"] = v
+    if (gap := _number(evaluation.get("generalization_gap"))) is not None:
+        out["generalization_gap"] = gap
+    for key in ("env_steps", "episode_return_mean", "test_return_mean"):
+        last = next((v for r in reversed(records) if (v := _number(r.get(key))) is not None), None)
+        if last is not None:
+            out[f"training.{key}"] = last
+    rates = [v for r in records if (v := _number(r.get("env_steps_per_second"))) is not None and v > 0]
+    if rates:
+        out["training.env_steps_per_second"] = sum(rates) / len(rates)
+    if records and _number(records[-1].get("env_steps")) and _number(records[-1].get("samples_trained")) is not None:
+        out["training.trained_fraction"] = records[-1]["samples_trained"] / records[-1]["env_steps"]
+    return out
+
+
+class TuneReports:
+    """`on_report` of a trial's run: each metrics record to `tune.report` (`PROGRESS_KEYS`), with a
+    `tune.Checkpoint` naming the newest levelray checkpoint whenever there is a new one."""
+
+    def __init__(self, run_dir: RunDir):
+        self.run_dir = run_dir
+        self.reported: Path | None = None
+
+    def __call__(self, record: dict[str, Any]) -> None:
+        self.report({k: v for k in PROGRESS_KEYS if (v := _number(record.get(k))) is not None})
+
+    def report(self, metrics: dict[str, Any]) -> None:
+        from ray import tune
+
+        checkpoints = self.run_dir.list_checkpoints()
+        latest = checkpoints[-1] if checkpoints else None
+        if latest is None or latest == self.reported:
+            tune.report(metrics)
+            return
+        with tempfile.TemporaryDirectory(prefix="levelray-tune-") as tmp:
+            pointer = {"run_dir": str(self.run_dir.path), "checkpoint": latest.name,
+                       "version": int(latest.name.removeprefix(CHECKPOINT_PREFIX))}
+            (Path(tmp) / POINTER).write_text(json.dumps(pointer))
+            if (latest / "meta.json").exists():
+                (Path(tmp) / "meta.json").write_bytes((latest / "meta.json").read_bytes())
+            tune.report({**metrics, "levelray_checkpoint": pointer["version"]},
+                        checkpoint=tune.Checkpoint.from_directory(tmp))  # Tune copies it to its storage here
+        self.reported = latest
+
+
+def _restored_pointer(checkpoint) -> dict[str, Any] | None:
+    if checkpoint is None:
+        return None
+    with checkpoint.as_directory() as d:
+        path = Path(d) / POINTER
+        return json.loads(path.read_text()) if path.exists() else {}
+
+
+def _start_run(spec: SweepSpec, arm: str, seed: int, path: Path, restored: dict | None):
+    """(config, claimed run directory, resumed) of the trial's run: its newest checkpoint continued, else a new run
+    (over whatever a process lost before its first checkpoint left)."""
+    from levelray.deploy.training.driver import prepare_run_dir
+
+    checkpoints = RunDir(path).list_checkpoints()
+    if restored is not None and not checkpoints:
+        raise TrialStorageLost(
+            f"Tune restored this trial from its checkpoint {restored.get('checkpoint')} of "
+            f"{restored.get('run_dir', path)}, but {path} holds no levelray checkpoint on this node: a sweep "
+            f"directory must be storage that every node of the cluster mounts at one path")
+    if checkpoints:
+        saved = replace_path(from_dict(yaml.safe_load((path / "config.yaml").read_text())), "run_dir", str(path))
+        return saved, prepare_run_dir(saved, resume=True, saved=saved), True
+    cfg = trial_config(spec, arm, seed, path)
+    return cfg, prepare_run_dir(cfg, overwrite=True), False
+
+
+def _train_and_evaluate(spec: SweepSpec, arm: str, seed: int, path: Path, log: TrialLog, restored) -> dict:
+    import ray
+
+    from levelray.deploy.evaluation.evaluate import evaluate_checkpoint
+    from levelray.deploy.report.runs import load_run
+    from levelray.deploy.training.driver import train
+
+    cfg, run_dir, resumed = _start_run(spec, arm, seed, path, _restored_pointer(restored))
+    latest = run_dir.list_checkpoints()
+    log.add("start", pid=os.getpid(), node=ray.util.get_node_ip_address(),
+            resumed_from=latest[-1].name if resumed and latest else None)
+    reports = TuneReports(run_dir)
+    train(cfg, run_dir, resume=resumed, quiet=True, on_report=reports)
+    evaluation = evaluate_checkpoint(path, list(spec.levels), episodes=spec.episodes, greedy=spec.greedy, seed=seed)
+    snapshot.atomic_write_bytes(path / EVALUATION, json.dumps(evaluation).encode())
+    metrics = trial_metrics(evaluation, load_run(path)["records"])
+    log.add("done", metrics=metrics)
+    reports.report(metrics)
+    return metrics
+
+
+def run_trial(config: dict[str, Any], spec: SweepSpec, sweep_dir: str) -> None:
+    """The Tune trainable of a sweep: `config` is the trial's `{arm, seed}` (see the module doc)."""
+    import torch
+    from ray import tune
+
+    arm, seed = config["arm"], int(config["seed"])
+    path = trial_dir(sweep_dir, arm, seed)
+    path.mkdir(parents=True, exist_ok=True)
+    log = TrialLog(path)
+    outcome = log.outcome()
+    if outcome is not None:
+        tune.report(outcome.get("metrics") or {"trial_error": outcome.get("error")})
+        return
+    torch.set_num_threads(spec.threads())
+    try:
+        _train_and_evaluate(spec, arm, seed, path, log, tune.get_checkpoint())
+    except (ConfigError, JobFailed, TrialStorageLost) as exc:
+        error = f"{type(exc).__name__}: {exc}"
+        if len(error) > MAX_ERROR_CHARS:  # an unknown env id's message lists every env there is
+            error = error[:MAX_ERROR_CHARS - 1] + "…"
+        log.add("failed", error=error)
+        tune.report({"trial_error": error})

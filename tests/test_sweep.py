@@ -1,0 +1,202 @@
+"""`levelray sweep`: arms x seeds of CartPole runs as Ray Tune trials on the test session's Ray.
+
+A malformed spec is refused before anything starts, naming its place; a sweep's results.json holds the numbers that
+the trials' own run directories give; `levelray report` draws a sweep directory by arm; a sweep killed midway and
+resumed does not run a finished trial again and continues the unfinished one from its checkpoint; a trial with a
+bad override fails alone; a trial whose process dies is restarted by Tune from its last checkpoint."""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import signal
+import subprocess
+import sys
+import threading
+from pathlib import Path
+
+import pytest
+import yaml
+from support import wait_for
+
+from levelray.contracts.config import ConfigError
+from levelray.deploy.cli import main
+from levelray.deploy.report.stats import mean_ci
+from levelray.deploy.sweep.spec import load_spec
+from levelray.deploy.sweep.trial import TrialLog
+
+# Tiny CartPole runs: one actor of 4 envs, a record every 0.2 s, no event files.
+BASE = {"env": {"id": "CartPole-v1"}, "total_steps": 3000, "report_interval_s": 0.2, "tensorboard": False,
+        "actors": {"num_actors": 1, "envs_per_actor": 4}}
+EVALUATE = {"levels": "test", "episodes": 4}
+
+
+def spec_dict(**over) -> dict:
+    spec = {"base": BASE, "arms": {"fast": {"learner": {"learning_rate": 0.003}},
+                                   "slow": {"learner": {"learning_rate": 0.0003}}},
+            "baseline": "slow", "seeds": [0, 1], "evaluate": EVALUATE}
+    return {**spec, **over}
+
+
+def write_spec(path: Path, spec: dict) -> Path:
+    path.write_text(yaml.safe_dump(spec, sort_keys=False))  # the arms in their order: the trials run so
+    return path
+
+
+@pytest.mark.parametrize(("change", "named"), [
+    ({"armz": {}}, "'armz'"),
+    ({"arms": {"plr": {"levels": {"stratgy": "value_l1"}}}, "baseline": "plr"}, "arms.plr.levels.stratgy"),
+    ({"base": {**BASE, "learner": {"learning_rate": "fast"}}}, "base.learner.learning_rate"),
+    ({"base": {**BASE, "seed": 3}}, "base.seed"),
+    ({"baseline": "medium"}, "baseline"),
+    ({"seeds": "0-4"}, "seeds"),
+    ({"evaluate": {"levels": "maze-suite", "episodes": 4}}, "maze"),
+    ({"evaluate": {"levels": "test", "episodes": 0}}, "evaluate.episodes"),
+    ({"evaluate": {"levels": "test", "episodes": 4, "greedly": True}}, "evaluate.greedly"),
+    ({"resources": {"cpu": -1}}, "resources.cpu"),
+    ({"arms": {"a/b": {}}, "baseline": "a/b"}, "a/b"),
+    ({"arms": {"x": {"learner": {"clip_rho": 0}}}, "baseline": "x"}, "learner.clip_rho"),
+])
+def test_a_malformed_spec_is_refused_before_anything_starts_naming_the_field(tmp_path, capsys, change, named):
+    with pytest.raises(ConfigError, match=named.replace(".", r"\.").replace("(", r"\(")):
+        load_spec(spec_dict(**change))
+    spec = write_spec(tmp_path / "bad.yaml", spec_dict(**change))
+    with pytest.raises(SystemExit) as exc:
+        main(["sweep", str(spec), "--dir", str(tmp_path / "sweep")])
+    assert exc.value.code == 2 and named in capsys.readouterr().err
+    assert not (tmp_path / "sweep").exists()  # nothing claimed, no Ray started, no trial
+
+
+def _stat(values: list[float]) -> dict:
+    mean, half = mean_ci(values)
+    return {"mean": mean, "ci": None if math.isnan(half) else half, "n": len(values)}
+
+
+@pytest.mark.timeout(300)
+def test_a_sweep_gives_the_numbers_of_its_trials_run_directories_and_a_report_by_arm(ray_session, tmp_path, capsys):
+    from levelray.deploy.evaluation.evaluate import evaluate_checkpoint
+
+    spec = write_spec(tmp_path / "cartpole.yaml", spec_dict())
+    sweep = tmp_path / "sweep"
+    assert main(["sweep", str(spec), "--dir", str(sweep), "--max-concurrent", "2"]) == 0
+    out = capsys.readouterr().out
+    assert "fast-seed1 done" in out and "paired: arm - slow" in out and "test.return_mean" in out
+    results = json.loads((sweep / "results.json").read_text())
+    assert results["complete"] and [t["status"] for t in results["trials"]] == ["done"] * 4
+    assert set(results["arms"]) == {"fast", "slow"} and set(results["paired"]) == {"fast"}
+
+    # every number again from the run directories alone: `levelray evaluate` of each trial's checkpoint
+    own = {}
+    for arm in ("fast", "slow"):
+        for seed in (0, 1):
+            run = sweep / "trials" / f"{arm}-seed{seed}"
+            again = evaluate_checkpoint(run, ["test"], episodes=4, seed=seed)
+            assert again["results"] == json.loads((run / "evaluate.json").read_text())["results"]
+            last = json.loads((run / "metrics.jsonl").read_text().splitlines()[-1])
+            own[arm, seed] = {"test.return_mean": again["results"]["test"]["return_mean"],
+                              "test.length_mean": again["results"]["test"]["length_mean"],
+                              "training.env_steps": float(last["env_steps"])}
+            assert last["env_steps"] >= 3000
+    for metric in ("test.return_mean", "test.length_mean", "training.env_steps"):
+        for arm in ("fast", "slow"):
+            assert results["arms"][arm][metric] == pytest.approx(_stat([own[arm, s][metric] for s in (0, 1)]))
+        diffs = [own["fast", s][metric] - own["slow", s][metric] for s in (0, 1)]
+        assert results["paired"]["fast"][metric] == pytest.approx(_stat(diffs))
+
+    assert main(["report", str(sweep), "--json"]) == 0
+    figures = json.loads(capsys.readouterr().out)
+    groups = figures["return_bands"]["groups"]
+    assert set(groups) == {"fast", "slow"} and all(len(g["runs"]) == 2 for g in groups.values())
+    summary = (sweep / "report" / "summary.md").read_text()
+    assert "## Arms (baseline slow)" in summary and "## Paired: arm - slow" in summary
+
+
+def _sweep_process(*args: str) -> subprocess.Popen:
+    import ray
+
+    address = ray.get_runtime_context().gcs_address
+    return subprocess.Popen([sys.executable, "-m", "levelray.deploy.cli", "sweep", *args, "--address", address],
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True)
+
+
+def _gone(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return True
+    return False
+
+
+@pytest.mark.timeout(420)
+def test_a_killed_sweep_resumes_without_rerunning_finished_trials_and_a_bad_override_fails_alone(ray_session,
+                                                                                               tmp_path):
+    # one trial at a time, seed by seed: `short` finishes, then `long` is killed after its first checkpoint;
+    # `broken` asks for an env that does not exist, which only its trial finds out
+    arms = {"short": {}, "long": {"total_steps": 60_000, "checkpoint_interval_updates": 5},
+            "broken": {"env": {"id": "NoSuchEnv-v0"}}}
+    spec = write_spec(tmp_path / "resume.yaml", spec_dict(arms=arms, baseline="short", seeds=[0]))
+    sweep = tmp_path / "sweep"
+    short, long = sweep / "trials" / "short-seed0", sweep / "trials" / "long-seed0"
+    proc = _sweep_process(str(spec), "--dir", str(sweep), "--max-concurrent", "1")
+    try:
+        wait_for(lambda: TrialLog(short).outcome() and (long / "checkpoints").is_dir()
+                 and any((long / "checkpoints").glob("ckpt-*")), 180, "short done, long checkpointed",
+                 detail=lambda: proc.stdout.read() if proc.poll() is not None else "")
+    finally:
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait(timeout=30)
+    assert TrialLog(long).outcome() is None, "the long trial finished before it could be killed"
+    (start,) = [e for e in TrialLog(long).events() if e["event"] == "start"]
+    wait_for(lambda: _gone(start["pid"]), 60, "the killed sweep's trial process ended with it")
+    short_metrics = (short / "metrics.jsonl").read_bytes()
+    run_id = json.loads((long / "run.json").read_text())["run_id"]
+
+    resumed = _sweep_process("--resume", str(sweep))
+    output, _ = resumed.communicate(timeout=300)
+    assert resumed.returncode == 1, output  # `broken` failed
+    results = json.loads((sweep / "results.json").read_text())
+    status = {t["name"]: t for t in results["trials"]}
+    assert status["short-seed0"]["status"] == "done" and status["short-seed0"]["starts"] == 1
+    assert (short / "metrics.jsonl").read_bytes() == short_metrics  # never run again
+    assert status["long-seed0"]["status"] == "done" and status["long-seed0"]["starts"] == 2
+    starts = [e for e in TrialLog(long).events() if e["event"] == "start"]
+    assert starts[0]["resumed_from"] is None and starts[1]["resumed_from"].startswith("ckpt-")
+    assert json.loads((long / "run.json").read_text())["run_id"] == run_id  # the same run, continued
+    records = [json.loads(line) for line in (long / "metrics.jsonl").read_text().splitlines()]
+    steps = [r["env_steps"] for r in records]
+    assert steps[-1] >= 60_000 and all(b >= a for a, b in zip(steps, steps[1:], strict=False))
+    assert status["broken-seed0"]["status"] == "failed" and "NoSuchEnv-v0" in status["broken-seed0"]["error"]
+    assert "broken-seed0: failed" in output and "NoSuchEnv-v0" in output
+    assert results["arms"]["long"]["training.env_steps"]["n"] == 1 and results["arms"]["broken"] == {}
+    assert "long" in results["paired"] and results["paired"]["broken"] == {}
+
+
+@pytest.mark.timeout(300)
+def test_a_trial_whose_process_dies_is_restarted_from_its_last_checkpoint(ray_session, tmp_path):
+    from levelray.deploy.sweep.runner import run_sweep
+
+    arms = {"only": {"total_steps": 50_000, "checkpoint_interval_updates": 5}}
+    spec = load_spec(spec_dict(arms=arms, baseline="only", seeds=[0], max_failures=1))
+    trial = tmp_path / "trials" / "only-seed0"
+    killed: list[int] = []
+
+    def kill_after_first_checkpoint():
+        def ready():
+            starts = [e for e in TrialLog(trial).events() if e["event"] == "start"]
+            return starts and any((trial / "checkpoints").glob("ckpt-*")) and starts[0]["pid"]
+        pid = wait_for(ready, 180, "the trial's first checkpoint")
+        os.kill(pid, signal.SIGKILL)
+        killed.append(pid)
+
+    killer = threading.Thread(target=kill_after_first_checkpoint, daemon=True)
+    killer.start()
+    results = run_sweep(spec, tmp_path)
+    killer.join(timeout=5)
+    assert killed, "the trial was never killed"
+    (record,) = results["trials"]
+    assert record["status"] == "done" and record["starts"] == 2, record
+    first, second = [e for e in TrialLog(trial).events() if e["event"] == "start"]
+    assert first["pid"] == killed[0] and second["pid"] != killed[0]
+    assert second["resumed_from"].startswith("ckpt-")
+    assert record["metrics"]["training.env_steps"] >= 50_000
