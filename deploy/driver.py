@@ -377,6 +377,10 @@ def prepare_run_dir(
         raise ConfigError(f"model_loss.loss = {cfg.model_loss.loss!r} needs discrete actions (its dynamics takes a "
                           f"one-hot action and its policy head is categorical), but env.id {cfg.env.id!r} has "
                           f"continuous ones; use --model-loss none")
+    if cfg.learner.auxiliary_losses:  # a loss that does not import is refused here, not in the learner's process
+        from levelray.learner.auxiliary import load_all
+
+        load_all(cfg.learner.auxiliary_losses)
     if cfg.eval.video_interval > 0:  # an env that cannot draw frames is refused before the directory exists
         from levelray.deploy.video import check_renders
 

@@ -26,6 +26,7 @@ from levelray.contracts.config import RunConfig
 from levelray.contracts.spec import EnvSpec
 from levelray.contracts.status import LearnerCoreStats
 from levelray.contracts.trajectory import Unroll
+from levelray.learner.auxiliary import load_all
 from levelray.learner.learner import Learner, NonFiniteUpdate
 from levelray.learner.level_feedback import level_feedback
 from levelray.learner.model_loss import model_losses
@@ -51,7 +52,9 @@ class LearnerCore:
     ):
         self.cfg = cfg
         self.spec = spec
-        self.learner = Learner(spec, cfg.learner, seed=cfg.seed, auxiliary=model_losses(cfg.model_loss))
+        # the model loss, then the losses `learner.auxiliary_losses` names, imported in this process
+        auxiliary = [*model_losses(cfg.model_loss), *load_all(cfg.learner.auxiliary_losses)]
+        self.learner = Learner(spec, cfg.learner, seed=cfg.seed, auxiliary=auxiliary)
         self.levels = levels
         sequences = next((aux.sampler for aux in self.learner.auxiliary if aux.sampler is not None), None)
         model_priorities = cfg.model_loss.loss != "none" and cfg.model_loss.priority == "model"
