@@ -155,12 +155,13 @@ class LearnerConfig(_Section):
                        "it made every network's update slower or no faster (benchmarks/RESULTS.md, 'bf16 (issue "
                        "30)'); measure before turning it on, e.g. on a GPU learner"),
     )
-    auxiliary_losses: list[str] = field(
-        default_factory=list,
-        metadata=_flag("--auxiliary-loss", "auxiliary losses added to the learner's, each the module:attribute "
-                       "import path of a levelray.learner.auxiliary.AuxiliaryLoss class (or of a function of an "
-                       "AuxiliarySetup that returns one), comma-separated; the module must import where the "
-                       "learner runs (Architecture, 'Adding an auxiliary loss')", check=_check_import_paths),
+    auxiliary_losses: list[str] | None = field(
+        default=None,
+        metadata=_flag("--auxiliary-loss", "auxiliary losses added to the learner's (none: no others than the model "
+                       "loss), each the module:attribute import path of a levelray.learner.auxiliary.AuxiliaryLoss "
+                       "class (or of a function of an AuxiliarySetup that returns one), comma-separated; the module "
+                       "must import where the learner runs (Architecture, 'Adding an auxiliary loss')",
+                       check=_check_import_paths),
     )
 
 

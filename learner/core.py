@@ -53,7 +53,7 @@ class LearnerCore:
         self.cfg = cfg
         self.spec = spec
         # the model loss, then the losses `learner.auxiliary_losses` names, imported in this process
-        auxiliary = [*model_losses(cfg.model_loss), *load_all(cfg.learner.auxiliary_losses)]
+        auxiliary = [*model_losses(cfg.model_loss), *load_all(cfg.learner.auxiliary_losses or [])]
         self.learner = Learner(spec, cfg.learner, seed=cfg.seed, auxiliary=auxiliary)
         self.levels = levels
         sequences = next((aux.sampler for aux in self.learner.auxiliary if aux.sampler is not None), None)

@@ -58,8 +58,9 @@ def test_a_shared_auxiliary_loss_adds_its_weighted_gradient_to_the_agents():
         torch.testing.assert_close(p.grad, p_plain.grad if g is None else p_plain.grad + g, rtol=1e-5, atol=1e-7)
         reached += g is not None
     assert 0 < reached < len(expected)  # the torso, not the policy and value output layers
-    assert metrics["reward_prediction_loss"] == pytest.approx(float(out.loss.detach()), rel=1e-6)
-    assert metrics["loss_total"] == pytest.approx(plain_metrics["loss_total"] + 0.5 * float(out.loss.detach()), rel=1e-5)
+    value = float(out.loss.detach())
+    assert metrics["reward_prediction_loss"] == pytest.approx(value, rel=1e-6)
+    assert metrics["loss_total"] == pytest.approx(plain_metrics["loss_total"] + 0.5 * value, rel=1e-5)
     assert metrics["grad_norm_reward_prediction"] > metrics["torso_grad_norm_reward_prediction"] > 0
     head = learner.auxiliary[0].head
     assert all(p.grad is not None for p in head.parameters())  # the agent's optimiser trains the head
