@@ -10,9 +10,11 @@ after every applied step it calls `after_step`. What the loss may set, each with
   them to its device, all-reduces their gradients with several learners and checkpoints them by default.
 - `optimizer`: "shared" (the learner's optimiser and clip step on the sum of the losses) or "separate" (an
   optimiser of the learner's kind and rate for this loss alone, over the policy network and its modules, clipped
-  by norm at `grad_clip`, stepping after the learner's step from the same weights).
-- `sampler`: a `ReplaySampler` that cuts this loss's batch from replayed unrolls (`learner.replay_feed`); its
-  output reaches `loss` as `inputs.replayed`, and the update skips the loss when there is none yet.
+  by norm at `grad_clip`; it steps after the learner's step, on this loss's gradient at the update's starting
+  weights).
+- `sampler`: a `ReplaySampler` that cuts this loss's batch from replayed unrolls (`learner.replay_feed`, which
+  feeds one such loss and stores the learner's values with the unrolls it inserts: `model_batch.MODEL_FIELDS`);
+  its output reaches `loss` as `inputs.replayed`, and the update skips the loss when there is none yet.
 - `state_dict` / `load_state_dict`: what a checkpoint keeps of it, under the key `<name>_loss`.
 
 A run names its losses by import path (`learner.auxiliary_losses`, `--auxiliary-loss module:attribute`); `load`

@@ -4,8 +4,8 @@ loss's gradient, their reduction over several learners, the non-finite check, cl
 `GradientStep(total, agent, auxiliary, share)` takes IMPALA's loss (`agent`), each auxiliary loss already
 weighted (`learner.auxiliary`; None for one that did not run this update) and their sum (`total`, only checked to
 be finite). An auxiliary loss's gradient is taken apart, before the agent's backward: with a shared optimiser it
-is added to the agent's, with a separate one its own optimiser steps on it after the agent's step, from the same
-weights (the optimiser's update reads only the gradient, so the order does not matter). Every norm is computed
+is added to the agent's, with a separate one its own optimiser steps on it after the agent's step (both
+gradients are taken at the weights the update started from). Every norm is computed
 once and serves both the non-finite check and clipping. A step whose loss or gradient is NaN/Inf on any rank is
 not taken: the result says so (`StepResult.applied`) and the gradients are cleared, so the caller can leave
 everything as it was. `before_clip` (PopArt's output-preserving rescale) changes the gradient after the check
