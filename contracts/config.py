@@ -13,6 +13,7 @@ The `env` section (`EnvConfig`, with `is_atari`) lives in `contracts.config_env`
 from __future__ import annotations
 
 import dataclasses
+import re
 import warnings
 from dataclasses import dataclass, field
 from typing import Any
@@ -27,6 +28,15 @@ from levelray.contracts.config_values import ConfigError, coerce_value, field_ty
 from levelray.contracts.config_values import Section as _Section
 from levelray.contracts.config_values import flag as _flag
 from levelray.contracts.levels import EDITORS, SCHEDULES, STRATEGIES, TRANSFORMS, UNSCORED_STRATEGIES
+
+_IMPORT_PATH = re.compile(r"[A-Za-z_]\w*(\.[A-Za-z_]\w*)*:[A-Za-z_]\w*")
+
+
+def _check_import_paths(paths: list[str]) -> None:
+    """`learner.auxiliary_losses`: each entry's form; whether it imports is checked where the learner is built."""
+    for path in paths:
+        if not _IMPORT_PATH.fullmatch(path):
+            raise ValueError(f"expected module:attribute (e.g. my_losses:RewardPrediction), got {path!r}")
 
 
 @dataclass(frozen=True)
@@ -150,6 +160,14 @@ class LearnerConfig(_Section):
         metadata=_flag("--compile", "torch.compile the learner's policy network: off by default, as on the 2-core CPU "
                        "it made every network's update slower or no faster (benchmarks/RESULTS.md, 'bf16 (issue "
                        "30)'); measure before turning it on, e.g. on a GPU learner"),
+    )
+    auxiliary_losses: list[str] | None = field(
+        default=None,
+        metadata=_flag("--auxiliary-loss", "auxiliary losses added to the learner's (none: no others than the model "
+                       "loss), each the module:attribute import path of a levelray.learner.auxiliary.AuxiliaryLoss "
+                       "class (or of a function of an AuxiliarySetup that returns one), comma-separated; the module "
+                       "must import where the learner runs (Architecture, 'Adding an auxiliary loss')",
+                       check=_check_import_paths),
     )
 
 

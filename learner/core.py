@@ -28,8 +28,10 @@ from levelray.contracts.counters import BY_REASON, MAX, TALLIES, LearnerCounters
 from levelray.contracts.spec import EnvSpec
 from levelray.contracts.status import LearnerCoreStats
 from levelray.contracts.trajectory import Unroll
+from levelray.learner.auxiliary import load_all
 from levelray.learner.learner import Learner, NonFiniteUpdate
 from levelray.learner.level_feedback import level_feedback
+from levelray.learner.model_loss import model_losses
 from levelray.learner.replay_feed import ReplayFeed
 
 # Upper bounds of the policy-lag histogram (versions); the last bucket is open (+Inf).
@@ -52,10 +54,13 @@ class LearnerCore:
     ):
         self.cfg = cfg
         self.spec = spec
-        self.learner = Learner(spec, cfg.learner, seed=cfg.seed, model_loss=cfg.model_loss)
+        # the model loss, then the losses `learner.auxiliary_losses` names, imported in this process
+        auxiliary = [*model_losses(cfg.model_loss), *load_all(cfg.learner.auxiliary_losses or [])]
+        self.learner = Learner(spec, cfg.learner, seed=cfg.seed, auxiliary=auxiliary)
         self.levels = levels
-        model_priorities = self.learner.muzero is not None and cfg.model_loss.priority == "model"
-        self.replay_feed = ReplayFeed(cfg.replay, cfg.learner.batch_size, replay, sequences=self.learner.sequences,
+        sequences = next((aux.sampler for aux in self.learner.auxiliary if aux.sampler is not None), None)
+        model_priorities = cfg.model_loss.loss != "none" and cfg.model_loss.priority == "model"
+        self.replay_feed = ReplayFeed(cfg.replay, cfg.learner.batch_size, replay, sequences=sequences,
                                       model_priorities=model_priorities)
         self.lock = threading.Lock()
         self.counters = zero_counters()  # its learner_version, samples_trained and replay_updates: see `_counters`
@@ -155,7 +160,7 @@ class LearnerCore:
             return {}
         self.nonfinite_in_a_row = 0
         metrics = {**result.metrics, "learning_rate": lr}
-        if self.learner.muzero is not None and model_batch is None:
+        if self.replay_feed.sequences is not None and model_batch is None:
             metrics["model_batch_missing"] = 1.0
         self.replay_feed.after_update(batch, result.outputs, model_batch, self.learner.version)
         if self.levels is not None:

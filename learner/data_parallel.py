@@ -10,9 +10,10 @@ What "the same step as one learner on the union of the batches" takes, and why e
   gradient of the mean over the union. `union_count` gives `sum(n)` (and whether any rank trains at all: a
   batch wholly masked on every rank is no update, on every rank alike).
 - PopArt moves its moments on the union's targets: `sum` reduces the ranks' sums, sums of squares and counts.
-- The model loss is a mean over a fixed number of sequences per rank: a plain average. An update where only some
-  ranks have a model batch (replay fills at a different time on each) leaves the model term out on every rank:
-  the ranks must take the same step.
+- An auxiliary loss (`learner.auxiliary`; the model loss is one) is a mean over a fixed number of items per rank:
+  its gradient is a plain average. An update where only some ranks ran it (the model loss's batch comes from
+  replay, which fills at a different time on each) leaves its term out on every rank: the ranks must take the
+  same step.
 - A non-finite loss or gradient on any rank skips the update on every rank (`learner.NonFiniteUpdate`).
 
 The all-reduce sums every rank's tensors in one buffer: the ranks get the same bits back, and every later step
@@ -67,36 +68,39 @@ class DataParallel:
 
     @torch.no_grad()
     def reduce_gradients(self, agent_params: list[torch.nn.Parameter], share: float,
-                         model_params: list[torch.nn.Parameter], model_grads: list | None, finite: bool
-                         ) -> tuple[bool, list | None]:
+                         aux_params: list[list[torch.nn.Parameter]], aux_grads: list[list | None], finite: bool
+                         ) -> tuple[bool, list[list | None]]:
         """Combine the ranks' gradients in one all-reduce: the agent loss's (in `p.grad` of `agent_params`),
-        weighted by `share` (this rank's fraction of the union's trained steps), and the model loss's
-        (`model_grads`, aligned with `model_params`; None: no model term on this rank) averaged. Writes the
-        agent's result back to `p.grad` and returns `(finite on every rank, the model's gradient or None)`.
-        A gradient that is None here (a parameter the loss does not reach) stays None."""
-        has_model = finite and model_grads is not None
+        weighted by `share` (this rank's fraction of the union's trained steps), and each auxiliary loss's
+        (`aux_grads[k]`, aligned with `aux_params[k]`; None: that loss did not run on this rank) averaged. Writes
+        the agent's result back to `p.grad` and returns `(finite on every rank, each auxiliary loss's gradient, or
+        None where some rank did not run it)`. A gradient that is None here (a parameter the loss does not reach)
+        stays None."""
+        ran = [finite and g is not None for g in aux_grads]
         agent_present = [p.grad is not None for p in agent_params]
-        model_present = [g is not None for g in model_grads] if has_model else [False] * len(model_params)
         parts = [p.grad * share if finite and p.grad is not None else torch.zeros_like(p) for p in agent_params]
-        parts += [g if present else torch.zeros_like(p)
-                  for p, g, present in zip(model_params, model_grads or [None] * len(model_params), model_present,
-                                           strict=True)]
-        flags = torch.tensor([0.0 if finite else 1.0, 1.0 if has_model else 0.0], device=parts[0].device)
+        presents = []
+        for params, grads, on in zip(aux_params, aux_grads, ran, strict=True):
+            values = grads if on else [None] * len(params)
+            parts += [g if g is not None else torch.zeros_like(p) for p, g in zip(params, values, strict=True)]
+            presents.append([g is not None for g in values])
+        flags = torch.tensor([0.0 if finite else 1.0, *(1.0 if on else 0.0 for on in ran)], device=parts[0].device)
         flat = torch.cat([t.reshape(-1).float() for t in parts] + [flags])
         dist.all_reduce(flat, group=self.group)
-        if flat[-2].item() > 0:
-            return False, None
+        nonfinite, *ranks_ran = flat[-len(flags):].tolist()
+        if nonfinite > 0:
+            return False, [None] * len(aux_grads)
         offset = 0
         for p, present in zip(agent_params, agent_present, strict=True):
             n = p.numel()
             p.grad = flat[offset:offset + n].view_as(p).to(p.dtype) if present else None
             offset += n
-        ranks_with_model = int(flat[-1].item())
-        if ranks_with_model < self.world_size:  # some ranks had no model batch: no model term anywhere
-            return True, None
-        reduced = []
-        for p, present in zip(model_params, model_present, strict=True):
-            n = p.numel()
-            reduced.append(flat[offset:offset + n].view_as(p).div(self.world_size).to(p.dtype) if present else None)
-            offset += n
+        reduced: list[list | None] = []
+        for params, present, count in zip(aux_params, presents, ranks_ran, strict=True):
+            grads = []
+            for p, here in zip(params, present, strict=True):
+                n = p.numel()
+                grads.append(flat[offset:offset + n].view_as(p).div(self.world_size).to(p.dtype) if here else None)
+                offset += n
+            reduced.append(grads if count >= self.world_size else None)  # some ranks did not run it: no term
         return True, reduced

@@ -1,4 +1,4 @@
-"""IMPALA losses from V-trace targets.
+"""IMPALA losses from V-trace targets, and the network's outputs they read (`Forward`).
 
 Reduction: every loss is a weighted MEAN over the `T x B` valid steps,
 
@@ -23,6 +23,17 @@ from __future__ import annotations
 from typing import NamedTuple
 
 import torch
+
+
+class Forward(NamedTuple):
+    """The policy network's outputs on one batch (tensors on the learner's device): what IMPALA's losses and the
+    auxiliary losses (`learner.auxiliary`) read."""
+
+    dist_params: torch.Tensor  # [T+1, B, P] the policy's distribution parameters (logits, or Gaussian mean|log-std)
+    values: torch.Tensor  # [T+1, B] V(x_t) in reward units (PopArt's statistics before this update)
+    final_values: torch.Tensor | None  # [T, B] V(final obs) at truncated steps, 0 elsewhere; None: no truncation
+    actions: torch.Tensor  # [T, B(, D)] the actions taken, on the learner's device
+    log_probs: torch.Tensor  # [T, B] log pi(a_t | x_t) of the actions taken (with gradients)
 
 
 class ImpalaLosses(NamedTuple):

@@ -9,9 +9,11 @@ term pulls a projection of the predicted latent at step k towards the target net
 real x_{t+k}. There is no tree search: the policy target is the behaviour policy (or, reanalysed, the
 target network's policy), and the representation is what the model learns for the agent.
 
-Data flow per learner update (`LearnerCore.train`):
+It reaches the learner as an auxiliary loss (`learner.auxiliary`): `ModelLoss`, named `model`, which
+`model_losses(cfg.model_loss)` builds when `model_loss.loss` is muzero. Data flow per learner update
+(`LearnerCore.train`):
 1. `learner.replay_feed.ReplayFeed.model_batch` samples unrolls from replay and cuts `model_loss.batch_size`
-   sequences from them (`learner.model_batch.SequenceSampler`).
+   sequences from them (`learner.model_batch.SequenceSampler`, the loss's `sampler`).
 2. `loss(net, batch)` inside `Learner.update`: `targets` (n-step returns capped at episode ends,
    `model_targets.window_targets` masks), the unrolled predictions, per-term losses `[n, K + 1]`, and each
    sequence's priority sqrt(sum_k w_k value_mask_k l_v,k). `Learner` adds `loss_weight * total`.
@@ -26,6 +28,7 @@ observations, and its policy head (softmax).
 
 from __future__ import annotations
 
+import functools
 from typing import Any
 
 import numpy as np
@@ -34,9 +37,17 @@ from torch import nn
 from torch.nn import functional as F
 
 from levelray.contracts.config import MODEL_LOSS_TERMS, ModelLossConfig
+from levelray.contracts.validate import check_model_loss_actions
 from levelray.learner import vtrace
+from levelray.learner.auxiliary import (
+    AuxiliaryFactory,
+    AuxiliaryInputs,
+    AuxiliaryLoss,
+    AuxiliaryOutput,
+    AuxiliarySetup,
+)
 from levelray.learner.device import host_to_device
-from levelray.learner.model_batch import ModelBatch
+from levelray.learner.model_batch import ModelBatch, SequenceSampler
 from levelray.learner.model_targets import (
     ModelTargets,
     from_categorical,
@@ -366,3 +377,39 @@ class MuZeroLoss:
     def load_state_dict(self, state: dict[str, Any]) -> None:
         self.module.load_state_dict(state["module"])
         self.target.load_state_dict(state)
+
+
+class ModelLoss(AuxiliaryLoss):
+    """`model_loss.loss muzero` as the learner's auxiliary loss `model`: a `MuZeroLoss` on the sequences its
+    `SequenceSampler` cuts from replay, with `model_loss`'s weight, optimiser mode and clip; its priorities go
+    back to replay. Its checkpoint state is the `MuZeroLoss`'s with the sampler's generator (`rng`)."""
+
+    name = "model"
+    optimizer_option = "--model-optimizer"
+
+    def __init__(self, cfg: ModelLossConfig, setup: AuxiliarySetup):
+        check_model_loss_actions(cfg, setup.spec)
+        self.weight, self.optimizer, self.grad_clip = cfg.loss_weight, cfg.optimizer, cfg.grad_clip
+        self.muzero = MuZeroLoss(setup.model, setup.spec.num_actions, cfg, discount=setup.config.discount,
+                                 device=setup.device)
+        self.modules = (self.muzero.module,)
+        self.sampler = SequenceSampler(cfg, setup.seed)
+
+    def loss(self, model: nn.Module, inputs: AuxiliaryInputs) -> AuxiliaryOutput:
+        return AuxiliaryOutput(*self.muzero.loss(model, inputs.replayed))
+
+    def after_step(self, model: nn.Module) -> None:
+        self.muzero.after_update(model)
+
+    def state_dict(self) -> dict[str, Any]:
+        return {**self.muzero.state_dict(), "rng": self.sampler.state_dict()}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        self.muzero.load_state_dict(state)
+        self.sampler.load_state_dict(state["rng"])
+
+
+def model_losses(cfg: ModelLossConfig | None) -> list[AuxiliaryFactory]:
+    """The learner's auxiliary losses that `model_loss` asks for: `ModelLoss` with `loss muzero`, none with
+    `none` (or no section)."""
+    return [functools.partial(ModelLoss, cfg)] if cfg is not None and cfg.loss == "muzero" else []

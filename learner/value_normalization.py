@@ -9,8 +9,12 @@ clamped to [1e-4, 1e6]. Per update (`Learner.update`):
 2. ART: the moments move towards the batch's targets with step size beta (`update`);
 3. the value loss compares normalised targets `(v_s - mu') / sigma'` with the normalised prediction of the
    rescaled head, and the policy-gradient advantages are divided by `sigma'` (as PopArt-IMPALA does);
-4. POP (`preserve_outputs_`): the head's last linear layer is rescaled, `W' = W sigma / sigma'` and
-   `b' = (sigma b + mu - mu') / sigma'`, so every unnormalised output is unchanged by the new statistics.
+4. POP (`rescale_`, once the gradient is known to be finite and before it is clipped): the head's last linear
+   layer is rescaled, `W' = W sigma / sigma'` and `b' = (sigma b + mu - mu') / sigma'` (`preserve_outputs_`), so
+   every unnormalised output is unchanged by the new statistics, and its gradient with it.
+
+An update that is skipped (a non-finite loss or gradient) puts the statistics back (`undo`). `PopArt` is the one
+owner of both halves: the statistics `update` moved are the ones `rescale_` and `undo` start from.
 
 Why: CartPole's discounted targets grow to ~100 while Adam moves each weight by about lr per step.
 Without normalisation the tanh value tower reaches those outputs by saturating its last hidden layer (measured: 98% of
@@ -44,6 +48,7 @@ class PopArt:
         self.beta = float(beta)
         self.sigma_min, self.sigma_max = float(sigma_min), float(sigma_max)
         self.mu, self.nu, self.count = 0.0, 1.0, 0
+        self._before = (self.mu, self.nu, self.count)  # the statistics before the last `update`
 
     @property
     def sigma(self) -> float:
@@ -62,6 +67,7 @@ class PopArt:
         `[sum, sum of squares, count]` over several learners, whose moments then move on all their targets.
         Returns the previous `(mu, sigma)`, which `preserve_outputs_` needs."""
         old = (self.mu, self.sigma)
+        self._before = (self.mu, self.nu, self.count)
         x = targets.detach().to(torch.float64)
         if mask is not None:
             x = x[mask.bool()]
@@ -80,11 +86,25 @@ class PopArt:
         self.nu += step * (mean_sq - self.nu)
         return old
 
+    def rescale_(self, layer: nn.Linear) -> None:
+        """POP for the last `update`: rescale `layer` (the value head's output layer) and its gradients in place,
+        so that its outputs in reward units under the new statistics are those under the statistics before."""
+        mu, nu, _count = self._before
+        preserve_outputs_(layer, (mu, _sigma(mu, nu, self.sigma_min, self.sigma_max)), (self.mu, self.sigma))
+
+    def undo(self) -> None:
+        """The statistics as they were before the last `update` (an update that was skipped moves nothing)."""
+        self.mu, self.nu, self.count = self._before
+
     def state_dict(self) -> dict[str, Any]:
         return {"mu": self.mu, "nu": self.nu, "count": self.count, "beta": self.beta}
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         self.mu, self.nu, self.count = float(state["mu"]), float(state["nu"]), int(state["count"])
+        self._before = (self.mu, self.nu, self.count)
+
+
+IDENTITY = {"mu": 0.0, "nu": 1.0, "count": 0}  # the statistics before any update: V = v
 
 
 def _sigma(mu: float, nu: float, lo: float = SIGMA_MIN, hi: float = SIGMA_MAX) -> float:

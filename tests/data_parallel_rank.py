@@ -18,6 +18,7 @@ import torch.distributed as dist
 
 from levelray.learner.data_parallel import DataParallel, init_group
 from levelray.learner.learner import Learner
+from levelray.learner.model_loss import model_losses
 
 
 def gloo_threads() -> list[str]:
@@ -32,16 +33,16 @@ def main(inputs: str, rank: int, world: int, store_path: str, out: str) -> None:
         data = pickle.load(f)
     init_group(rank, world, dist.FileStore(store_path, world))
     try:
-        learner = Learner(data["spec"], data["learner"], seed=rank, model_loss=data["model_loss"],
+        learner = Learner(data["spec"], data["learner"], seed=rank, auxiliary=model_losses(data["model_loss"]),
                           data_parallel=DataParallel())  # seeds differ: the broadcast makes the model one
         metrics = []
         for k, per_rank in enumerate(data["batches"]):
             model_batch = data["model_batches"][k][rank] if data.get("model_batches") else None
             metrics.append(learner.update(per_rank[rank], model_batch).metrics)
         state = {name: p.detach().clone() for name, p in learner.model.named_parameters()}
-        if learner.muzero is not None:
+        for aux in learner.auxiliary:  # the model loss's modules
             state.update({f"model_loss.{name}": p.detach().clone()
-                          for name, p in learner.muzero.module.named_parameters()})
+                          for module in aux.modules for name, p in module.named_parameters()})
         result = {"params": state, "metrics": metrics, "version": learner.version,
                   "samples_trained": learner.samples_trained,
                   "popart": learner.value_norm.state_dict() if learner.value_norm else None}

@@ -127,7 +127,8 @@ def test_two_ranks_with_the_model_loss_stay_identical(tmp_path):
     network and the model's modules are bit-identical on both ranks. At the first update only rank 0 has a model
     batch (replay fills at different times on each rank): no rank takes a model step then, the model's modules
     are unchanged by it, and the ranks stay identical."""
-    from tests.test_model_loss import _hand_batch
+    from levelray.learner.model_loss import model_losses
+    from tests.test_model_loss import _hand_batch, muzero_of
 
     cfg = replace_paths(_cfg(), {"model_loss.loss": "muzero", "model_loss.num_unroll_steps": 3,
                                  "model_loss.td_steps": 2})
@@ -142,7 +143,7 @@ def test_two_ranks_with_the_model_loss_stay_identical(tmp_path):
     (tmp_path / "first").mkdir()
     first = _run_ranks(tmp_path / "first", {**inputs, "batches": inputs["batches"][:1],
                                             "model_batches": model_batches[:1]})
-    fresh = Learner(spec, cfg.learner, seed=0, model_loss=cfg.model_loss)  # rank 0's start, broadcast to rank 1
-    for name, p in fresh.muzero.module.named_parameters():
+    fresh = Learner(spec, cfg.learner, seed=0, auxiliary=model_losses(cfg.model_loss))  # rank 0's, broadcast to 1
+    for name, p in muzero_of(fresh).module.named_parameters():
         assert torch.equal(first[0]["params"][f"model_loss.{name}"], p.detach()), name
     assert any(not torch.equal(first[0]["params"][name], p.detach()) for name, p in fresh.model.named_parameters())

@@ -23,7 +23,7 @@ from levelray.deploy.cli import main
 from levelray.deploy.training.components import make_replay
 from levelray.learner.core import LearnerCore
 from levelray.learner.model_batch import ModelBatch
-from levelray.learner.model_loss import MuZeroLoss
+from levelray.learner.model_loss import ModelLoss, MuZeroLoss, model_losses
 from levelray.learner.model_targets import inverse_value_transform, step_weights, two_hot, value_transform
 from levelray.policy.models import MLP
 
@@ -83,6 +83,11 @@ def _reference_returns(b: ModelBatch, td: int) -> np.ndarray:
                 coef *= d[t + j, i]
             z[t, i] = total + coef * v[t + m, i]
     return z
+
+
+def muzero_of(learner) -> MuZeroLoss | None:
+    """The learner's model loss (its auxiliary loss `model`), None without one."""
+    return next((aux.muzero for aux in learner.auxiliary if isinstance(aux, ModelLoss)), None)
 
 
 def _muzero(**overrides) -> MuZeroLoss:
@@ -256,7 +261,7 @@ def _min_max64(s: torch.Tensor) -> torch.Tensor:
 def _expected_priorities(core: LearnerCore, net, module, batch: ModelBatch) -> np.ndarray:
     """sqrt(step-weighted masked value loss) per sequence, recomputed in float64 from the weights the
     update started from."""
-    mz = core.learner.muzero
+    mz = muzero_of(core.learner)
     targets, _ = mz.targets(batch)
     net64, module64 = copy.deepcopy(net).double(), copy.deepcopy(module).double()
     n, K = len(batch.starts), mz.cfg.num_unroll_steps
@@ -295,7 +300,7 @@ def test_priorities_written_back_equal_the_formula():
         return seen["result"]
 
     core.learner.update = recording
-    net, module = copy.deepcopy(core.learner.model), copy.deepcopy(core.learner.muzero.module)
+    net, module = copy.deepcopy(core.learner.model), copy.deepcopy(muzero_of(core.learner).module)
     metrics = core.train(unrolls[8:10])
     batch = seen["batch"]
     assert batch is not None and "model_value_loss" in metrics
@@ -353,22 +358,22 @@ def test_checkpoint_and_resume_give_the_same_next_update():
     ma = a.train(unrolls[10:12])
     mb = b.train(unrolls[10:12])
     assert "model_consistency_loss" in ma and ma == mb
-    pairs = [(a.learner.model, b.learner.model), (a.learner.muzero.module, b.learner.muzero.module),
-             (a.learner.muzero.target_net, b.learner.muzero.target_net),
-             (a.learner.muzero.target_module, b.learner.muzero.target_module)]
+    pairs = [(a.learner.model, b.learner.model), (muzero_of(a.learner).module, muzero_of(b.learner).module),
+             (muzero_of(a.learner).target_net, muzero_of(b.learner).target_net),
+             (muzero_of(a.learner).target_module, muzero_of(b.learner).target_module)]
     for x, y in pairs:
         for (name, p), q in zip(x.state_dict().items(), y.state_dict().values(), strict=True):
             assert torch.equal(p, q), name
     # the agent's optimiser over the policy network; the model loss's own over the torso and the model
     for which, count in (("optimizer", len(list(a.learner.model.parameters()))), ("model_optimizer", None)):
-        sa, sb = getattr(a.learner, which).state_dict()["state"], getattr(b.learner, which).state_dict()["state"]
+        sa, sb = (learner.optimizers()[which].state_dict()["state"] for learner in (a.learner, b.learner))
         assert sa.keys() == sb.keys() and len(sa) == (count or len(sa)) > 0
         for key in sa:
             for name in ("exp_avg", "exp_avg_sq"):
                 assert torch.equal(sa[key][name], sb[key][name])
-    model_state = a.learner.model_optimizer.state_dict()["state"]
+    model_state = a.learner.optimizers()["model_optimizer"].state_dict()["state"]
     torso_and_model = len(model_state)  # the policy network's output layers get no model-loss gradient
-    assert len(list(a.learner.muzero.module.parameters())) < torso_and_model < len(a.learner.parameters())
+    assert len(list(muzero_of(a.learner).module.parameters())) < torso_and_model < len(a.learner.parameters())
     np.testing.assert_array_equal(a.replay_feed.replay._replay.raw_priorities(),
                                   b.replay_feed.replay._replay.raw_priorities())
 
@@ -385,13 +390,13 @@ def test_separate_optimiser_adds_the_model_loss_step_to_the_torso_and_leaves_the
     spec = env_spec(cfg.env)
     batch, model_batch = stack_unrolls(_unrolls(cfg, 2)), _hand_batch()
     off = Learner(spec, cfg.learner, seed=0)
-    learners = {mode: Learner(spec, cfg.learner, seed=0, model_loss=replace_path(cfg, "model_loss.optimizer",
-                                                                               mode).model_loss)
+    learners = {mode: Learner(spec, cfg.learner, seed=0,
+                              auxiliary=model_losses(replace_path(cfg, "model_loss.optimizer", mode).model_loss))
                 for mode in ("separate", "shared")}
     sep = learners["separate"]
     probe = copy.deepcopy(sep)  # the model loss's gradient at the starting weights, apart from the update
     names = [name for name, _ in probe.model.named_parameters()]
-    loss = probe.muzero.loss(probe.model, model_batch)[0] * cfg.model_loss.loss_weight
+    loss = muzero_of(probe).loss(probe.model, model_batch)[0] * cfg.model_loss.loss_weight
     g_model = dict(zip(names, torch.autograd.grad(loss, list(probe.model.parameters()), allow_unused=True),
                        strict=True))
     off.update(batch)
@@ -400,7 +405,8 @@ def test_separate_optimiser_adds_the_model_loss_step_to_the_torso_and_leaves_the
         assert m["torso_grad_norm_vtrace"] > 0 and m["torso_grad_norm_model"] > 0 and m["grad_norm_model"] > 0
     # the torso is what the model loss's gradient reaches of the policy network: every layer but the outputs
     torso = {name for name, g in g_model.items() if g is not None}
-    flags = dict(zip([n for n, _ in sep.model.named_parameters()], sep._in_torso, strict=False))
+    in_torso = sep.gradient_step.auxiliary[0].in_torso
+    flags = dict(zip([n for n, _ in sep.model.named_parameters()], in_torso, strict=False))
     assert torso == {name for name, mine in flags.items() if mine} and 0 < len(torso) < len(flags)
     lr, eps = cfg.learner.learning_rate, cfg.learner.adam_eps
     moved = 0
@@ -430,8 +436,8 @@ def test_detached_torso_control_leaves_the_agent_as_without_the_model_loss(mode)
     spec = env_spec(cfg.env)
     batch, model_batch = stack_unrolls(_unrolls(cfg, 2)), _hand_batch()
     off = Learner(spec, cfg.learner, seed=0)
-    control = Learner(spec, cfg.learner, seed=0, model_loss=cfg.model_loss)
-    model_before = copy.deepcopy(control.muzero.module.state_dict())
+    control = Learner(spec, cfg.learner, seed=0, auxiliary=model_losses(cfg.model_loss))
+    model_before = copy.deepcopy(muzero_of(control).module.state_dict())
     for _ in range(3):
         off.update(batch)
         metrics = control.update(batch, model_batch).metrics
@@ -439,7 +445,7 @@ def test_detached_torso_control_leaves_the_agent_as_without_the_model_loss(mode)
         torch.testing.assert_close(p_control, p_off, rtol=0, atol=0)
     assert metrics["torso_grad_norm_model"] == 0.0 and metrics["grad_norm_model"] > 0
     assert metrics["torso_grad_norm_vtrace"] > 0  # still measured where the model loss's gradient stops
-    model_after = control.muzero.module.state_dict().values()
+    model_after = muzero_of(control).module.state_dict().values()
     assert any(not torch.equal(before, after) for before, after in zip(model_before.values(), model_after, strict=True))
 
 
@@ -448,9 +454,10 @@ def test_resuming_with_the_other_optimiser_mode_is_refused_before_anything_loads
 
     cfg = _cartpole_cfg()
     spec = env_spec(cfg.env)
-    saved = Learner(spec, cfg.learner, seed=0, model_loss=cfg.model_loss).state_dict()  # separate, the default
+    saved = Learner(spec, cfg.learner, seed=0,
+                    auxiliary=model_losses(cfg.model_loss)).state_dict()  # separate, the default
     shared = Learner(spec, cfg.learner, seed=1,
-                     model_loss=replace_path(cfg, "model_loss.optimizer", "shared").model_loss)
+                     auxiliary=model_losses(replace_path(cfg, "model_loss.optimizer", "shared").model_loss))
     before = copy.deepcopy(shared.model.state_dict())
     with pytest.raises(ValueError, match="resume with --model-optimizer separate"):
         shared.load_state_dict(saved)
@@ -524,7 +531,7 @@ def test_model_loss_off_has_no_replay_service_and_no_model_modules():
 
     backend = InlineBackend(cfg)
     try:
-        assert backend.replay is None and backend.core.learner.muzero is None
+        assert backend.replay is None and muzero_of(backend.core.learner) is None
     finally:
         backend.close()
 

@@ -64,7 +64,7 @@ def _loss_fp32(learner: Learner, batch: dict) -> float:
     with torch.no_grad():
         forward = probe._forward(batch)
         vt, _ = probe._targets(batch, forward)
-        return float(probe._loss_terms(batch, forward, vt)[0]["total"])
+        return float(probe._loss_terms(forward, vt, probe._weights(batch, vt))["total"])
 
 
 @pytest.mark.parametrize("spec", [CNN, MLP], ids=["impala_cnn", "mlp"])

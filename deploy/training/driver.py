@@ -360,6 +360,10 @@ def prepare_run_dir(
     except ValueError as exc:
         raise ConfigError(f"--env: {exc}") from None
     check_model_loss_actions(cfg.model_loss, spec, cfg.env.id)
+    if cfg.learner.auxiliary_losses:  # a loss that does not import is refused here, not in the learner's process
+        from levelray.learner.auxiliary import load_all
+
+        load_all(cfg.learner.auxiliary_losses)
     if cfg.eval.video_interval > 0:  # an env that cannot draw frames is refused before the directory exists
         from levelray.deploy.evaluation.video import check_renders
 

@@ -1,0 +1,161 @@
+"""The interface between the learner's update and its auxiliary objectives (Jaderberg et al. 2016's "auxiliary
+tasks": losses that train the agent's representation beside the RL loss).
+
+An auxiliary loss is an `AuxiliaryLoss`, built once per learner by a factory from an `AuxiliarySetup` (the class
+itself is one). Per update the learner hands it `AuxiliaryInputs` (the batch, the network's outputs on it, and
+the data it sampled from replay, if it samples any) and adds `weight × AuxiliaryOutput.loss` to IMPALA's loss;
+after every applied step it calls `after_step`. What the loss may set, each with a default a simple loss keeps:
+
+- `modules`: its own networks (heads, a dynamics model), trained beside the policy network; the learner moves
+  them to its device, all-reduces their gradients with several learners and checkpoints them by default.
+- `optimizer`: "shared" (the learner's optimiser and clip step on the sum of the losses) or "separate" (an
+  optimiser of the learner's kind and rate for this loss alone, over the policy network and its modules, clipped
+  by norm at `grad_clip`; it steps after the learner's step, on this loss's gradient at the update's starting
+  weights).
+- `sampler`: a `ReplaySampler` that cuts this loss's batch from replayed unrolls (`learner.replay_feed`, which
+  feeds one such loss and stores the learner's values with the unrolls it inserts: `model_batch.MODEL_FIELDS`);
+  its output reaches `loss` as `inputs.replayed`, and the update skips the loss when there is none yet.
+- `state_dict` / `load_state_dict`: what a checkpoint keeps of it, under the key `<name>_loss`.
+
+A run names its losses by import path (`learner.auxiliary_losses`, `--auxiliary-loss module:attribute`); `load`
+imports them, in whichever process builds the learner (the inline driver, or the Ray learner actor). The model
+loss (`learner.model_loss.ModelLoss`) is one, built from its own config section. docs/architecture.md,
+"Adding an auxiliary loss", has a worked example.
+"""
+
+from __future__ import annotations
+
+import importlib
+import re
+from abc import ABC, abstractmethod
+from collections.abc import Callable, Sequence
+from typing import Any, NamedTuple, Protocol
+
+import numpy as np
+import torch
+from torch import nn
+
+from levelray.contracts.config import ConfigError, LearnerConfig
+from levelray.contracts.spec import EnvSpec
+from levelray.learner.device import host_to_device
+from levelray.learner.losses import Forward
+
+KEY = "learner.auxiliary_losses"
+_NAME = re.compile(r"[a-z][a-z0-9_]*")
+
+
+class AuxiliarySetup(NamedTuple):
+    """What an auxiliary loss is built from."""
+
+    model: nn.Module  # the policy network, on `device` (its parameters are the ones the RL loss trains)
+    spec: EnvSpec
+    config: LearnerConfig
+    device: torch.device
+    seed: int  # the learner's seed, for a generator of the loss's own
+
+
+class AuxiliaryInputs(NamedTuple):
+    """What an auxiliary loss reads in one update."""
+
+    batch: dict[str, Any]  # the update's batch as `Learner.update` got it: NumPy `[T(+1), B, ...]` on the host
+    forward: Forward  # the policy network's outputs on `batch` (with gradients), on the learner's device
+    weights: torch.Tensor  # [T, B] the steps' weights in the RL loss (mask x replay importance weight)
+    replayed: Any  # what this loss's `sampler` cut from replay for this update; None without a sampler
+    device: torch.device
+
+    def tensor(self, x: np.ndarray, dtype: torch.dtype | None = None) -> torch.Tensor:
+        """A host array of the batch on the learner's device (cast there to `dtype`)."""
+        return host_to_device(x, self.device, dtype)
+
+
+class AuxiliaryOutput(NamedTuple):
+    """What an auxiliary loss returns for one update (its metrics go into the update's metrics as they are)."""
+
+    loss: torch.Tensor  # a scalar, before `weight`
+    metrics: dict[str, float]
+    priorities: np.ndarray | None = None  # [n] one per sequence `sampler` cut: replay priorities
+
+
+class ReplaySampler(Protocol):
+    """Cuts an auxiliary loss's batch from a replay sample (`learner.model_batch.SequenceSampler`)."""
+
+    def num_unrolls(self) -> int: ...
+
+    def gather(self, sample: dict[str, Any], version: int) -> Any: ...
+
+    def state_dict(self) -> Any: ...
+
+    def load_state_dict(self, state: Any) -> None: ...
+
+
+class AuxiliaryLoss(ABC):
+    """One auxiliary objective of the learner; subclasses set `name` and write `loss`."""
+
+    name: str = ""  # its term: metrics `grad_norm_<name>`, `torso_grad_norm_<name>`; checkpoint key `<name>_loss`
+    weight: float = 1.0  # its weight in the learner's total loss
+    optimizer: str = "shared"  # or "separate"
+    optimizer_option: str = "optimizer"  # where a user sets `optimizer` (named when a resume disagrees with it)
+    grad_clip: float = 40.0  # the separate optimiser's gradient norm clip
+    modules: Sequence[nn.Module] = ()
+    sampler: ReplaySampler | None = None
+
+    @abstractmethod
+    def loss(self, model: nn.Module, inputs: AuxiliaryInputs) -> AuxiliaryOutput:
+        """This update's loss on `inputs`, differentiable with respect to `model` and `modules`."""
+
+    def after_step(self, model: nn.Module) -> None:  # noqa: B027  (a hook: most losses need none)
+        """Called after every applied gradient step (a target network's schedule, say)."""
+
+    def state_dict(self) -> dict[str, Any]:
+        """The loss's checkpoint state: by default its modules' weights, on the CPU."""
+        return {"modules": [{k: v.detach().to("cpu", copy=True) for k, v in m.state_dict().items()}
+                            for m in self.modules]}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        for module, saved in zip(self.modules, state["modules"], strict=True):
+            module.load_state_dict(saved)
+
+
+AuxiliaryFactory = Callable[[AuxiliarySetup], AuxiliaryLoss]
+
+
+def check_losses(losses: Sequence[AuxiliaryLoss]) -> None:
+    """ValueError, naming the loss, for what the learner cannot run: a name that is not a lower-case identifier
+    or that two losses share (their metrics and checkpoint keys would collide), an optimiser that is neither
+    shared nor separate, or a second loss that samples replay (`ReplayFeed` feeds one)."""
+    seen: set[str] = set()
+    for aux in losses:
+        if not isinstance(aux, AuxiliaryLoss):
+            raise ValueError(f"{KEY}: an auxiliary loss must be a levelray.learner.auxiliary.AuxiliaryLoss, "
+                             f"got {type(aux).__name__}")
+        if not _NAME.fullmatch(aux.name) or aux.name in seen:
+            raise ValueError(f"{KEY}: {type(aux).__name__}.name must be a lower-case identifier that no other "
+                             f"auxiliary loss has, got {aux.name!r}")
+        seen.add(aux.name)
+        if aux.optimizer not in ("shared", "separate"):
+            raise ValueError(f"{KEY}: {type(aux).__name__}.optimizer must be shared or separate, got "
+                             f"{aux.optimizer!r}")
+    if sum(aux.sampler is not None for aux in losses) > 1:
+        raise ValueError(f"{KEY}: at most one auxiliary loss may sample replay (have a sampler)")
+
+
+def load(path: str) -> AuxiliaryFactory:
+    """The factory that `path` ("module:attribute", e.g. "my_losses:RewardPrediction") names, imported in this
+    process. ConfigError, naming `learner.auxiliary_losses`, for a path that does not import."""
+    module_name, _, attribute = path.partition(":")
+    if not module_name or not attribute:
+        raise ConfigError(f"{KEY}: expected module:attribute, got {path!r}")
+    try:
+        module = importlib.import_module(module_name)
+    except ImportError as exc:
+        raise ConfigError(f"{KEY}: cannot import {module_name!r} for {path!r} ({exc}); the module must be "
+                          f"importable where the learner runs (on a local Ray, the directory levelray is "
+                          f"started from is on the learner's path)") from None
+    factory = getattr(module, attribute, None)
+    if not callable(factory):
+        raise ConfigError(f"{KEY}: {module_name!r} has no class or function {attribute!r} (from {path!r})")
+    return factory
+
+
+def load_all(paths: Sequence[str]) -> list[AuxiliaryFactory]:
+    return [load(path) for path in paths]
