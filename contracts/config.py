@@ -214,6 +214,11 @@ class LevelConfig(_Section):
     num_edits: int = field(
         default=5, metadata=_flag("--level-num-edits", "edits per child of levels.editor (DCD's num_edits)", min=1)
     )
+    drop_unsolvable: bool = field(
+        default=False,
+        metadata=_flag("--level-drop-unsolvable", "drop the children of levels.editor whose goal cannot be reached "
+                                                  "(kept by default, as DCD and JaxUED keep them)"),
+    )
 
 
 @dataclass(frozen=True)
