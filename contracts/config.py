@@ -309,6 +309,13 @@ class RunConfig(_Section):
     total_steps: int = field(
         default=2_000_000, metadata=_flag("--total-steps", "env steps to train for", min=1, resumable=True)
     )
+    total_trained_steps: int | None = field(
+        default=None,
+        metadata=_flag("--total-trained-steps", "env steps to train on (samples_trained; with Robust PLR only "
+                       "replayed levels' steps count), a budget at equal gradient updates as DCD compares; "
+                       "this or total_steps, whichever is reached first, ends the run", min=1,
+                       resumable=True),
+    )
     seed: int = field(default=0, metadata=_flag("--seed", "random seed", min=0))
     metrics_host: str = field(
         default="127.0.0.1", metadata=_flag("--metrics-host", "metrics bind address", resumable=True)
