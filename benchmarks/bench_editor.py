@@ -3,7 +3,7 @@
     python -m benchmarks.bench_editor [--buffer-size 1000] [--rounds 2000] [--json PATH]
 
 The editor adds work in the level service only (an env plays an edited level exactly as a generated one):
-per scored replay, one child (`edit_maze`, then BFS to drop an unreachable goal, then its encoding), and per
+per scored replay, one child (`edit_maze`, then BFS to find an unreachable goal, then its encoding), and per
 draw the encodings of the edited levels handed out. Measured in one process, no Ray:
 
 - `child_us`: `MazeEditor.make_child` on 13x13 levels (a generated parent with 0-60 walls), median per call;

@@ -232,6 +232,11 @@ class LevelConfig(_Section):
     num_edits: int = field(
         default=5, metadata=_flag("--level-num-edits", "edits per child of levels.editor (DCD's num_edits)", min=1)
     )
+    drop_unsolvable: bool = field(
+        default=False,
+        metadata=_flag("--level-drop-unsolvable", "drop the children of levels.editor whose goal cannot be reached "
+                                                  "(kept by default, as DCD and JaxUED keep them)"),
+    )
 
 
 @dataclass(frozen=True)
@@ -321,6 +326,13 @@ class RunConfig(_Section):
     )
     total_steps: int = field(
         default=2_000_000, metadata=_flag("--total-steps", "env steps to train for", min=1, resumable=True)
+    )
+    total_trained_steps: int | None = field(
+        default=None,
+        metadata=_flag("--total-trained-steps", "env steps to train on (samples_trained; with Robust PLR only "
+                       "replayed levels' steps count), a budget at equal gradient updates as DCD compares; "
+                       "this or total_steps, whichever is reached first, ends the run", min=1,
+                       resumable=True),
     )
     seed: int = field(default=0, metadata=_flag("--seed", "random seed", min=0))
     metrics_host: str = field(

@@ -26,6 +26,8 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Annotated, Any, TypedDict
 
+from levelray.contracts.config import RunConfig
+
 SUM, SAME = "sum", "same"
 MAX, CHECKPOINT = "max", "checkpoint"
 
@@ -80,6 +82,14 @@ def read_counters(saved: Mapping[str, Any] | None) -> LearnerCounters:
             form = "a mapping of reason to count" if name in BY_REASON else "an integer count"
             raise ValueError(f"counters.{name}: expected {form}, got {value!r}") from None
     return out
+
+
+def budget_reached(cfg: RunConfig, env_steps: int, samples_trained: int) -> bool:
+    """Either of the run's budgets is reached: `total_steps` env steps received, or `total_trained_steps` (when
+    set) env steps trained on (`samples_trained`). The learner checks it before each batch and the driver after
+    each poll, so both stop on the same rule."""
+    trained = cfg.total_trained_steps
+    return env_steps >= cfg.total_steps or (trained is not None and samples_trained >= trained)
 
 
 def combine(name: str, values: Iterable[Any], how: Callable[[Iterable[int]], int]) -> Any:

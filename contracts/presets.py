@@ -119,6 +119,11 @@ UNBOUNDED_DEFAULTS: dict[str, dict[str, Any]] = {
     name: {"levels.strategy": "random"} for name in ("classic_control", "continuous_control", "atari")
 }
 
+# Mazes (`maze:<W>x<H>`) run on the minigrid preset with what DCD's maze runs use beyond it: discount 0.995
+# (DCD's train_scripts for its MiniGrid mazes), where a 13x13 maze's episodes of up to 250 steps would lose most
+# of a late goal's reward at 0.99.
+MAZE_DEFAULTS: dict[str, Any] = {"learner.discount": 0.995}
+
 
 def family(env_id: str) -> str:
     """The preset an env id resolves to under `auto` ("none" when no measured preset fits it)."""
@@ -157,6 +162,8 @@ def apply_preset(cfg: RunConfig, explicit: set[str]) -> RunConfig:
         raise ConfigError(f"preset must be one of {', '.join(PRESET_NAMES)}, got {cfg.preset!r}")
     values = {path: value() if callable(value) else value for path, value in PRESETS.get(name, {}).items()
               if path not in explicit}
+    if name == "minigrid" and cfg.env.id.startswith("maze:"):
+        values.update({path: v for path, v in MAZE_DEFAULTS.items() if path not in explicit})
     cfg = replace_paths(cfg, {**values, "preset": name})
     if cfg.env.num_levels == 0:
         unbounded = {path: v for path, v in UNBOUNDED_DEFAULTS.get(name, {}).items() if path not in explicit}

@@ -24,7 +24,16 @@ import torch
 
 from levelray.contracts.clients import LevelClient, ReplayClient
 from levelray.contracts.config import RunConfig
-from levelray.contracts.counters import BY_REASON, MAX, TALLIES, LearnerCounters, combine, read_counters, zero_counters
+from levelray.contracts.counters import (
+    BY_REASON,
+    MAX,
+    TALLIES,
+    LearnerCounters,
+    budget_reached,
+    combine,
+    read_counters,
+    zero_counters,
+)
 from levelray.contracts.spec import EnvSpec
 from levelray.contracts.status import LearnerCoreStats
 from levelray.contracts.trajectory import Unroll
@@ -85,11 +94,12 @@ class LearnerCore:
 
     @property
     def budget_spent(self) -> bool:
-        """The run's `total_steps` have been consumed: train no further batch. Checked before a batch, so
-        the learner consumes at most one batch past the budget, whichever transport feeds it. With several
-        learners, by the job's env steps as every rank last summed them: the ranks decide alike."""
+        """The run's `total_steps` have been consumed, or its `total_trained_steps` trained on: train no further
+        batch. Checked before a batch, so the learner goes at most one batch past either budget, whichever
+        transport feeds it. With several learners, by the job's env steps as every rank last summed them and the
+        samples trained, which every rank holds alike: the ranks decide alike."""
         steps = self.counters["env_steps"] if self.job_env_steps is None else self.job_env_steps
-        return steps >= self.cfg.total_steps
+        return budget_reached(self.cfg, steps, self.learner.samples_trained)
 
     def learning_rate(self, env_steps: int) -> float:
         """`--lr-schedule linear`: IMPALA's (and PPO's MuJoCo) decay to 0 at the budget, by the job's env steps

@@ -19,10 +19,13 @@ Each draw (`draw()`, once per episode start; `draw_many(n)` for n in a row, as a
 
 Scores (`update_with_rollouts`, the fixed-set sampler's strategies, partial-episode stitching and chronological
 commit order) are committed per complete episode. A buffered level's score is updated by the EWA with `alpha`.
-Any other level is a candidate: it enters the buffer while the buffer is not full, or when its score is
-strictly above the lowest buffered score, which it evicts (ties: the lowest slot); else it is dropped. A level
-evicted while an env still plays it comes back as a candidate when that episode ends. A level entering the
-buffer has staleness 0. Every draw advances the staleness counter, as in the fixed-set sampler.
+Any other level is a candidate: it enters the buffer while the buffer is not full; in a full buffer it replaces
+the level of the lowest replay weight (`sample_weights`: score rank mixed with staleness; the first slot on
+ties) when its score is >= that level's score, else it is dropped (DCD's `seed_buffer_priority
+replay_support`). Weighing by replay weight rather than by score lets a level that has sat unreplayed and
+low-ranked leave, so the buffer keeps turning over. A level evicted while an env still plays it comes back as a
+candidate when that episode ends. A level entering the buffer has staleness 0. Every draw advances the
+staleness counter, as in the fixed-set sampler.
 
 With ACCEL's editor (`levels.editor accel`, a maze run; `level_service.editor`), every complete episode of a
 buffered level (a replay) makes a child with `num_edits` edits, and each draw plays a queued child before
@@ -293,8 +296,6 @@ class LevelBuffer:
         self._counts["num_update_calls"] += 1
         self._commit_all(seg.levels[chrono].tolist(), (seg.sums[chrono] / seg.lengths[chrono]).tolist())
         self._counts["num_episodes"] += int(chrono.size)
-        if chrono.size:
-            self._score_cache = None
 
     def _unknown_ids(self, ids: np.ndarray) -> np.ndarray:
         """`[...] bool`: the level ids of `ids` that are neither a seed of the space nor an edited level held."""
@@ -308,33 +309,25 @@ class LevelBuffer:
 
     def _commit_all(self, seeds: list[int], scores: list[float]) -> None:
         """Complete episodes' scores in the order they ended: the EWA for a buffered level, the buffer's rule
-        for any other. `lowest` caches `argmin(scores)` (the first slot of the lowest score, as the rule
-        evicts) between the commits that cannot change it, so that only an eviction costs a full pass."""
+        for any other. A candidate for a full buffer is weighed against the level of the lowest replay weight
+        (`sample_weights`, the first slot on ties) as the buffer stands after the commits before it."""
         buf, slot_of, alpha, counts = self._scores, self._slot_of, self.config.alpha, self._counts
-        lowest = -1  # -1: not known
         for seed, score in zip(seeds, scores, strict=True):
             slot = slot_of.get(seed)
             if slot is not None:
                 if self.editor is not None:  # a replay was scored: ACCEL edits it
                     self.editor.make_child(seed, self._rng)
-                old = buf[slot]
-                new = buf[slot] = (1.0 - alpha) * old + alpha * score
-                if lowest == slot:
-                    lowest = lowest if new <= old else -1
-                elif lowest >= 0 and (new < buf[lowest] or (new == buf[lowest] and slot < lowest)):
-                    lowest = slot
+                buf[slot] = (1.0 - alpha) * buf[slot] + alpha * score
+                self._score_cache = None
             elif len(slot_of) < buf.size:
                 self._place(len(slot_of), seed, score)
-                lowest = -1
             else:
-                if lowest < 0:
-                    lowest = int(buf.argmin())
-                if score > buf[lowest]:
+                lowest = self.lowest_weight_slot()
+                if score >= buf[lowest]:
                     evicted = int(self._seeds[lowest])
                     del slot_of[evicted]
                     self._place(lowest, seed, score)
                     counts["num_evicted"] += 1
-                    lowest = -1
                     if self.editor is not None:
                         self.editor.released(evicted)
                 else:
@@ -342,11 +335,16 @@ class LevelBuffer:
                     if self.editor is not None:
                         self.editor.released(seed)
 
+    def lowest_weight_slot(self) -> int:
+        """The slot a new level would replace in a full buffer: the lowest replay weight, the first on ties."""
+        return int(np.argmin(self.sample_weights()))
+
     def _place(self, slot: int, seed: int, score: float) -> None:
         self._seeds[slot] = seed
         self._scores[slot] = score
         self._last[slot] = self._counter
         self._slot_of[seed] = slot
+        self._score_cache = None
         self._counts["num_inserted"] += 1
         if self.editor is not None:
             self.editor.buffered(seed)

@@ -6,13 +6,14 @@ child with `num_edits` small random edits; the child is played as a new level (w
 only) and enters the level buffer by the buffer's rule. Starting from empty rooms (`--maze-blocks 0`), the
 buffer's levels grow more complex only as far as the agent's regret rewards it.
 
-An edit (`edit_maze`) either flips a cell between wall and floor or moves the goal: each of the `num_edits`
-edits moves the goal with probability `GOAL_MOVE_PROB`, the others flip distinct cells that are neither the
-agent's start nor the goal (so flips never undo each other), and the goal moves at most once, to a floor cell.
-A child therefore differs from its parent in at most `num_edits` cells plus, where the goal moved, its old cell.
-A child whose goal cannot be reached from the agent's start (BFS) is dropped and counted (`num_unsolvable`):
-DCD keeps such children, but an unsolvable level teaches nothing and would take a buffer slot and the replays
-of a level that could.
+An edit (`edit_maze`) is DCD's: `num_edits` distinct cells, drawn uniformly from every cell but the agent's start,
+each become wall, floor or goal with probability 1/3 each, in the order drawn. A cell made goal moves the goal
+there (its old cell becomes floor); the goal's own cell made wall or floor removes the goal, and a child left
+without one gets it on a floor cell drawn uniformly (never the agent's). So the goal moves in most children
+(1 - (1 - 1/3)^num_edits of them at least, 0.87 at 5 edits) and a child adds num_edits / 3 walls on average. The
+agent's cell is never edited, so never walled. A child whose goal cannot be reached from the agent's start (BFS)
+is counted (`num_unsolvable`) and kept, as DCD and JaxUED keep them; `drop_unsolvable` (the run's
+`levels.drop_unsolvable`) drops it instead.
 
 Edited levels exist only as encodings (`MazeLevel.encode`, 30 bytes at 13x13) under ids from
 `contracts.maze.EDITED_ID_BASE` upwards, the k-th child kept getting `EDITED_ID_BASE + k`: a range no seed or
@@ -30,7 +31,7 @@ from typing import Any
 
 import numpy as np
 
-from levelray.contracts.config import EnvConfig
+from levelray.contracts.config import EnvConfig, LevelConfig
 from levelray.contracts.maze import (
     EDITED_ID_BASE,
     MazeLevel,
@@ -40,9 +41,9 @@ from levelray.contracts.maze import (
     shortest_path_length,
 )
 
-__all__ = ["GOAL_MOVE_PROB", "MazeEditor", "edit_maze"]
+__all__ = ["EDIT_KINDS", "MazeEditor", "edit_maze"]
 
-GOAL_MOVE_PROB = 0.1  # one edit in ten moves the goal: most children keep it, so the search around a parent is local
+EDIT_KINDS = ("wall", "floor", "goal")  # what an edited cell becomes, each with probability 1/3 (DCD's editor actions)
 RECENT_LIMIT = 1 << 16  # edited levels kept after leaving the buffer and the queue (~10 MB of encodings at most)
 EDITOR_COUNT_KEYS = ("num_children", "num_unsolvable", "num_queue_dropped", "num_handed_out")
 
@@ -55,21 +56,31 @@ def _generated(level_id: int, width: int, height: int, blocks: tuple[int, int]) 
 
 
 def edit_maze(level: MazeLevel, num_edits: int, rng: np.random.Generator) -> MazeLevel:
-    """A child of `level` with `num_edits` random edits (see the module doc); the agent's start never changes."""
+    """A child of `level` with `num_edits` edits (see the module doc); the agent's start never changes.
+
+    Draws, in this order: a permutation of the cells (the first `num_edits` but the agent's are edited), one kind
+    per edited cell (an index into `EDIT_KINDS`), and, only where the goal was removed, its new cell."""
     width, height = level.width, level.height
     agent = level.agent[1] * width + level.agent[0]  # flat [y, x] indices
-    goal = level.goal[1] * width + level.goal[0]
-    moves_goal = bool((rng.random(num_edits) < GOAL_MOVE_PROB).any())
-    num_flips = num_edits - int(moves_goal)
+    goal: int | None = level.goal[1] * width + level.goal[0]
+    order = rng.permutation(width * height)
+    cells = order[order != agent][:num_edits]
+    kinds = rng.integers(len(EDIT_KINDS), size=cells.size)
     walls = level.walls.reshape(-1).copy()
-    order = rng.permutation(width * height)  # distinct cells in random order, then the agent's and goal's left out
-    flips = order[(order != agent) & (order != goal)][:num_flips]
-    walls[flips] = ~walls[flips]
-    if moves_goal:
+    for cell, kind in zip(cells.tolist(), kinds.tolist(), strict=True):
+        walls[cell] = kind == 0
+        if kind == 2:
+            goal = cell
+        elif cell == goal:
+            goal = None
+    if goal is None:
         free = np.flatnonzero(~walls)
-        free = free[(free != agent) & (free != goal)]
+        free = free[free != agent]
         if free.size:
             goal = int(free[rng.integers(free.size)])
+        else:  # every other cell a wall: the goal stays where it was, on floor
+            goal = level.goal[1] * width + level.goal[0]
+            walls[goal] = False
     return MazeLevel(width, height, walls.reshape(height, width), level.agent, level.agent_dir,
                      (goal % width, goal // width))
 
@@ -78,14 +89,17 @@ class MazeEditor:
     """The children of one maze run and the encodings of its edited levels (see the module doc).
 
     `blocks` is the family's `--maze-blocks` range, with which a seed becomes a level; `queue_limit` the most
-    children waiting to be played (beyond it the oldest is dropped, counted in `num_queue_dropped`)."""
+    children waiting to be played (beyond it the oldest is dropped, counted in `num_queue_dropped`);
+    `drop_unsolvable` drops the children whose goal is unreachable instead of queueing them."""
 
-    def __init__(self, width: int, height: int, blocks: tuple[int, int], num_edits: int, queue_limit: int):
+    def __init__(self, width: int, height: int, blocks: tuple[int, int], num_edits: int, queue_limit: int,
+                 drop_unsolvable: bool = False):
         if isinstance(num_edits, bool) or not isinstance(num_edits, int | np.integer) or num_edits < 1:
             raise ValueError(f"levels.num_edits must be a positive int, got {num_edits!r}")
         self.width, self.height, self.blocks = width, height, blocks
         self.num_edits = int(num_edits)
         self.queue_limit = max(1, int(queue_limit))
+        self.drop_unsolvable = bool(drop_unsolvable)
         self.encodings: dict[int, bytes] = {}  # every edited level held, by id
         self.queue: deque[int] = deque()  # children waiting to be handed out, oldest first
         self.recent: OrderedDict[int, None] = OrderedDict()  # held ids neither buffered nor queued, oldest first
@@ -93,11 +107,13 @@ class MazeEditor:
         self.counts = dict.fromkeys(EDITOR_COUNT_KEYS, 0)
 
     @classmethod
-    def for_run(cls, env: EnvConfig, num_edits: int, queue_limit: int) -> MazeEditor:
-        """The editor of a maze run's `env` section (`maze:<W>x<H>`: what the editor needs of a run is checked
-        once, by `contracts.validate.editor_space_problems`, before this is called)."""
+    def for_run(cls, env: EnvConfig, levels: LevelConfig) -> MazeEditor:
+        """The editor of a maze run's `env` and `levels` sections (`maze:<W>x<H>`: what the editor needs of a run
+        is checked once, by `contracts.validate.editor_space_problems`, before this is called); at most
+        `levels.buffer_size` children wait to be played."""
         width, height = maze_size(env.id)
-        return cls(width, height, parse_blocks(env.maze_blocks), num_edits, queue_limit)
+        return cls(width, height, parse_blocks(env.maze_blocks), levels.num_edits, levels.buffer_size,
+                   drop_unsolvable=levels.drop_unsolvable)
 
     # ------------------------------------------------------------------ reading
     def is_edited(self, level_id: int) -> bool:
@@ -122,12 +138,14 @@ class MazeEditor:
 
     # ------------------------------------------------------------------ children
     def make_child(self, parent_id: int, rng: np.random.Generator) -> int | None:
-        """Edit level `parent_id` and queue the child; its id, or None where its goal is unreachable (dropped)."""
+        """Edit level `parent_id` and queue the child; its id, or None where its goal is unreachable and
+        `drop_unsolvable` drops it."""
         child = edit_maze(self.level(parent_id), self.num_edits, rng)
         self.counts["num_children"] += 1
         if shortest_path_length(child) is None:
             self.counts["num_unsolvable"] += 1
-            return None
+            if self.drop_unsolvable:
+                return None
         child_id = EDITED_ID_BASE + self.next_index
         self.next_index += 1
         self.encodings[child_id] = child.encode()
@@ -168,7 +186,8 @@ class MazeEditor:
         ids = np.fromiter(self.encodings, dtype=np.int64, count=len(self.encodings))
         return {
             "family": [self.width, self.height, *self.blocks], "num_edits": self.num_edits,
-            "queue_limit": self.queue_limit, "ids": ids, "encodings": [self.encodings[i] for i in ids.tolist()],
+            "queue_limit": self.queue_limit, "drop_unsolvable": self.drop_unsolvable, "ids": ids,
+            "encodings": [self.encodings[i] for i in ids.tolist()],
             "queue": np.array(self.queue, dtype=np.int64), "recent": np.array(list(self.recent), dtype=np.int64),
             "next_index": self.next_index, "counts": dict(self.counts),
         }
@@ -178,7 +197,8 @@ class MazeEditor:
         """An editor rebuilt from `state_dict()` output; ValueError naming the bad field. Which held ids the
         buffer holds is checked by the buffer (`check_held`)."""
         width, height, low, high = (int(v) for v in d["family"])
-        editor = cls(width, height, (low, high), int(d["num_edits"]), int(d["queue_limit"]))
+        editor = cls(width, height, (low, high), int(d["num_edits"]), int(d["queue_limit"]),
+                     drop_unsolvable=bool(d["drop_unsolvable"]))
         ids = np.asarray(d["ids"], dtype=np.int64)
         encodings = list(d["encodings"])
         if ids.ndim != 1 or len(encodings) != ids.size or np.unique(ids).size != ids.size:

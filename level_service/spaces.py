@@ -33,7 +33,7 @@ def make_sampler(seeds, config: LevelConfig | None, *, start_level: int = 0, dis
         found = editor_space_problems(config.editor, env, unbounded=seeds is None)
         if found:
             raise ValueError("; ".join(p.message for p in found))
-        editor = MazeEditor.for_run(env, config.num_edits, config.buffer_size)
+        editor = MazeEditor.for_run(env, config)
     if seeds is None:
         return LevelBuffer(start_level, config, discount=discount, rng=rng, editor=editor)
     return LevelSampler(seeds, config, discount=discount, rng=rng)

@@ -82,3 +82,17 @@ def test_a_resume_raises_every_counter_to_the_last_report_but_the_replay_feeds_u
     out = monotone_counters(SAVED, seen)
     assert out == {**SAVED, "env_steps": 1500, "learner_version": 12, "dropped": {"policy_lag": 2, "malformed": 1}}
     assert out["replay_updates"] == 7  # beta anneals with the replay buffer the checkpoint holds
+
+
+def test_either_budget_ends_the_run_whichever_is_reached_first():
+    from levelray.contracts.counters import budget_reached
+
+    env_only = replace_paths(RunConfig(), {"total_steps": 1000})
+    assert not budget_reached(env_only, 999, 10**9)  # no trained budget: only env steps count
+    assert budget_reached(env_only, 1000, 0)
+    both = replace_paths(RunConfig(), {"total_steps": 1000, "total_trained_steps": 400})
+    assert not budget_reached(both, 999, 399)
+    assert budget_reached(both, 999, 400)  # the trained budget first
+    assert budget_reached(both, 1000, 10)  # the env-step budget first
+    with pytest.raises(Exception, match="total_trained_steps"):
+        replace_paths(RunConfig(), {"total_trained_steps": 0})

@@ -80,32 +80,62 @@ def busy_buffer() -> LevelBuffer:
 # ----------------------------------------------------------------------------- the buffer's rule
 
 
-def test_fill_then_evict_the_minimum_and_reject_lower_or_equal():
+def test_fill_then_replace_the_lowest_weight_unless_lower():
+    """With no draws every staleness is 0, so the lowest replay weight is the lowest score's (rank transform)."""
     b = make_buffer()
     b.update_with_rollouts(columns([1000, 1001], [0.5, -0.25], 3))  # |adv|: scores 0.5, 0.25
     b.update_with_rollouts(columns([1002], [0.125], 2))  # below every buffered score: not full, so it enters
     b.update_with_rollouts(columns([1003], [0.375], 4, actor_ids=[9]))
     assert contents(b)[:2] == ([1000, 1001, 1002, 1003], [0.5, 0.25, 0.125, 0.375])
     assert b.counters()["num_inserted"] == 4 and b.counters()["num_evicted"] == 0
-    b.update_with_rollouts(columns([2000], [0.1875], 2))  # above the minimum 0.125 (slot 2)
+    b.update_with_rollouts(columns([2000], [0.1875], 2))  # above the lowest-weight level's 0.125 (slot 2)
     assert contents(b)[:2] == ([1000, 1001, 2000, 1003], [0.5, 0.25, 0.1875, 0.375])
     c = b.counters()
     assert (c["num_evicted"], c["num_inserted"], c["num_rejected"]) == (1, 5, 0)
+    b.update_with_rollouts(columns([2001], [-0.1875], 3))  # equal to slot 2's score: it replaces it
+    assert contents(b)[:2] == ([1000, 1001, 2001, 1003], [0.5, 0.25, 0.1875, 0.375])
     before = contents(b)
-    b.update_with_rollouts(columns([2001], [-0.1875], 3))  # equal to the minimum: dropped
-    assert contents(b) == before and b.counters()["num_rejected"] == 1
     b.update_with_rollouts(columns([2002], [0.0625], 1))  # below: dropped
     assert contents(b) == before
     c = b.counters()
-    assert (c["num_evicted"], c["num_inserted"], c["num_rejected"], c["num_episodes"]) == (1, 5, 2, 7)
-    assert 2001 not in b.buffered_seeds() and 2002 not in b.buffered_seeds()
+    assert (c["num_evicted"], c["num_inserted"], c["num_rejected"], c["num_episodes"]) == (2, 6, 1, 7)
+    assert 2000 not in b.buffered_seeds() and 2002 not in b.buffered_seeds()
 
 
-def test_tied_minimum_evicts_the_lowest_slot():
+def test_tied_lowest_weight_replaces_the_lowest_slot():
     b = make_buffer()
     b.update_with_rollouts(episodes([1000, 1001, 1002, 1003], [0.5, 0.25, 0.75, 0.25]))
-    b.update_with_rollouts(episodes([3000], [0.3]))
+    w = b.sample_weights()
+    assert w[1] == w[3] == w.min() and b.lowest_weight_slot() == 1  # tied ranks share a weight
+    b.update_with_rollouts(episodes([3000], [0.25]))  # equal score, tied weight: the first slot goes
     assert b.buffered_seeds().tolist() == [1000, 3000, 1002, 1003]
+
+
+def with_staleness(b: LevelBuffer, last: list[int], counter: int) -> LevelBuffer:
+    """`b` read back from its state with `last_sampled` and `counter` set (staleness = counter - last)."""
+    d = unpackb(packb(b.state_dict()))
+    d["last_sampled"][: len(last)] = last
+    d["counter"] = counter
+    return LevelBuffer.from_state_dict(d)
+
+
+def test_staleness_decides_which_level_a_candidate_weighs_against():
+    """Hand-computed: scores [3, 1, 2] rank as [1, 3, 2]: P_score = [1, 1/3, 1/2] / (11/6) = [6, 2, 3] / 11.
+    Staleness [0, 4, 0] gives P_staleness = [0, 1, 0]; at staleness_coef 0.5 the replay weights are
+    [3/11, 1/11 + 1/2, 3/22]: the lowest is slot 2 (score 2), not slot 1 (score 1)."""
+    b = make_buffer(buffer_size=3, score_transform="rank", temperature=1.0, staleness_coef=0.5)
+    b.update_with_rollouts(episodes([1000, 1001, 1002], [3.0, 1.0, 2.0]))
+    b = with_staleness(b, [4, 0, 4], 4)
+    assert b.staleness().tolist() == [0, 4, 0]
+    assert np.allclose(b.sample_weights(), [3 / 11, 1 / 11 + 1 / 2, 3 / 22], rtol=1e-12, atol=0)
+    assert b.lowest_weight_slot() == 2
+    b.update_with_rollouts(episodes([2000], [1.5]))  # above the lowest score 1, below slot 2's 2: dropped
+    assert b.buffered_seeds().tolist() == [1000, 1001, 1002] and b.counters()["num_rejected"] == 1
+    b.update_with_rollouts(episodes([2001], [2.0]))  # equal to slot 2's score: replaces it, staleness 0
+    assert contents(b) == ([1000, 1001, 2001], [3.0, 1.0, 2.0], [0, 4, 0])
+    # with the new level in slot 2 (rank 2 of [3, 1, 2] again) the weights are as before: 1.75 >= 2 fails
+    b.update_with_rollouts(episodes([2002], [1.75]))
+    assert b.buffered_seeds().tolist() == [1000, 1001, 2001] and b.counters()["num_evicted"] == 1
 
 
 def test_buffered_level_repeat_episodes_update_by_ewa():
@@ -308,7 +338,8 @@ def test_draw_many_leaves_the_state_draws_in_a_row_would():
 
 def test_commits_match_a_plain_reference_with_ties():
     """The buffer's rule and EWA, committed per episode in the order the episodes ended, against a plain list
-    implementation (argmin, first slot on ties), on 3,000 episodes over 14 seeds whose scores take 4 values
+    implementation (with no draws every staleness is 0, so the lowest replay weight is the lowest score's: argmin,
+    first slot on ties; a candidate >= it enters), on 3,000 episodes over 14 seeds whose scores take 4 values
     (alpha 0.5 keeps every score dyadic, so ties are exact and frequent)."""
     rng = np.random.default_rng(12)
     b = make_buffer(buffer_size=5, alpha=0.5)
@@ -327,7 +358,7 @@ def test_commits_match_a_plain_reference_with_ties():
                 ref_scores.append(score)
             else:
                 i = ref_scores.index(min(ref_scores))
-                if score > ref_scores[i]:
+                if score >= ref_scores[i]:
                     ref_seeds[i], ref_scores[i] = seed, score
         assert b.buffered_seeds().tolist() == ref_seeds and b.scores().tolist() == ref_scores
     assert b.counters()["num_evicted"] > 100 and b.counters()["num_rejected"] > 100
@@ -363,9 +394,11 @@ def test_staleness_zero_on_entry_and_advanced_by_every_draw():
     assert b.staleness().tolist() == old + [0, 0]
     draws(30)
     old = b.staleness().tolist()
-    b.update_with_rollouts(episodes([1004], [4.0]))  # evicts 1003 (slot 3)
-    assert b.buffered_seeds().tolist()[3] == 1004
-    assert b.staleness().tolist() == old[:3] + [0]
+    slot = b.lowest_weight_slot()
+    b.update_with_rollouts(episodes([1004], [4.0]))  # above every score: replaces the lowest replay weight
+    assert b.buffered_seeds().tolist()[slot] == 1004
+    old[slot] = 0
+    assert b.staleness().tolist() == old
     draws(30)
 
 

@@ -40,20 +40,53 @@ def state_bytes(core: LevelServiceCore) -> bytes:
 
 
 @pytest.mark.parametrize("num_edits", [1, 5, 20])
-def test_children_differ_by_at_most_num_edits_and_keep_the_agent(num_edits):
+def test_children_change_at_most_num_edits_cells_and_keep_the_agent(num_edits):
     rng = np.random.default_rng(num_edits)
     moved = 0
     for seed in range(200):
         parent = generate(seed, 13, 13, (0, 60))
         child = edit_maze(parent, num_edits, rng)
-        # a flip changes one cell; a goal move two (its old cell and its new one) and counts as one edit
-        assert changed_cells(parent, child) <= num_edits + 1
-        assert int(np.count_nonzero(parent.walls != child.walls)) + (parent.goal != child.goal) <= num_edits
+        # edited cells change walls; a goal removed by an edit lands on one more cell, drawn from the floor
+        assert int(np.count_nonzero(parent.walls != child.walls)) <= num_edits
+        assert changed_cells(parent, child) <= num_edits + 2
         assert (child.agent, child.agent_dir) == (parent.agent, parent.agent_dir)
-        assert child != parent
         assert not child.walls[child.goal[1], child.goal[0]] and not child.walls[child.agent[1], child.agent[0]]
         moved += parent.goal != child.goal
-    assert moved > 0  # goal moves happen (GOAL_MOVE_PROB per edit)
+    if num_edits >= 5:
+        assert moved > 0.8 * 200  # at least 1 - (2/3)^5 = 0.87 of children move the goal
+
+
+def test_one_edit_is_distributed_as_hand_computed():
+    """An empty 3x3 room, agent (0, 0), goal (2, 2), one edit: the edited cell is one of the 8 others (1/8 each),
+    its kind wall, floor or goal (1/3 each). The goal's own cell made wall or floor removes the goal, which lands
+    on a floor cell other than the agent's (7 after a wall, 8 after floor, its old cell among them).
+      P(a wall added)         = 1/3                                           (any of the 8 cells made wall)
+      P(the goal moves)       = 1/8 (1/3 + 1/3 * 7/8) + 7/8 * 1/3 = 71/192   (its cell edited, or another made goal)
+      P(child == parent)      = 1/8 (1/3 * 1/8 + 1/3) + 7/8 * 1/3 = 65/192   (floor on floor, goal on goal)"""
+    parent = MazeLevel.from_text("\n".join([">..", "...", "..G"]))
+    rng = np.random.default_rng(7)
+    n = 20_000
+    walls = moved = same = 0
+    for _ in range(n):
+        child = edit_maze(parent, 1, rng)
+        walls += int(child.walls.sum())
+        moved += child.goal != parent.goal
+        same += child == parent
+        assert child.agent == parent.agent and not child.walls[0, 0]
+    for k, p in ((walls, 1 / 3), (moved, 71 / 192), (same, 65 / 192)):
+        assert abs(k - n * p) <= 4.0 * (n * p * (1 - p)) ** 0.5, (k, n * p)
+
+
+def test_children_of_an_empty_room_add_num_edits_over_3_walls():
+    """In an empty room every edited cell is floor or the goal, so each becomes a wall with probability 1/3:
+    5 edits add 5/3 walls per child on average."""
+    parent = generate(0, 13, 13, (0, 0))
+    assert parent.num_walls == 0
+    rng = np.random.default_rng(3)
+    n = 4000
+    added = np.array([edit_maze(parent, 5, rng).num_walls for _ in range(n)])
+    # per child: Binomial(5, 1/3), variance 5 * 2/9
+    assert abs(added.mean() - 5 / 3) <= 4.0 * (5 * 2 / 9 / n) ** 0.5
 
 
 def test_child_ids_never_collide_with_seeds_and_are_held_as_data():
@@ -75,19 +108,33 @@ def test_child_ids_never_collide_with_seeds_and_are_held_as_data():
         editor.level(EDITED_ID_BASE + 10**6)
 
 
-def test_a_child_whose_goal_is_unreachable_is_dropped():
-    # the goal in a corner with one open neighbour: flipping that one cell cuts it off
+@pytest.mark.parametrize("drop", [False, True])
+def test_a_child_whose_goal_is_unreachable_is_kept_unless_dropped(drop):
+    # the goal in a corner with one open neighbour: walling that one cell cuts it off (1 child in 24 edits that
+    # cell, 1 in 3 of those walls it: 1 child in 72)
     parent = MazeLevel.from_text("\n".join(["...#G", ".....", ".....", ".....", ">...."]))
-    editor = MazeEditor(5, 5, (0, 0), 1, queue_limit=1000)
+    editor = MazeEditor(5, 5, (0, 0), 1, queue_limit=10_000, drop_unsolvable=drop)
     editor.encodings[EDITED_ID_BASE] = parent.encode()
     editor.next_index = 1
     rng = np.random.default_rng(1)
-    made = [editor.make_child(EDITED_ID_BASE, rng) for _ in range(300)]
-    dropped = made.count(None)
-    assert dropped == editor.counts["num_unsolvable"] > 0  # 1 in ~23 children flips the one open neighbour
-    assert editor.counts["num_children"] == 300 and len(editor.queue) == 300 - dropped
+    made = [editor.make_child(EDITED_ID_BASE, rng) for _ in range(1500)]
+    unsolvable = editor.counts["num_unsolvable"]
+    assert unsolvable > 0 and editor.counts["num_children"] == 1500
     from levelray.contracts.maze import shortest_path_length
-    assert all(shortest_path_length(editor.level(i)) is not None for i in made if i is not None)
+    kept = [i for i in made if i is not None]
+    reachable = [shortest_path_length(editor.level(i)) is not None for i in kept]
+    if drop:
+        assert made.count(None) == unsolvable and all(reachable) and len(editor.queue) == 1500 - unsolvable
+    else:
+        assert None not in made and reachable.count(False) == unsolvable and len(editor.queue) == 1500
+
+
+def test_drop_unsolvable_is_the_run_configs_and_survives_a_state_round_trip():
+    levels = from_dict({"levels": {"drop_unsolvable": True}}).levels
+    assert levels.drop_unsolvable and not LevelConfig().drop_unsolvable
+    editor = MazeEditor.for_run(EMPTY, levels)
+    assert editor.drop_unsolvable and editor.num_edits == 5 and editor.queue_limit == levels.buffer_size
+    assert MazeEditor.from_state_dict(unpackb(packb(editor.state_dict()))).drop_unsolvable
 
 
 def test_the_buffer_edits_replays_and_plays_children_first():

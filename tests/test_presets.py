@@ -68,6 +68,14 @@ def test_cli_fills_only_what_the_user_left_alone(tmp_path):
     assert cfg.actors.unroll_length == 32 and cfg.env.num_levels == RunConfig().env.num_levels
 
 
+def test_a_maze_runs_on_the_minigrid_preset_with_dcds_discount():
+    cfg = cli_config("--env", "maze:13x13")
+    assert cfg.preset == "minigrid" and cfg.learner.discount == 0.995 and cfg.learner.model == "minigrid_cnn"
+    assert cli_config("--env", "maze:13x13", "--discount", "0.9").learner.discount == 0.9  # the flag wins
+    assert cli_config("--env", "minigrid:DoorKey-6x6").learner.discount == RunConfig().learner.discount
+    assert cli_config("--env", "maze:13x13", "--preset", "none").learner.discount == RunConfig().learner.discount
+
+
 def test_the_model_loss_replays_a_window_of_the_newest_updates_unless_a_capacity_is_given(tmp_path):
     """With the model loss, replay (first in, first out) holds the fresh unrolls of MODEL_REPLAY_WINDOW_UPDATES
     updates; a capacity from a flag or the YAML file is kept, and without the model loss replay keeps its own."""

@@ -307,6 +307,20 @@ def test_total_steps_is_a_budget_the_learner_keeps(ray_session, tmp_path, backen
     assert events["learner_version"][-1] == (record["env_steps"], record["learner_version"])
 
 
+@pytest.mark.timeout(240)
+@pytest.mark.parametrize("backend", ["inline", "ray"])
+def test_total_trained_steps_is_a_budget_the_learner_keeps(ray_session, tmp_path, backend):
+    """`--total-trained-steps N` with an env-step budget far away: the learner trains on at least N steps and at
+    most one batch more, on both backends, and the final checkpoint holds the same count."""
+    cfg = cartpole_config(tmp_path, total_steps=10**9, total_trained_steps=6_000, learner__batch_size=4,
+                          actors__unrolls_per_submit=4, report_interval_s=5.0, backend=backend)
+    batch_steps = 4 * cfg.actors.envs_per_actor * cfg.actors.unroll_length
+    record = train(cfg, RunDir(cfg.run_dir), quiet=True)
+    assert 6_000 <= record["samples_trained"] < 6_000 + batch_steps, record["samples_trained"]
+    assert record["env_steps"] < 10**9
+    assert RunDir(cfg.run_dir).load_latest_checkpoint()["counters"]["samples_trained"] == record["samples_trained"]
+
+
 def read_tensorboard(run_dir) -> dict[str, list[tuple[int, float]]]:
     """Every scalar series of the run directory's event files: name -> [(env steps, value)]."""
     from tensorboard.backend.event_processing.event_accumulator import EventAccumulator

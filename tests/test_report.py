@@ -139,6 +139,26 @@ def test_report_reads_optional_record_keys(tmp_path):
     assert "| 2.00 |" in (tmp_path / "out" / "summary.md").read_text()  # the last test return (i = 4)
 
 
+def test_returns_are_drawn_against_trained_steps_too(tmp_path):
+    """returns_trained.png takes a train point's x from `samples_trained` and a held-out one's from
+    `test_samples_trained`; records without them (older runs) are left out rather than drawn at env steps."""
+    from levelray.deploy.report.figures import returns_figure
+    from levelray.deploy.report.runs import record_series
+
+    records = [{"env_steps": 100 * i, "samples_trained": 40 * i, "episode_return_mean": float(i)} for i in range(4)]
+    records += [{"env_steps": 350, "test_return_mean": 2.0, "test_env_steps": 300, "test_samples_trained": 120},
+                {"env_steps": 400, "episode_return_mean": 9.0}]  # no samples_trained: not on the trained axis
+    x, y = record_series(records, "episode_return_mean", x_key="samples_trained", x_required=True)
+    assert x.tolist() == [0, 40, 80, 120] and y.tolist() == [0.0, 1.0, 2.0, 3.0]
+    x, _ = record_series(records, "test_return_mean", x_key="test_samples_trained", x_required=True)
+    assert x.tolist() == [120]
+    run = {"records": records, "label": "r (value_l1)"}
+    fig = returns_figure([run], tmp_path / "trained.png", "trained steps")
+    assert fig["series"] == ["r (value_l1) train", "r (value_l1) test"] and _is_png(fig["path"])
+    old = {"records": [{"env_steps": 10, "episode_return_mean": 1.0}], "label": "old"}
+    assert returns_figure([old], tmp_path / "old.png", "trained steps")["path"] is None
+
+
 def _write_run(path, strategy: str, steps: list[int], returns: list[float], tests: list[tuple[int, float]]) -> None:
     path.mkdir(parents=True)
     (path / "config.yaml").write_text(f"env: {{id: 'minigrid:DoorKey-6x6', num_levels: 200}}\n"

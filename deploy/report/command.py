@@ -4,6 +4,8 @@ Reads each run's `config.yaml`, `metrics.jsonl` and checkpoints, and writes (mat
 
     returns.png            train `episode_return_mean` and held-out `test_return_mean` against env steps,
                            one line per run and kind, labelled "<run> (<level strategy>) train|test"
+    returns_trained.png    the same against trained steps (`samples_trained`, `test_samples_trained`): runs
+                           compared at equal gradient updates, as DCD compares curricula
     throughput.png         env steps/s against env steps
     policy_lag.png         mean policy lag (versions) against env steps
     losses.png             learner total/policy/value loss and entropy against env steps
@@ -203,6 +205,7 @@ def make_report(run_dirs: list[Path], out_dir: Path, group_by: str | None = None
     out_dir.mkdir(parents=True, exist_ok=True)
     figures = {
         "returns": returns_figure(runs, out_dir / "returns.png"),
+        "returns_trained": returns_figure(runs, out_dir / "returns_trained.png", "trained steps"),
         "throughput": line_figure(runs, out_dir / "throughput.png", "Throughput", "env steps / s",
                                    "env_steps_per_second"),
         "policy_lag": line_figure(runs, out_dir / "policy_lag.png", "Policy lag (learner version - actor's)",

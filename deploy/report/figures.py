@@ -58,22 +58,28 @@ def line_figure(runs, out: Path, title: str, ylabel: str, key: str, sub: str | N
     return {"path": str(out), "series": labels}
 
 
-def returns_figure(runs, out: Path) -> dict:
+# x of the returns figures: the records' key for a train point and for a held-out one (the evaluated version's)
+RETURNS_X = {"env steps": ("env_steps", "test_env_steps"), "trained steps": ("samples_trained", "test_samples_trained")}
+
+
+def returns_figure(runs, out: Path, against: str = "env steps") -> dict:
+    """Train and held-out returns against env steps or against trained steps (`RETURNS_X`): at equal trained
+    steps, runs that train on a different share of their env steps compare at equal gradient updates."""
+    train_x, test_x = RETURNS_X[against]
     fig, axes = _figure(size=(9, 5))
     ax = axes[0, 0]
     for i, run in enumerate(runs):
         color = f"C{i % 10}"
-        x, y = record_series(run["records"], "episode_return_mean")
+        x, y = record_series(run["records"], "episode_return_mean", x_key=train_x, x_required=True)
         if x.size:
             ax.plot(x, y, color=color, label=f"{run['label']} train")
-        # x: the env steps of the evaluated version
-        x, y = record_series(run["records"], "test_return_mean", x_key="test_env_steps")
+        x, y = record_series(run["records"], "test_return_mean", x_key=test_x, x_required=against != "env steps")
         if x.size:
             ax.plot(x, y, color=color, linestyle="--", marker="o", markersize=3, label=f"{run['label']} test")
     labels = _labels(ax)
     if not labels:
-        return {"path": None, "series": [], "skipped": "no run has episode returns yet"}
-    ax.set(title="Return: training levels (solid) and held-out levels (dashed)", xlabel="env steps",
+        return {"path": None, "series": [], "skipped": f"no run has episode returns against {against} yet"}
+    ax.set(title="Return: training levels (solid) and held-out levels (dashed)", xlabel=against,
            ylabel="mean episode return")
     ax.grid(alpha=0.3)
     ax.legend(fontsize="small")

@@ -64,10 +64,13 @@ def label_runs(runs: list[dict]) -> None:
 
 
 def record_series(records: list[dict], key: str, sub: str | None = None,
-            x_key: str = "env_steps") -> tuple[np.ndarray, np.ndarray]:
-    """(env steps, values) of every record with a finite `key` (`x_key` where present, else env_steps)."""
+            x_key: str = "env_steps", *, x_required: bool = False) -> tuple[np.ndarray, np.ndarray]:
+    """(env steps, values) of every record with a finite `key` (`x_key` where present, else env_steps; with
+    `x_required` only the records that have `x_key`)."""
     xs, ys = [], []
     for rec in records:
+        if x_required and not isinstance(rec.get(x_key), int | float):
+            continue
         v = rec.get(key)
         if sub is not None:
             v = v.get(sub) if isinstance(v, dict) else None

@@ -26,6 +26,7 @@ from typing import Any, Protocol
 import numpy as np
 
 from levelray.contracts.config import RunConfig, replace_path
+from levelray.contracts.counters import budget_reached
 from levelray.contracts.status import LEVEL_COMPLEXITY_KEYS, LEVEL_EDITOR_KEYS, StatusSnapshot, actor_counts
 from levelray.deploy.errors import JobFailed
 from levelray.deploy.rundir import RunDir
@@ -274,8 +275,9 @@ def _train(cfg: RunConfig, run_dir: RunDir, backend: Backend, evaluator: Periodi
         version = ls["learner_version"]
         if evaluator.due(version):  # inline: plays now; Ray: starts tasks and goes on
             weights_version, weights = backend.policy_weights()
-            evaluator.maybe_start(weights_version, weights, env_steps=ls["env_steps"])
-        finished = ls["env_steps"] >= cfg.total_steps or reached_return(cfg, ls)
+            evaluator.maybe_start(weights_version, weights, env_steps=ls["env_steps"],
+                                  trained_steps=ls["samples_trained"])
+        finished = budget_reached(cfg, ls["env_steps"], ls["samples_trained"]) or reached_return(cfg, ls)
         if time.time() >= next_report or finished or evaluator.has_result:
             record = reporter.report(snap)
             next_report = time.time() + cfg.report_interval_s

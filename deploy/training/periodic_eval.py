@@ -23,10 +23,10 @@ log = logging.getLogger(__name__)
 class PeriodicEvaluator:
     """Held-out evaluation every `cfg.eval.interval_updates` learner versions (off when 0).
 
-    `maybe_start(version, weights_or_ref, env_steps=None)` starts one when `version` crossed a multiple of
-    the interval and none is running (on Ray: remote tasks, non-blocking; inline: runs synchronously).
+    `maybe_start(version, weights_or_ref, env_steps=None, trained_steps=None)` starts one when `version` crossed a
+    multiple of the interval and none is running (on Ray: remote tasks, non-blocking; inline: runs synchronously).
     `poll()` returns `{test_return_mean, test_return_median, test_success_rate, test_episodes, test_version}`
-    (+ `test_env_steps` when given, + `test_human_normalized_score` for Atari)
+    (+ `test_env_steps` and `test_samples_trained` when given, + `test_human_normalized_score` for Atari)
     once, when a started evaluation has finished, else None. Every
     evaluation plays the same held-out seeds, so successive points compare the policy, not the levels.
 
@@ -88,9 +88,12 @@ class PeriodicEvaluator:
         return (self.enabled and self._pending is None
                 and version // self.interval > self._last_started // self.interval)
 
-    def maybe_start(self, version: int, weights_or_ref: Any, *, env_steps: int | None = None) -> None:
-        """`weights_or_ref`: NumPy weights of `version` (inline), or on Ray an ObjectRef to them. `env_steps`
-        (optional): the env step count of that version, returned as `test_env_steps` (the x of the point)."""
+    def maybe_start(self, version: int, weights_or_ref: Any, *, env_steps: int | None = None,
+                    trained_steps: int | None = None) -> None:
+        """`weights_or_ref`: NumPy weights of `version` (inline), or on Ray an ObjectRef to them. `env_steps` and
+        `trained_steps` (optional): the env steps and the steps trained on at that version, returned as
+        `test_env_steps` and `test_samples_trained` (the x of the point against either budget)."""
+        steps = (env_steps, trained_steps)
         if not self.due(version):
             return
         self._last_started = int(version)
@@ -106,11 +109,11 @@ class PeriodicEvaluator:
                                               num_cpus=self.num_cpus)
                 video_ref = (self._ray.start_video(self.cfg, weights_or_ref, int(self.seeds[0]), greedy=e.greedy,
                                                    seed=seed, num_cpus=self.num_cpus) if video else None)
-                self._pending = (int(version), env_steps, refs, video_ref)
+                self._pending = (int(version), steps, refs, video_ref)
             else:
                 raw = play_episodes(self.cfg, weights_or_ref, self.seeds, self.episodes, greedy=e.greedy,
                                     num_envs=e.num_envs, seed=seed)
-                result = self._result(int(version), env_steps, raw)
+                result = self._result(int(version), steps, raw)
                 if video:
                     result.update(self._video(int(version), lambda: record_to_bytes(
                         self.cfg, weights_or_ref, int(self.seeds[0]), greedy=e.greedy, seed=seed)))
@@ -138,7 +141,7 @@ class PeriodicEvaluator:
         log.warning("held-out evaluation at version %d failed (%s); training goes on", version, message)
         self._finished.append({"test_error": message, "test_version": version, "eval_failures": self.failures})
 
-    def _result(self, version: int, env_steps: int | None, raw: dict) -> dict:
+    def _result(self, version: int, steps: tuple[int | None, int | None], raw: dict) -> dict:
         s = summarize(raw)
         out = {
             "test_return_mean": s["return_mean"],
@@ -149,14 +152,15 @@ class PeriodicEvaluator:
         }
         if self.game is not None:
             out["test_human_normalized_score"] = human_normalized_score(self.game, s["return_mean"])
-        if env_steps is not None:
-            out["test_env_steps"] = int(env_steps)
+        for key, value in zip(("test_env_steps", "test_samples_trained"), steps, strict=True):
+            if value is not None:
+                out[key] = int(value)
         return out
 
     def _collect(self) -> None:
         if self._pending is None:
             return
-        version, env_steps, refs, video_ref = self._pending
+        version, steps, refs, video_ref = self._pending
         try:
             if video_ref is not None and not self._ray.ready(video_ref):
                 return
@@ -164,7 +168,7 @@ class PeriodicEvaluator:
             if raw is None:
                 return
             self._pending = None
-            result = self._result(version, env_steps, raw)
+            result = self._result(version, steps, raw)
         except Exception as exc:  # noqa: BLE001 - a task crashed or was cancelled
             self._pending = None
             if video_ref is not None:
