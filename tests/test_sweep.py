@@ -76,6 +76,13 @@ def test_a_malformed_spec_is_refused_before_anything_starts_naming_the_field(tmp
     assert not (tmp_path / "sweep").exists()  # nothing claimed, no Ray started, no trial
 
 
+@pytest.mark.parametrize("path", sorted((Path(__file__).parents[1] / "benchmarks" / "sweeps").glob("*.yaml")),
+                         ids=lambda p: p.stem)
+def test_the_projects_comparison_specs_are_valid_specs(path):
+    spec = load_spec(path)
+    assert len(spec.arms) >= 2 and spec.baseline in spec.arms and len(spec.seeds) >= 1
+
+
 def _stat(values: list[float]) -> dict:
     mean, half = mean_ci(values)
     return {"mean": mean, "ci": None if math.isnan(half) else half, "n": len(values)}
