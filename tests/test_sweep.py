@@ -3,7 +3,10 @@
 A malformed spec is refused before anything starts, naming its place; a sweep's results.json holds the numbers that
 the trials' own run directories give; `levelray report` draws a sweep directory by arm; a sweep killed midway and
 resumed does not run a finished trial again and continues the unfinished one from its checkpoint; a trial with a
-bad override fails alone; a trial whose process dies is restarted by Tune from its last checkpoint."""
+bad override fails alone; a trial whose process dies is restarted by Tune from its last checkpoint; a sweep with
+budgets and named evaluations gives each budget's and each evaluation's numbers from the run directories, and a
+trial started again after its training neither trains nor evaluates an earlier budget again; the project's specs in
+benchmarks/sweeps are valid."""
 
 from __future__ import annotations
 
@@ -166,6 +169,10 @@ def test_budgets_and_named_evaluations_give_each_budgets_numbers_from_the_run_di
     diff = results["paired"]["fast"]["test.return_mean@1500"]["mean"]
     assert diff == pytest.approx(results["arms"]["fast"]["test.return_mean@1500"]["mean"]
                                  - results["arms"]["slow"]["test.return_mean@1500"]["mean"])
+    assert main(["report", str(sweep)]) == 0
+    summary = (sweep / "report" / "summary.md").read_text()
+    assert "## Arms (baseline slow) at 1,500 env steps" in summary
+    assert "## Paired: arm - slow at 3,000 env steps" in summary
 
     # a trial whose process ended after its training but before its outcome was recorded: started again, it
     # neither trains nor evaluates its earlier budget again, and evaluates its final checkpoint as it stands
