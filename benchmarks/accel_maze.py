@@ -5,58 +5,51 @@
         [--buffer-size 1000] [--eval-episodes 50] [--quick] [--out-dir DIR] [--json PATH] [-- train flags]
 
 The arms are DCD's MiniGrid comparison of ACCEL (Parker-Holder et al. 2022, `facebookresearch/dcd`'s
-`60_blocks_uniform` configs), each a `levelray train` subprocess on the inline backend over the unbounded level
-space (`--num-levels 0`), differing only in their level flags:
+`60_blocks_uniform` configs) over the unbounded level space (`num_levels: 0`), differing only in their level keys,
+and run as the sweep `benchmarks/sweeps/accel_maze.yaml` (`levelray sweep`: each run a Ray Tune trial on the inline
+backend, two at a time, one torch thread each; the flags below override the spec's values):
 
-- `dr`: domain randomisation, a fresh level with 0-60 walls every episode (`--level-strategy random`);
+- `dr`: domain randomisation, a fresh level with 0-60 walls every episode (`levels.strategy random`);
 - `robust`: PLR⊥ on the same generator, DCD's settings (`positive_value_loss`, rank, temperature 0.3,
-  staleness 0.3, rho 0.5, replay probability 0.5, `--level-robust`);
-- `accel`: ACCEL from empty rooms (`--maze-blocks 0`): the same PLR⊥ with DCD's ACCEL replay probability 0.8 and
-  the editor (`--level-editor accel`, 5 edits a child).
+  staleness 0.3, rho 0.5, replay probability 0.5, `levels.robust`);
+- `accel`: ACCEL from empty rooms (`env.maze_blocks 0`): the same PLR⊥ with DCD's ACCEL replay probability 0.8 and
+  the editor (`levels.editor accel`, 5 edits a child).
 
-The buffer is `--buffer-size` levels in every arm (DCD's 4,000 belongs to its ~160M-step runs). After training,
-`levelray evaluate --levels maze-suite,maze-25,maze-50` plays `--eval-episodes` sampled episodes per suite maze
-(each its own level set) and 4x that on fresh generated levels with 25 and 50 walls.
+The buffer is `--buffer-size` levels in every arm (DCD's 4,000 belongs to its ~160M-step runs). After training, the
+sweep's two evaluations play `--eval-episodes` sampled episodes per suite maze (`maze-suite`, each maze its own
+level set) and, as the evaluation named `generated`, 4x that on fresh generated levels with 25 and 50 walls.
 
 Per arm: the suite's solved rate (the mean over mazes of each maze's success rate) as mean and 95% Student-t
 interval over seeds, each maze's rate, the generated sets, the fraction of steps trained on, and the buffer's
 complexity (`levels_mean_walls`, `levels_mean_path_length`) at ten points of the run; per pair of arms the paired
-difference (same seed) of the suite's solved rate. A run whose `result.json` is already in the output folder
-is read, not run again, so arms can be added to a finished comparison.
+difference (same seed) of the suite's solved rate. The sweep's directory is `--out-dir`: running the benchmark
+again with the same spec continues it (`levelray sweep --resume`: finished runs are kept).
 """
 
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 import time
 from pathlib import Path
 
 from benchmarks.common import (
-    LEVELRAY,
     ROOT,
     fmt_ci,
+    load_sweep,
     pairwise,
     print_table,
-    run_arms,
-    run_levelray,
-    thread_share_env,
+    read_evaluation,
+    run_sweep,
+    train_flags_config,
     write_json,
 )
 from levelray.contracts.maze import suite_names
 from levelray.deploy.report.stats import ci_summary
 
-DCD_PLR = ["--level-strategy", "positive_value_loss", "--level-score-transform", "rank", "--level-temperature", "0.3",
-           "--level-staleness-coef", "0.3", "--level-rho", "0.5", "--level-robust"]
-ARMS = {
-    "dr": ["--maze-blocks", "0-60", "--level-strategy", "random"],
-    "robust": ["--maze-blocks", "0-60", *DCD_PLR, "--level-replay-prob", "0.5"],
-    "accel": ["--maze-blocks", "0", *DCD_PLR, "--level-replay-prob", "0.8", "--level-editor", "accel",
-              "--level-num-edits", "5"],
-}
 # DCD's published zero-shot solved rates on its held-out mazes (ACCEL paper, 0-60 blocks, 20k updates, 5 seeds)
 DCD_SOLVED = {"dr": 0.62, "robust": 0.71, "accel": 0.875}
+GENERATED = "generated"  # the spec's evaluation of fresh generated mazes
 GENERATED_SETS = ("maze-25", "maze-50")
 CURVE_POINTS = 10
 
@@ -68,13 +61,29 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--seeds", default="0,1,2")
     p.add_argument("--parallel", type=int, default=2)
     p.add_argument("--buffer-size", type=int, default=1000)
-    p.add_argument("--arms", default=",".join(ARMS))
+    p.add_argument("--arms", default=",".join(DCD_SOLVED), help="arms of the spec to run")
     p.add_argument("--eval-episodes", type=int, default=50, help="sampled episodes per suite maze")
     p.add_argument("--quick", action="store_true", help="a smoke test: 20k steps, 4 episodes, seed 0")
     p.add_argument("--out-dir", default=str(ROOT / "benchmarks" / "out" / "accel_maze"))
     p.add_argument("--json", default=str(ROOT / "benchmarks" / "out" / "accel_maze.json"))
     p.add_argument("train_args", nargs="*", help="extra `levelray train` flags, after --")
-    return p.parse_args(argv)
+    args = p.parse_args(argv)
+    if unknown := [a for a in args.arms.split(",") if a.strip() and a.strip() not in DCD_SOLVED]:
+        p.error(f"--arms: unknown {', '.join(unknown)}; the spec's arms are {', '.join(DCD_SOLVED)}")
+    return args
+
+
+def sweep_spec(args: argparse.Namespace, arms: list[str], seeds: list[int]) -> dict:
+    """benchmarks/sweeps/accel_maze.yaml with this run's flags laid over it."""
+    from levelray.deploy.sweep.spec import merge_config
+
+    spec = load_sweep("accel_maze")
+    base = merge_config(spec["base"], {"env": {"id": args.env}, "total_steps": args.total_steps,
+                                       "levels": {"buffer_size": args.buffer_size}})
+    return {**spec, "base": merge_config(base, train_flags_config(args.train_args)),
+            "arms": {a: spec["arms"][a] for a in arms}, "baseline": "dr" if "dr" in arms else arms[0], "seeds": seeds,
+            "evaluate": [{"levels": "maze-suite", "episodes": args.eval_episodes},
+                         {"levels": ",".join(GENERATED_SETS), "episodes": 4 * args.eval_episodes, "name": GENERATED}]}
 
 
 def complexity_curve(records: list[dict]) -> list[dict]:
@@ -88,36 +97,20 @@ def complexity_curve(records: list[dict]) -> list[dict]:
              "path_length": r.get("levels_mean_path_length"), "edited": r.get("levels_edited")} for r in picks]
 
 
-def one_run(args: argparse.Namespace, common: list[str], out: Path, arm: str, seed: int, child_env: dict) -> dict:
-    name = f"{arm}-seed{seed}"
-    run = out / name
-    cached = run / "result.json"
-    if cached.exists():
-        return json.loads(cached.read_text())
-    start = time.time()
-    run_levelray([*LEVELRAY, "train", *common, *ARMS[arm], "--seed", str(seed), "--run-dir", str(run)],
-                 out / f"train-{name}.log", child_env)
-    train_s = time.time() - start
-    records = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines() if line.strip()]
-    last = records[-1]
-    ev = json.loads(run_levelray([*LEVELRAY, "evaluate", str(run), "--levels", "maze-suite", "--episodes",
-                                  str(args.eval_episodes), "--seed", str(seed), "--json", "--backend", "inline"],
-                                 out / f"evaluate-{name}.log", child_env).strip().splitlines()[-1])
-    generated = json.loads(run_levelray([*LEVELRAY, "evaluate", str(run), "--levels", ",".join(GENERATED_SETS),
-                                         "--episodes", str(4 * args.eval_episodes), "--seed", str(seed), "--json",
-                                         "--backend", "inline"], out / f"evaluate-generated-{name}.log",
-                                        child_env).strip().splitlines()[-1])
-    result = {
-        "arm": arm, "seed": seed, "run_dir": str(run), "env_steps": last["env_steps"], "train_wall_s": train_s,
-        "samples_trained": last["samples_trained"], "trained_fraction": last["samples_trained"] / last["env_steps"],
+def trial_result(trial: dict) -> dict:
+    """One run's numbers, from its run directory (`run_sweep`'s trial)."""
+    records, ev = trial["records"], trial["evaluation"]
+    generated, last = read_evaluation(trial, GENERATED), trial["records"][-1]
+    return {
+        "arm": trial["arm"], "seed": trial["seed"], "run_dir": trial["run_dir"], "env_steps": last["env_steps"],
+        "train_wall_s": last["elapsed_s"], "samples_trained": last["samples_trained"],
+        "trained_fraction": last["samples_trained"] / last["env_steps"],
         "training_return_last100": last.get("episode_return_mean"), "levels_edited": last.get("levels_edited"),
         "suite_solved": ev["maze_suite"]["success_rate"],
         "mazes": {name: ev["results"][name]["success_rate"] for name in ev["maze_suite"]["mazes"]},
         **{s: generated["results"][s]["success_rate"] for s in GENERATED_SETS},
         "complexity": complexity_curve(records),
     }
-    cached.write_text(json.dumps(result, indent=2))
-    return result
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -126,14 +119,10 @@ def main(argv: list[str] | None = None) -> int:
         args.total_steps, args.eval_episodes, args.seeds = 20_000, 4, "0"
     seeds = [int(s) for s in args.seeds.split(",") if s.strip()]
     arms = [a.strip() for a in args.arms.split(",") if a.strip()]
-    out = Path(args.out_dir)
-    out.mkdir(parents=True, exist_ok=True)
-    common = ["--backend", "inline", "--env", args.env, "--num-levels", "0", "--total-steps", str(args.total_steps),
-              "--level-buffer-size", str(args.buffer_size), "--metrics-port", "0", "--report-interval", "10",
-              "--quiet", "--tensorboard", "false", *args.train_args]
-    child_env = thread_share_env(args.parallel)
-    results, wall_s = run_arms(arms, seeds, args.parallel,
-                               lambda arm, seed: one_run(args, common, out, arm, seed, child_env))
+    spec = sweep_spec(args, arms, seeds)
+    started = time.time()
+    results = [trial_result(t) for t in run_sweep(spec, Path(args.out_dir), args.parallel)]
+    wall_s = time.time() - started
     summary = {a: {key: ci_summary([r[key] for r in results if r["arm"] == a])
                    for key in ("suite_solved", *GENERATED_SETS, "trained_fraction", "train_wall_s")} for a in arms}
     pairs = pairwise(results, arms, "suite_solved")
@@ -161,7 +150,7 @@ def main(argv: list[str] | None = None) -> int:
     print("\npaired difference of the suite's solved rate (same seed)")
     print_table([[k, fmt_ci(v)] for k, v in pairs.items()], ["arms", "difference"])
     write_json(args.json, {"results": {"env": args.env, "total_steps": args.total_steps, "seeds": seeds,
-                                       "buffer_size": args.buffer_size, "wall_s": wall_s, "train_args": common,
+                                       "buffer_size": args.buffer_size, "wall_s": wall_s, "spec": spec,
                                        "arms": summary, "paired_suite_solved": pairs, "runs": results,
                                        "dcd_solved": DCD_SOLVED}},
                benchmark="accel_maze")

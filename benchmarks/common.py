@@ -162,26 +162,10 @@ def paired(results: list[dict], a: str, b: str, key: str) -> dict:
     return {**ci_summary([by[(b, s)] - by[(a, s)] for s in seeds]), "seeds": seeds}
 
 
-def run_arms(arms: Sequence[str], seeds: Sequence[int], parallel: int,
-             run_one: Callable[[str, int], dict]) -> tuple[list[dict], float]:
-    """`run_one(arm, seed)` for every arm and seed, `parallel` at a time, seed by seed with the arms interleaved
-    (each arm then sees about the same machine load): (the results in that order, the wall seconds of it all).
-
-    For protocols a sweep trial (one budget, one evaluation; `run_sweep`) does not cover: `accel_maze` evaluates
-    each run twice with different episode counts, `model_loss_fair` trains to one budget, evaluates, then resumes
-    the same run to a later budget. A comparison that is one train and one evaluate per run is a sweep spec in
-    benchmarks/sweeps/ instead."""
-    from concurrent.futures import ThreadPoolExecutor
-
-    started = time.time()
-    jobs = [(arm, seed) for seed in seeds for arm in arms]
-    with ThreadPoolExecutor(max_workers=parallel) as pool:
-        results = list(pool.map(lambda job: run_one(*job), jobs))
-    return results, time.time() - started
-
-
 def train_flags_config(flags: Sequence[str]) -> dict:
-    """`levelray train` flags (`--level-buffer-size 500`) as the nested config mapping a sweep spec takes."""
+    """`levelray train` flags (`--level-buffer-size 500`) as the nested config mapping a sweep spec takes, each value
+    of its config type (500, not "500")."""
+    from levelray.contracts.config import from_dict, get_path
     from levelray.deploy.cli import _parser
 
     parser, dests = _parser()
@@ -194,18 +178,42 @@ def train_flags_config(flags: Sequence[str]) -> dict:
             for section in sections:
                 node = node.setdefault(section, {})
             node[leaf] = getattr(args, dest)
+    typed = from_dict(out)
+    for dest, path in dests.items():
+        if hasattr(args, dest):
+            *sections, leaf = path.split(".")
+            node = out
+            for section in sections:
+                node = node[section]
+            node[leaf] = get_path(typed, path)
     return out
+
+
+SWEEPS = ROOT / "benchmarks" / "sweeps"
+
+
+def load_sweep(name: str) -> dict:
+    """The spec mapping of benchmarks/sweeps/NAME.yaml (what a benchmark lays its flags over)."""
+    import yaml
+
+    return yaml.safe_load((SWEEPS / f"{name}.yaml").read_text())
 
 
 def run_sweep(spec: Mapping[str, Any], out: Path, parallel: int, env: Mapping[str, str] | None = None) -> list[dict]:
     """`levelray sweep` of `spec` (a spec mapping, see docs/guides/experiments.md) into `out`, `parallel` trials at
-    once; a sweep already in `out` is continued (`--resume`: its finished trials are kept). Returns each trial of
-    results.json with its run's `records` (metrics.jsonl) and `evaluation` (evaluate.json) added, in the sweep's
-    order (seed by seed, the arms interleaved). A trial that did not finish ends the benchmark."""
+    once; a sweep of the same spec already in `out` is continued (`--resume`: its finished trials are kept), one of
+    another spec ends the benchmark. Returns each trial of results.json with its run's `records` (metrics.jsonl)
+    and `evaluation` (evaluate.json, where the spec has an unnamed evaluation) added, in the sweep's order (seed by
+    seed, the arms interleaved). A trial that did not finish ends the benchmark."""
     import yaml
+
+    from levelray.deploy.sweep.spec import load_spec
 
     out.mkdir(parents=True, exist_ok=True)
     if (out / "sweep.yaml").exists():
+        if load_spec(out / "sweep.yaml") != load_spec(dict(spec), name=out.name):
+            raise SystemExit(f"{out} holds a sweep of another spec ({out / 'sweep.yaml'}); give another --out-dir, or "
+                             f"delete it to start this one")
         cmd = [*LEVELRAY, "sweep", "--resume", str(out)]
     else:
         path = out.parent / f"{out.name}.yaml"
@@ -220,8 +228,21 @@ def run_sweep(spec: Mapping[str, Any], out: Path, parallel: int, env: Mapping[st
     for trial in results["trials"]:
         run = Path(trial["run_dir"])
         trial["records"] = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines() if line]
-        trial["evaluation"] = json.loads((run / "evaluate.json").read_text())
+        trial["evaluation"] = read_evaluation(trial) if (run / "evaluate.json").exists() else None
     return results["trials"]
+
+
+def read_evaluation(trial: Mapping[str, Any], name: str | None = None, budget: int | None = None) -> dict:
+    """A sweep trial's `levelray evaluate --json`: of its evaluation `name` (None: the unnamed one) at an earlier
+    `budget` of the spec's budgets (None: the run's end)."""
+    from levelray.deploy.sweep.metrics import evaluation_file
+
+    return json.loads((Path(trial["run_dir"]) / evaluation_file(name, budget)).read_text())
+
+
+def records_until(records: list[dict], env_steps: float) -> list[dict]:
+    """The metrics.jsonl records up to `env_steps` (a budget's last record, `training.env_steps@<budget>`)."""
+    return [r for r in records if r.get("env_steps", 0) <= env_steps]
 
 
 def pairwise(results: list[dict], arms: Sequence[str], key: str) -> dict[str, dict]:

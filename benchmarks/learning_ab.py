@@ -2,22 +2,26 @@
 seeds per arm, the same env-step budget, held-out evaluation.
 
     python -m benchmarks.learning_ab --flag=FLAG --arms A,B [--group-by CONFIG.KEY] [--quick] [--seeds 5]
-                                     [--families minigrid,cartpole] [--backend inline|ray] [--parallel 1]
+                                     [--families minigrid,cartpole] [--parallel 1]
                                      [--out-dir DIR] [--json PATH] [-- extra levelray train flags for every arm]
 
     # the model loss (issue 15): python -m benchmarks.model_loss_benefit, the same as
-    python -m benchmarks.learning_ab --flag=--model-loss --arms none,muzero --group-by model.loss
+    python -m benchmarks.learning_ab --flag=--model-loss --arms none,muzero --group-by model_loss.loss
     # bf16 against fp32 (issue 30)
     python -m benchmarks.learning_ab --flag=--precision --arms fp32,bf16 --group-by learner.precision --seeds 10
 
-Per family, the arms differ only in `FLAG ARM`; every other flag is the family's preset, and each seed s is
-`--seed s` for every arm. Each run is a `levelray train` subprocess with the same env-step budget, then
-`levelray evaluate RUN --levels ... --json` with the final checkpoint:
+Per family, the arms differ only in `FLAG ARM`; every other key is the family's preset, and each seed s is
+`seed: s` for every arm. Each family is one sweep (`levelray sweep`: each run a Ray Tune trial on the inline
+backend with one torch thread, `--parallel` at a time), written to OUT/<family>.yaml: every run the same env-step
+budget, then `levelray evaluate` of its final checkpoint (the spec's `evaluate`):
 
 - minigrid: `minigrid:DoorKey-5x5`, training levels 0-199, evaluated on training levels and on held-out seeds
-  (`--levels train,test`); success is MiniGrid's (reached the goal). Threshold: training return 0.8.
+  (`levels: train,test`); success is MiniGrid's (reached the goal). Threshold: training return 0.8.
 - cartpole: `CartPole-v1` (no level set: `test` is fresh seeds); success is an episode return >= 475,
   threshold the same.
+
+The specs of the tables in benchmarks/RESULTS.md are in benchmarks/sweeps/ (`model_loss_benefit_<family>.yaml`,
+`bf16_<family>.yaml`): what this script writes for their commands.
 
 Reported per arm: mean and 95% Student-t CI over seeds (`deploy.report.stats.mean_ci`) of the test return, the test
 success rate and the final training return (last 100 episodes); steps to threshold is the first `env_steps`
@@ -25,24 +29,20 @@ in `metrics.jsonl`, once 100 episodes have finished, at which the training retur
 episodes) reached the threshold, with the number of seeds that reached it (the mean and CI are over those seeds
 only: a seed that never got there is counted in `reached`, not averaged in as the budget). The arms share
 seeds, so each later arm is also compared with the first one seed by seed: the paired difference of the test
-return and the test success, mean and 95% CI. `levelray report --group-by CONFIG.KEY` draws the arms as mean
-curves with t-bands into OUT/<family>/report/. Prints the tables and writes JSON.
+return and the test success, mean and 95% CI. `levelray report --group-by CONFIG.KEY` of each family's sweep draws
+the arms as mean curves with t-bands into OUT/<family>/report/. Prints the tables and writes JSON.
 
-A run of 5 seeds (minigrid 400k and cartpole 300k env steps per run, inline backend) took 30-60 min for the
-model loss's two arms on the quiet 2-core machine (RESULTS.md); it needs the machine to itself (the arms must
-see the same CPU). `--quick` is a smoke run of the pipeline (2 seeds, a few thousand steps): its numbers say
-nothing about the arms.
+A run of 5 seeds (minigrid 400k and cartpole 300k env steps per run) took 30-60 min for the model loss's two arms
+on the quiet 2-core machine (RESULTS.md); it needs the machine to itself (the arms must see the same CPU).
+`--quick` is a smoke run of the pipeline (2 seeds, a few thousand steps): its numbers say nothing about the arms.
 """
 
 from __future__ import annotations
 
 import argparse
-import json
 import shutil
 import sys
 import time
-from concurrent.futures import ThreadPoolExecutor
-from functools import partial
 from pathlib import Path
 
 from benchmarks.common import (
@@ -52,38 +52,40 @@ from benchmarks.common import (
     paired,
     print_table,
     run_levelray,
+    run_sweep,
     steps_to_threshold,
-    thread_share_env,
+    train_flags_config,
     write_json,
 )
 from levelray.deploy.report.stats import ci_summary
 
+# Each family's base config (a spec's `base`, its `total_steps` apart), level sets, budgets, threshold for steps to
+# threshold (training return) and the return that counts as a success where the env has no success of its own
 FAMILIES = {
-    "minigrid": {"env": ["--env", "minigrid:DoorKey-5x5", "--num-levels", "200", "--start-level", "0"],
+    "minigrid": {"base": {"env": {"id": "minigrid:DoorKey-5x5", "num_levels": 200, "start_level": 0}},
                  "levels": "train,test", "steps": 400_000, "quick_steps": 4_000, "threshold": 0.8,
                  "success_return": None},
-    "cartpole": {"env": ["--env", "CartPole-v1"], "levels": "test", "steps": 300_000, "quick_steps": 4_000,
+    "cartpole": {"base": {"env": {"id": "CartPole-v1"}}, "levels": "test", "steps": 300_000, "quick_steps": 4_000,
                  "threshold": 475.0, "success_return": 475.0},
 }
 
 
-def run_one(family: str, arm: str, seed: int, args, out: Path, total: int, episodes: int, env: dict) -> dict:
+def sweep_spec(args: argparse.Namespace, family: str, total: int, seeds: int, episodes: int) -> dict:
+    """One family's sweep: the arms `FLAG ARM` over the family's base, `seeds` seeds each."""
+    from levelray.deploy.sweep.spec import merge_config
+
     fam = FAMILIES[family]
-    run = out / family / arm / f"seed{seed}"
-    cmd = [*LEVELRAY, "train", "--backend", args.backend, *fam["env"], args.flag, arm, "--seed", str(seed),
-           "--total-steps", str(total), "--metrics-port", "0", "--report-interval", "1", "--tensorboard", "false",
-           "--quiet", "--run-dir", str(run)]
+    base = {**fam["base"], "total_steps": total, "report_interval_s": 1, "tensorboard": False}
     if args.quick:
-        cmd += ["--num-actors", "1", "--envs-per-actor", "4"]
-    cmd += args.train_args
-    start = time.time()
-    run_levelray(cmd, out / family / f"train-{arm}-seed{seed}.log", env)
-    wall = time.time() - start
-    records = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines() if line.strip()]
-    ev_cmd = [*LEVELRAY, "evaluate", str(run), "--levels", fam["levels"], "--episodes", str(episodes),
-              "--seed", str(seed), "--json", "--backend", "inline"]
-    ev = json.loads(run_levelray(ev_cmd, out / family / f"evaluate-{arm}-seed{seed}.log", env)
-                    .strip().splitlines()[-1])
+        base["actors"] = {"num_actors": 1, "envs_per_actor": 4}
+    return {"name": f"{args.name}-{family}", "base": merge_config(base, train_flags_config(args.train_args)),
+            "arms": {arm: train_flags_config([args.flag, arm]) for arm in args.arms}, "baseline": args.arms[0],
+            "seeds": list(range(seeds)), "evaluate": {"levels": fam["levels"], "episodes": episodes}}
+
+
+def trial_result(trial: dict, family: str) -> dict:
+    """One run's numbers, from its run directory (`run_sweep`'s trial)."""
+    fam, records, ev = FAMILIES[family], trial["records"], trial["evaluation"]
     test = ev["results"]["test"]
     if fam["success_return"] is not None:
         success = sum(r >= fam["success_return"] for r in test["returns"]) / len(test["returns"])
@@ -91,18 +93,14 @@ def run_one(family: str, arm: str, seed: int, args, out: Path, total: int, episo
         success = test["success_rate"]
     last = records[-1]
     return {
-        "family": family, "arm": arm, "seed": seed, "run_dir": str(run), "env_steps": last["env_steps"],
-        "train_wall_s": wall, "training_return_last100": last.get("episode_return_mean"),
+        "family": family, "arm": trial["arm"], "seed": trial["seed"], "run_dir": trial["run_dir"],
+        "env_steps": last["env_steps"], "train_wall_s": last["elapsed_s"],
+        "training_return_last100": last.get("episode_return_mean"),
         "test_return": test["return_mean"], "test_success": success,
         "train_levels_return": ev["results"]["train"]["return_mean"] if "train" in ev["results"] else None,
         "held_out": ev.get("held_out"), "steps_to_threshold": steps_to_threshold(records, fam["threshold"]),
         "model_value_loss_last": last.get("learner_model_value_loss"),
     }
-
-
-def _run_job(family: str, args, out: Path, total: int, episodes: int, env: dict, job: tuple[int, str]) -> dict:
-    seed, arm = job
-    return run_one(family, arm, seed, args, out, total, episodes, env)
 
 
 def summarise(runs: list[dict], family: str, arm: str) -> dict:
@@ -130,11 +128,11 @@ def parse(argv: list[str] | None, defaults: dict | None = None) -> argparse.Name
     p.add_argument("--families", default=",".join(FAMILIES))
     p.add_argument("--total-steps", type=int, default=None, help="env steps per run (default: per family)")
     p.add_argument("--eval-episodes", type=int, default=None, help="episodes per level set (default 50; 4 --quick)")
-    p.add_argument("--backend", choices=("inline", "ray"), default="inline")
     p.add_argument("--parallel", type=int, default=1,
-                   help="runs at once, each with cores/parallel torch threads (inline runs are synchronous, so "
-                        "this changes wall time, not what is learned)")
-    p.add_argument("--out-dir", default=None, help="run directories (default: a fresh benchmarks/out/NAME)")
+                   help="runs at once, each with one torch thread (inline runs are synchronous, so this changes "
+                        "wall time, not what is learned)")
+    p.add_argument("--out-dir", default=None, help="the sweeps' directory, one per family (default: a fresh "
+                                                   "benchmarks/out/NAME)")
     p.add_argument("--json", default=None, help="default: benchmarks/out/NAME.json")
     p.add_argument("train_args", nargs="*", help="extra `levelray train` flags for every arm, after --")
     p.set_defaults(**(defaults or {}))
@@ -166,22 +164,19 @@ def main(argv: list[str] | None = None, defaults: dict | None = None) -> int:
     runs, budgets = [], {}
     start = time.time()
     for family in families:
-        (out / family).mkdir(parents=True, exist_ok=True)
         total = args.total_steps or (FAMILIES[family]["quick_steps"] if args.quick else FAMILIES[family]["steps"])
         budgets[family] = total
-        jobs = [(seed, arm) for seed in range(seeds) for arm in arms]  # interleaved: a slow spell hits both arms
-        env = thread_share_env(args.parallel)
-        with ThreadPoolExecutor(max_workers=max(1, args.parallel)) as pool:
-            runs += pool.map(partial(_run_job, family, args, out, total, episodes, env), jobs)
-        run_levelray([*LEVELRAY, "report", *(r["run_dir"] for r in runs if r["family"] == family), "--group-by",
-                      args.group_by, "--out", str(out / family / "report")], out / family / "report.log")
+        spec = sweep_spec(args, family, total, seeds, episodes)
+        runs += [trial_result(t, family) for t in run_sweep(spec, out / family, max(1, args.parallel))]
+        run_levelray([*LEVELRAY, "report", str(out / family), "--group-by", args.group_by, "--out",
+                      str(out / family / "report")], out / f"{family}-report.log")
 
     summary = [summarise(runs, f, a) for f in families for a in arms]
     rows = [[s["family"], s["arm"], s["seeds"], f"{budgets[s['family']]:,}", fmt_ci(s["test_return"]),
              fmt_ci(s["test_success"], ".2f"), fmt_ci(s["training_return"]),
              f"{fmt_ci(s['steps_to_threshold'], ',.0f')} ({s['reached_threshold']}/{s['seeds']})",
              fmt_ci(s["train_wall_s"], ".0f")] for s in summary]
-    print(f"\n{args.flag} {' vs '.join(arms)}, backend {args.backend}, {seeds} seeds per arm, {episodes} evaluation "
+    print(f"\n{args.flag} {' vs '.join(arms)}, inline backend, {seeds} seeds per arm, {episodes} evaluation "
           f"episodes per level set; mean ± 95% t-CI over seeds; {time.time() - start:.0f} s in all")
     print_table(rows, ["family", args.flag, "seeds", "env steps", "test return", "test success",
                        "train return (last 100)", "steps to threshold (reached)", "train s"])
@@ -194,7 +189,7 @@ def main(argv: list[str] | None = None, defaults: dict | None = None) -> int:
     print_table([[d["family"], d["arms"], d["test_return"]["n"], fmt_ci(d["test_return"]),
                   fmt_ci(d["test_success"], ".2f")] for d in pairs],
                 ["family", "arms", "seeds", "test return", "test success"])
-    data = {"flag": args.flag, "arms": arms, "backend": args.backend, "seeds": seeds, "eval_episodes": episodes,
+    data = {"flag": args.flag, "arms": arms, "backend": "inline", "seeds": seeds, "eval_episodes": episodes,
             "budgets": budgets,
             "thresholds": {f: FAMILIES[f]["threshold"] for f in families}, "quick": args.quick,
             "train_args": args.train_args, "summary": summary, "paired": pairs, "runs": runs}

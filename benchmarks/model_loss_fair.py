@@ -6,27 +6,29 @@ reach the agent, on the same seeds and env-step budgets.
         [--arms none,muzero,detached,reanalyse] [--parallel 2] [--eval-episodes N] [--quick]
         [--out-dir DIR] [--json PATH] [-- extra levelray train flags for every run]
 
-Arms (each a `levelray train` subprocess on the inline backend with the family's preset; they differ only in
-these flags):
-- `none`: `--model-loss none`;
-- `muzero`: `--model-loss muzero` with its defaults (ALF's gradient scaling, min-max latents, zero-initialised
+Each family is a sweep spec in benchmarks/sweeps/ (`levelray sweep`: each run a Ray Tune trial on the inline backend
+with the family's preset, two at a time, one torch thread each); its arms differ only in the model-loss keys:
+- `none`: `model_loss.loss none`;
+- `muzero`: `model_loss.loss muzero` with its defaults (ALF's gradient scaling, min-max latents, zero-initialised
   scalar heads, its own optimiser, replay a window of the newest 50 updates' unrolls, the family's support);
-- `detached`: the same, with `--model-torso-gradient false`: the model trains on the torso's features but its
+- `detached`: the same, with `model_loss.torso_gradient false`: the model trains on the torso's features but its
   gradient stops there, so the agent is trained exactly as in `none`. `muzero` against `detached` separates "the
   representation learned something" from what merely running the model loss changes (time, the replay
   service);
-- `reanalyse`: `muzero` with `--model-reanalyze-ratio 0.5` (the target network recomputes half the model
+- `reanalyse`: `muzero` with `model_loss.reanalyze_ratio 0.5` (the target network recomputes half the model
   batch's value and policy targets). DoorKey-5x5 only, as the issue asks.
 
 Families (`metrics.jsonl` records every 2 s on MiniGrid, every 0.1 s on CartPole, whose 300k steps take seconds,
 so that steps to threshold has a curve to read):
-- `doorkey5`: `minigrid:DoorKey-5x5`, 200 training levels, evaluated on training and held-out levels at 400k and
-  at 1M env steps: the run trains to 400k, is evaluated, then resumed (`--resume`) to 1M and evaluated again,
-  the same for every arm. Threshold for steps-to-threshold: training return 0.8.
-- `doorkey8_plr`: `minigrid:DoorKey-8x8` with PLR, the project's PLR protocol (`benchmarks.plr_vs_uniform
-  --protocol minigrid`: 200 training levels, `value_l1`, 1 actor x 16 envs, unrolls of 20, batches of 2),
-  1.5M env steps. Threshold: training return 0.5.
-- `cartpole`: `CartPole-v1`, 300k env steps, evaluated on fresh seeds; success is a return of 475 or more.
+- `doorkey5` (`model_loss_fair_doorkey5.yaml`): `minigrid:DoorKey-5x5`, 200 training levels, evaluated on
+  training and held-out levels at 400k and at 1M env steps: the spec's `budgets` train each run to 400k, evaluate
+  it, then resume it to 1M and evaluate it again, the same for every arm. Threshold for steps-to-threshold:
+  training return 0.8.
+- `doorkey8_plr` (`model_loss_fair_doorkey8_plr.yaml`): `minigrid:DoorKey-8x8` with PLR, the project's PLR
+  protocol (`benchmarks.plr_vs_uniform --protocol minigrid`: 200 training levels, `value_l1`, 1 actor x 16 envs,
+  unrolls of 20, batches of 2), 1.5M env steps. Threshold: training return 0.5.
+- `cartpole` (`model_loss_fair_cartpole.yaml`): `CartPole-v1`, 300k env steps, evaluated on fresh seeds; success
+  is a return of 475 or more.
 
 Per family, budget and arm: mean and 95% Student-t interval over seeds of the held-out return and success, the
 training return, and steps to threshold (over the seeds that reached it, with their count); per seed, the paired
@@ -34,54 +36,42 @@ difference of each arm from `none`, and of `muzero` from `detached`. Beside them
 logs (`learner_model_batch_age`, `learner_feature_rms`, `learner_torso_grad_norm_vtrace`,
 `learner_torso_grad_norm_model`): their mean over the second half of each run's records, then over seeds.
 
-A finished stage writes `result-<budget>.json` into its run directory and is read, not run again: the test can be
-stopped and continued (a stage cut off in its first part is started again from scratch; cut off while resuming
-toward a later budget, it resumes from its newest checkpoint, as a user would).
+Each family's sweep directory is `--out-dir`/<family>: running the benchmark again with the same flags continues a
+stopped sweep (`levelray sweep --resume`: finished runs are kept, an interrupted one continues from its newest
+checkpoint, a budget already evaluated is not run again).
 """
 
 from __future__ import annotations
 
 import argparse
-import json
-import shutil
 import statistics
 import sys
 import time
 from pathlib import Path
 
 from benchmarks.common import (
-    LEVELRAY,
     ROOT,
     fmt_ci,
+    load_sweep,
     paired,
     print_table,
-    run_arms,
-    run_levelray,
+    read_evaluation,
+    records_until,
+    run_sweep,
     steps_to_threshold,
-    thread_share_env,
+    train_flags_config,
     write_json,
 )
 from levelray.deploy.report.stats import ci_summary
 
-MINIGRID_PLR = ["--level-strategy", "value_l1", "--num-actors", "1", "--envs-per-actor", "16", "--unroll-length",
-                "20", "--batch-size", "2"]
+# Each family's spec (benchmarks/sweeps/<spec>.yaml), its threshold for steps to threshold (training return) and the
+# return that counts as a success where the env has no success of its own
 FAMILIES = {
-    "doorkey5": {"env": ["--env", "minigrid:DoorKey-5x5", "--num-levels", "200", "--start-level", "0"],
-                 "budgets": (400_000, 1_000_000), "levels": "train,test", "threshold": 0.8, "success_return": None,
-                 "arms": ("none", "muzero", "detached", "reanalyse"), "report_interval": 2},
-    "doorkey8_plr": {"env": ["--env", "minigrid:DoorKey-8x8", "--num-levels", "200", "--start-level", "0",
-                             *MINIGRID_PLR],
-                     "budgets": (1_500_000,), "levels": "train,test", "threshold": 0.5, "success_return": None,
-                     "arms": ("none", "muzero", "detached"), "report_interval": 2},
-    "cartpole": {"env": ["--env", "CartPole-v1"], "budgets": (300_000,), "levels": "test", "threshold": 475.0,
-                 "success_return": 475.0, "arms": ("none", "muzero", "detached"), "report_interval": 0.1},
+    "doorkey5": {"spec": "model_loss_fair_doorkey5", "threshold": 0.8, "success_return": None},
+    "doorkey8_plr": {"spec": "model_loss_fair_doorkey8_plr", "threshold": 0.5, "success_return": None},
+    "cartpole": {"spec": "model_loss_fair_cartpole", "threshold": 475.0, "success_return": 475.0},
 }
-ARMS = {
-    "none": ["--model-loss", "none"],
-    "muzero": ["--model-loss", "muzero"],
-    "detached": ["--model-loss", "muzero", "--model-torso-gradient", "false"],
-    "reanalyse": ["--model-loss", "muzero", "--model-reanalyze-ratio", "0.5"],
-}
+ARMS = ("none", "muzero", "detached", "reanalyse")
 DIAGNOSTICS = ("learner_model_batch_age", "learner_feature_rms", "learner_torso_grad_norm_vtrace",
                "learner_torso_grad_norm_model")
 QUICK_BUDGETS = (4_000, 8_000)
@@ -120,9 +110,32 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
     return args
 
 
-def budgets_of(family: str, quick: bool) -> tuple[int, ...]:
-    budgets = FAMILIES[family]["budgets"]
-    return QUICK_BUDGETS[:len(budgets)] if quick else budgets
+def budgets_of(spec: dict, quick: bool) -> list[int]:
+    """The env-step budgets a family's runs are evaluated at: its spec's `budgets`, else its `total_steps`."""
+    budgets = spec.get("budgets") or [spec["base"]["total_steps"]]
+    return list(QUICK_BUDGETS[:len(budgets)]) if quick else budgets
+
+
+def sweep_spec(args: argparse.Namespace, family: str) -> dict | None:
+    """The family's spec with this run's arms, seeds, episodes and train flags laid over it (None: the family has
+    none of the arms)."""
+    from levelray.deploy.sweep.spec import merge_config
+
+    spec = load_sweep(FAMILIES[family]["spec"])
+    budgets = budgets_of(spec, args.quick)
+    over = train_flags_config(args.train_args)
+    if args.quick:
+        over = merge_config({"actors": {"envs_per_actor": 4}}, over)
+    base = merge_config({k: v for k, v in spec["base"].items() if k != "total_steps"}, over)
+    arms = [a for a in args.arms if a in spec["arms"]]
+    if not arms:
+        return None
+    out = {**spec, "base": base if len(budgets) > 1 else {**base, "total_steps": budgets[0]},
+           "arms": {a: spec["arms"][a] for a in arms}, "baseline": "none" if "none" in arms else arms[0],
+           "seeds": args.seeds, "evaluate": {**spec["evaluate"], "episodes": args.eval_episodes}}
+    if len(budgets) > 1:
+        out["budgets"] = budgets
+    return out
 
 
 def diagnostics(records: list[dict]) -> dict[str, float | None]:
@@ -134,57 +147,23 @@ def diagnostics(records: list[dict]) -> dict[str, float | None]:
     return out
 
 
-def evaluate(run: Path, family: str, seed: int, episodes: int, log: Path, env: dict) -> tuple[float, float]:
-    """(held-out return, held-out success) of the run's latest checkpoint."""
-    fam = FAMILIES[family]
-    ev = json.loads(run_levelray([*LEVELRAY, "evaluate", str(run), "--levels", fam["levels"], "--episodes",
-                                  str(episodes), "--seed", str(seed), "--json", "--backend", "inline"], log, env)
-                    .strip().splitlines()[-1])
-    test = ev["results"]["test"]
-    if fam["success_return"] is None:
-        return test["return_mean"], test["success_rate"]
-    returns = test["returns"]
-    return test["return_mean"], sum(r >= fam["success_return"] for r in returns) / len(returns)
-
-
-def one_run(args: argparse.Namespace, out: Path, family: str, arm: str, seed: int, env: dict) -> list[dict]:
-    """Every budget's result of one (family, arm, seed) run, training and resuming as needed."""
-    fam, run = FAMILIES[family], out / family / f"{arm}-seed{seed}"
-    results, started = [], False
-    for budget in budgets_of(family, args.quick):
-        cached = run / f"result-{budget}.json"
-        if cached.exists():
-            results.append(json.loads(cached.read_text()))
-            started = True
-            continue
-        common = ["--backend", "inline", *fam["env"], *ARMS[arm], "--total-steps", str(budget), "--metrics-port",
-                  "0", "--report-interval", str(fam["report_interval"]), "--tensorboard", "false", "--quiet",
-                  *args.train_args]
-        if args.quick:
-            common += ["--envs-per-actor", "4"]
-        name = f"{arm}-seed{seed}-{budget}"
-        if started:  # a later budget: continue the same run
-            cmd = [*LEVELRAY, "train", "--resume", str(run), "--total-steps", str(budget)]
-        else:
-            if run.exists():  # cut off before its first result: start again
-                shutil.rmtree(run)
-            cmd = [*LEVELRAY, "train", *common, "--seed", str(seed), "--run-dir", str(run)]
-        began = time.time()
-        run_levelray(cmd, out / family / f"train-{name}.log", env)
-        train_s = time.time() - began
-        started = True
-        records = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines() if line.strip()]
-        test_return, test_success = evaluate(run, family, seed, args.eval_episodes,
-                                             out / family / f"evaluate-{name}.log", env)
+def budget_results(trial: dict, family: str, budgets: list[int]) -> list[dict]:
+    """Every budget's result of one (family, arm, seed) trial, from its run directory (`run_sweep`'s trial)."""
+    fam, out = FAMILIES[family], []
+    for i, budget in enumerate(budgets):
+        earlier = budget if i < len(budgets) - 1 else None  # the last budget's evaluation is the run's final one
+        suffix = "" if earlier is None else f"@{earlier}"
+        records = records_until(trial["records"], trial["metrics"][f"training.env_steps{suffix}"])
+        test = read_evaluation(trial, None, earlier)["results"]["test"]
+        success = test["success_rate"] if fam["success_return"] is None else (
+            sum(r >= fam["success_return"] for r in test["returns"]) / len(test["returns"]))
         last = records[-1]
-        result = {"family": family, "arm": arm, "seed": seed, "budget": budget, "env_steps": last["env_steps"],
-                  "test_return": test_return, "test_success": test_success,
-                  "training_return": last.get("episode_return_mean"),
-                  "steps_to_threshold": steps_to_threshold(records, fam["threshold"]),
-                  "train_s": train_s, **diagnostics(records)}
-        cached.write_text(json.dumps(result, indent=2))
-        results.append(result)
-    return results
+        out.append({"family": family, "arm": trial["arm"], "seed": trial["seed"], "budget": budget,
+                    "env_steps": last["env_steps"], "test_return": test["return_mean"], "test_success": success,
+                    "training_return": last.get("episode_return_mean"),
+                    "steps_to_threshold": steps_to_threshold(records, fam["threshold"]),
+                    "train_s": last["elapsed_s"], **diagnostics(records)})
+    return out
 
 
 def summarise(results: list[dict], family: str, budget: int, arms: list[str]) -> tuple[list[dict], list[dict]]:
@@ -209,16 +188,16 @@ def summarise(results: list[dict], family: str, budget: int, arms: list[str]) ->
 def main(argv: list[str] | None = None) -> int:
     args = parse(argv)
     out = Path(args.out_dir)
-    env = thread_share_env(args.parallel)
     results, summaries, diffs, wall = [], [], [], 0.0
     for family in args.families:
-        (out / family).mkdir(parents=True, exist_ok=True)
-        arms = [a for a in args.arms if a in FAMILIES[family]["arms"]]
-        runs, seconds = run_arms(arms, args.seeds, args.parallel,
-                                 lambda arm, seed, family=family: one_run(args, out, family, arm, seed, env))
-        wall += seconds
-        results += [r for run in runs for r in run]
-        for budget in budgets_of(family, args.quick):
+        spec = sweep_spec(args, family)
+        if spec is None:
+            continue
+        budgets, arms = spec.get("budgets") or [spec["base"]["total_steps"]], list(spec["arms"])
+        started = time.time()
+        results += [r for t in run_sweep(spec, out / family, args.parallel) for r in budget_results(t, family, budgets)]
+        wall += time.time() - started
+        for budget in budgets:
             s, d = summarise(results, family, budget, arms)
             summaries += s
             diffs += d

@@ -1,5 +1,6 @@
 """Shared fixtures. Ray is started once per test session (it takes ~6 s) and shared by every
-test that asks for `ray_session`."""
+test that asks for `ray_session`: a Ray of the session's own (`address="local"`), never a cluster that a `ray start`
+on this machine or RAY_ADDRESS points at."""
 
 from __future__ import annotations
 
@@ -17,6 +18,7 @@ def ray_session():
 
     if not ray.is_initialized():
         ray.init(
+            address="local",
             num_cpus=8,
             include_dashboard=False,
             log_to_driver=False,

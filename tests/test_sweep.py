@@ -3,13 +3,17 @@
 A malformed spec is refused before anything starts, naming its place; a sweep's results.json holds the numbers that
 the trials' own run directories give; `levelray report` draws a sweep directory by arm; a sweep killed midway and
 resumed does not run a finished trial again and continues the unfinished one from its checkpoint; a trial with a
-bad override fails alone; a trial whose process dies is restarted by Tune from its last checkpoint."""
+bad override fails alone; a trial whose process dies is restarted by Tune from its last checkpoint; a sweep with
+budgets and named evaluations gives each budget's and each evaluation's numbers from the run directories, and a
+trial started again after its training neither trains nor evaluates an earlier budget again; the project's specs in
+benchmarks/sweeps are valid."""
 
 from __future__ import annotations
 
 import json
 import math
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -57,15 +61,29 @@ def write_spec(path: Path, spec: dict) -> Path:
     ({"resources": {"cpu": -1}}, "resources.cpu"),
     ({"arms": {"a/b": {}}, "baseline": "a/b"}, "a/b"),
     ({"arms": {"x": {"learner": {"clip_rho": 0}}}, "baseline": "x"}, "learner.clip_rho"),
+    ({"evaluate": []}, "evaluate"),
+    ({"evaluate": [EVALUATE, {"levels": "train", "episodes": 4}]}, "evaluate[1].name"),
+    ({"evaluate": [EVALUATE, {**EVALUATE, "name": "g"}, {**EVALUATE, "name": "g"}]}, "evaluate[2].name"),
+    ({"evaluate": [EVALUATE, {**EVALUATE, "name": "training"}]}, "evaluate[1].name"),
+    ({"evaluate": [EVALUATE, {"levels": "test", "episodes": 0, "name": "g"}]}, "evaluate[1].episodes"),
+    ({"budgets": [2000, 1000]}, "budgets"),
+    ({"budgets": [1000, 2000]}, "base.total_steps"),
 ])
 def test_a_malformed_spec_is_refused_before_anything_starts_naming_the_field(tmp_path, capsys, change, named):
-    with pytest.raises(ConfigError, match=named.replace(".", r"\.").replace("(", r"\(")):
+    with pytest.raises(ConfigError, match=re.escape(named)):
         load_spec(spec_dict(**change))
     spec = write_spec(tmp_path / "bad.yaml", spec_dict(**change))
     with pytest.raises(SystemExit) as exc:
         main(["sweep", str(spec), "--dir", str(tmp_path / "sweep")])
     assert exc.value.code == 2 and named in capsys.readouterr().err
     assert not (tmp_path / "sweep").exists()  # nothing claimed, no Ray started, no trial
+
+
+@pytest.mark.parametrize("path", sorted((Path(__file__).parents[1] / "benchmarks" / "sweeps").glob("*.yaml")),
+                         ids=lambda p: p.stem)
+def test_the_projects_comparison_specs_are_valid_specs(path):
+    spec = load_spec(path)
+    assert len(spec.arms) >= 2 and spec.baseline in spec.arms and len(spec.seeds) >= 1
 
 
 def _stat(values: list[float]) -> dict:
@@ -110,6 +128,62 @@ def test_a_sweep_gives_the_numbers_of_its_trials_run_directories_and_a_report_by
     assert set(groups) == {"fast", "slow"} and all(len(g["runs"]) == 2 for g in groups.values())
     summary = (sweep / "report" / "summary.md").read_text()
     assert "## Arms (baseline slow)" in summary and "## Paired: arm - slow" in summary
+
+
+@pytest.mark.timeout(300)
+def test_budgets_and_named_evaluations_give_each_budgets_numbers_from_the_run_directories(ray_session, tmp_path,
+                                                                                          capsys):
+    from levelray.deploy.evaluation.evaluate import evaluate_checkpoint
+    from levelray.deploy.sweep.runner import run_sweep
+
+    base = {k: v for k, v in BASE.items() if k != "total_steps"}
+    spec = spec_dict(base=base, seeds=[0], budgets=[1500, 3000],
+                     evaluate=[EVALUATE, {**EVALUATE, "greedy": True, "name": "greedy"}])
+    sweep = tmp_path / "sweep"
+    assert main(["sweep", str(write_spec(tmp_path / "budgets.yaml", spec)), "--dir", str(sweep)]) == 0
+    out = capsys.readouterr().out
+    assert "sweep budgets at 1,500 env steps: mean" in out and "sweep budgets at 3,000 env steps: mean" in out
+    assert "paired: arm - slow, seed by seed at 1,500 env steps" in out
+    results = json.loads((sweep / "results.json").read_text())
+    assert results["complete"] and results["budgets"] == [1500, 3000]
+    for arm in ("fast", "slow"):
+        run = sweep / "trials" / f"{arm}-seed0"
+        (trial,) = [t for t in results["trials"] if t["arm"] == arm]
+        metrics = trial["metrics"]
+        # each evaluation at each budget is a `levelray evaluate --json` of its own, and the metrics are its numbers
+        files = {("", None): "evaluate.json", ("greedy.", None): "evaluate-greedy.json",
+                 ("", 1500): "evaluate@1500.json", ("greedy.", 1500): "evaluate-greedy@1500.json"}
+        for (prefix, budget), name in files.items():
+            evaluation = json.loads((run / name).read_text())
+            assert evaluation["greedy"] == (prefix == "greedy.")
+            assert 1500 <= evaluation["env_steps"] < 3000 if budget else evaluation["env_steps"] >= 3000
+            suffix = f"@{budget}" if budget else ""
+            assert metrics[f"{prefix}test.return_mean{suffix}"] == evaluation["results"]["test"]["return_mean"]
+        again = evaluate_checkpoint(run, ["test"], episodes=4, greedy=True, seed=0)
+        assert again["results"] == json.loads((run / "evaluate-greedy.json").read_text())["results"]
+        assert 1500 <= metrics["training.env_steps@1500"] < 3000 <= metrics["training.env_steps"]
+        assert results["arms"][arm]["greedy.test.return_mean@1500"]["mean"] == metrics["greedy.test.return_mean@1500"]
+        # one run, trained to 1,500 then resumed to 3,000 in the same process
+        steps = [json.loads(line)["env_steps"] for line in (run / "metrics.jsonl").read_text().splitlines()]
+        assert all(b >= a for a, b in zip(steps, steps[1:], strict=False)) and trial["starts"] == 1
+    diff = results["paired"]["fast"]["test.return_mean@1500"]["mean"]
+    assert diff == pytest.approx(results["arms"]["fast"]["test.return_mean@1500"]["mean"]
+                                 - results["arms"]["slow"]["test.return_mean@1500"]["mean"])
+    assert main(["report", str(sweep)]) == 0
+    summary = (sweep / "report" / "summary.md").read_text()
+    assert "## Arms (baseline slow) at 1,500 env steps" in summary
+    assert "## Paired: arm - slow at 3,000 env steps" in summary
+
+    # a trial whose process ended after its training but before its outcome was recorded: started again, it
+    # neither trains nor evaluates its earlier budget again, and evaluates its final checkpoint as it stands
+    run = sweep / "trials" / "fast-seed0"
+    log = run / "trial.jsonl"
+    log.write_text("".join(line + "\n" for line in log.read_text().splitlines() if '"done"' not in line))
+    records = (run / "metrics.jsonl").read_bytes()
+    before = next(t for t in results["trials"] if t["arm"] == "fast")["metrics"]
+    again = next(t for t in run_sweep(load_spec(sweep / "sweep.yaml"), sweep)["trials"] if t["arm"] == "fast")
+    assert again["status"] == "done" and again["starts"] == 2 and again["metrics"] == before
+    assert (run / "metrics.jsonl").read_bytes() == records
 
 
 def _sweep_process(*args: str) -> subprocess.Popen:

@@ -16,7 +16,8 @@ from typing import Any
 from levelray.contracts.config import ConfigError
 from levelray.deploy.report import command as report_command
 from levelray.deploy.sweep.command import SPEC_FILE
-from levelray.deploy.sweep.results import collect, fmt, table_metrics
+from levelray.deploy.sweep.metrics import split_metric
+from levelray.deploy.sweep.results import budget_tables, collect, fmt, table_metrics
 from levelray.deploy.sweep.runner import RESULTS
 from levelray.deploy.sweep.spec import load_spec
 from levelray.deploy.sweep.trial import trial_dir
@@ -34,13 +35,16 @@ def _cell(value: dict[str, Any] | None) -> str:
 
 
 def sweep_tables(results: dict[str, Any]) -> list[tuple[str, str, list[str], list[list[str]]]]:
-    """(title, note, columns, cells) of the arms table and the paired table."""
-    metrics = table_metrics(results)
-    arms = [[arm, *(_cell(stats.get(m)) for m in metrics)] for arm, stats in results["arms"].items()]
-    tables = [(f"Arms (baseline {results['baseline']})", ARMS_NOTE, ["arm", *metrics], arms)]
-    if results["paired"]:
-        paired = [[arm, *(_cell(stats.get(m)) for m in metrics)] for arm, stats in results["paired"].items()]
-        tables.append((f"Paired: arm - {results['baseline']}", PAIRED_NOTE, ["arm", *metrics], paired))
+    """(title, note, columns, cells) of the arms table and the paired table, at each budget."""
+    tables = []
+    for budget, at in budget_tables(results):
+        metrics = table_metrics(results, budget)
+        columns = ["arm", *(split_metric(m)[0] for m in metrics)]
+        arms = [[arm, *(_cell(stats.get(m)) for m in metrics)] for arm, stats in results["arms"].items()]
+        tables.append((f"Arms (baseline {results['baseline']}){at}", ARMS_NOTE, columns, arms))
+        if results["paired"]:
+            paired = [[arm, *(_cell(stats.get(m)) for m in metrics)] for arm, stats in results["paired"].items()]
+            tables.append((f"Paired: arm - {results['baseline']}{at}", PAIRED_NOTE, columns, paired))
     return tables
 
 

@@ -1,20 +1,21 @@
 """A sweep's result, `DIR/results.json`, and its tables on the terminal.
 
-    {"name", "baseline", "arms_order", "seeds", "complete": every trial done,
+    {"name", "baseline", "arms_order", "seeds", "budgets": the spec's (empty: one), "complete": every trial done,
      "arms":   {arm: {metric: {"mean": m, "ci": h, "n": seeds}}},
      "paired": {arm: {metric: {"mean": m, "ci": h, "n": seeds}}},   every arm but the baseline, minus the baseline
      "trials": [{"arm", "seed", "name", "run_dir", "status", "error", "starts", "metrics"}]}
 
-`metric` is a finished trial's flat metric (`deploy.sweep.trial.trial_metrics`: `test.return_mean`,
-`maze-suite.success_rate`, `training.env_steps`, ...). `h` is the half-width of the 95% Student-t interval of the mean
+`metric` is a finished trial's flat metric (`deploy.sweep.metrics`: `test.return_mean`, `maze-suite.success_rate`,
+`training.env_steps`, `generated.maze-25.success_rate` of a named evaluation, `test.return_mean@400000` at an earlier
+budget, ...). `h` is the half-width of the 95% Student-t interval of the mean
 over the trials' seeds (`deploy.report.stats.mean_ci`; null with one seed); a paired entry is that of the per-seed
 differences arm - baseline over the seeds where both have the metric. Only `done` trials count. A trial's status:
 `done`, `failed` (its run refused its config or stopped: the error says why), `lost` (Tune gave up on it after
 `max_failures` restarts: the error is Tune's) or `unfinished` (the sweep stopped before it ended; `--resume`).
 
-Everything is read from the trials' own run directories (`evaluate.json` through `trial.jsonl`), so the numbers are
-those a user gets from `levelray evaluate` on each run directory, and `collect` can be run again on a sweep
-directory at any time.
+Everything is read from the trials' own run directories (their evaluations through `trial.jsonl`), so the numbers
+are those a user gets from `levelray evaluate` on each run directory, and `collect` can be run again on a sweep
+directory at any time. The terminal's tables (and `levelray report`'s) are one pair per budget.
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from levelray.deploy.report.stats import mean_ci
+from levelray.deploy.sweep.metrics import split_metric
 from levelray.deploy.sweep.spec import SweepSpec, trial_name
 from levelray.deploy.sweep.trial import TrialLog, trial_dir
 
@@ -89,7 +91,8 @@ def collect(spec: SweepSpec, sweep_dir: str | Path, tune_errors: dict[str, str] 
               for arm, seed in spec.trials()]
     arms = list(spec.arms)
     return {"name": spec.name, "baseline": spec.baseline, "arms_order": arms, "seeds": list(spec.seeds),
-            "complete": all(t["status"] == "done" for t in trials), **summarise(trials, arms, spec.baseline),
+            "budgets": list(spec.budgets), "complete": all(t["status"] == "done" for t in trials),
+            **summarise(trials, arms, spec.baseline),
             "trials": trials}
 
 
@@ -102,43 +105,59 @@ def fmt(value: dict[str, Any] | None) -> str:
     return f"{format(value['mean'], spec)}{half}"
 
 
-def table_metrics(results: dict[str, Any]) -> list[str]:
-    """The metrics the terminal table shows: each level set's return_mean and success_rate (a maze suite by its
-    mean, not maze by maze), the generalisation gap, and training's final return and env steps."""
+def budget_tables(results: dict[str, Any]) -> list[tuple[int | None, str]]:
+    """(earlier budget or None for the run's end, the words its tables' titles add) of each budget, in order."""
+    budgets = results.get("budgets") or []
+    tables = [(b if i < len(budgets) - 1 else None, f" at {b:,} env steps") for i, b in enumerate(budgets)]
+    return tables or [(None, "")]
+
+
+def table_metrics(results: dict[str, Any], budget: int | None = None) -> list[str]:
+    """The metrics the tables show at an earlier `budget` (None: the run's end): each level set's return_mean and
+    success_rate (a maze suite by its mean, not maze by maze), the generalisation gap, and training's final return
+    and env steps."""
     names: dict[str, None] = {}
     for stats in results["arms"].values():
-        names.update(dict.fromkeys(stats))
+        names.update(dict.fromkeys(m for m in stats if split_metric(m)[1] == budget))
     suite = _suite_members(results)
-    keep = [m for m in names if m.rsplit(".", 1)[-1] in ("return_mean", "success_rate") and not
-            m.startswith("training.") and m.split(".")[0] not in suite]
-    return keep + [m for m in ("generalization_gap", "training.episode_return_mean", "training.env_steps")
-                   if m in names]
+    parts = {m: split_metric(m)[0].split(".") for m in names}
+    keep = [m for m in names if parts[m][-1] in ("return_mean", "success_rate") and parts[m][0] != "training"
+            and not (len(parts[m]) > 1 and parts[m][-2] in suite)]
+    gaps = [m for m in names if parts[m][-1] == "generalization_gap"]
+    training = [m for key in ("episode_return_mean", "env_steps") for m in names if parts[m] == ["training", key]]
+    return keep + gaps + training
 
 
 def _suite_members(results: dict[str, Any]) -> set[str]:
     """The level sets that are mazes of the suite (their mean is `maze-suite.*`)."""
     from levelray.contracts.maze import suite_names
 
-    return set(suite_names()) if any("maze-suite.success_rate" in s for s in results["arms"].values()) else set()
+    played = any(split_metric(m)[0].endswith("maze-suite.success_rate") for s in results["arms"].values() for m in s)
+    return set(suite_names()) if played else set()
+
+
+def _table(results: dict[str, Any], which: str, metrics: list[str], budget: int | None) -> list[str]:
+    """The rows of `results[which]` ("arms" or "paired") in `metrics`, aligned; n: the most seeds of a metric."""
+    rows = [["arm", "n", *(split_metric(m)[0] for m in metrics)]]
+    for arm, stats in results[which].items():
+        n = max((s["n"] for m, s in stats.items() if split_metric(m)[1] == budget), default=0)
+        label = arm + (" (baseline)" if which == "arms" and arm == results["baseline"] else "")
+        rows.append([label, str(n), *(fmt(stats.get(m)) for m in metrics)])
+    return _aligned(rows)
 
 
 def format_tables(results: dict[str, Any]) -> str:
-    """The arms table (mean ± 95% CI over seeds) and the paired table (arm - baseline, seed by seed), as text."""
-    metrics = table_metrics(results)
-    lines = [f"sweep {results['name']}: mean ± 95% CI (Student t over seeds; n: seeds)"]
-    rows = [["arm", "n", *metrics]]
-    for arm, stats in results["arms"].items():
-        n = max((s["n"] for s in stats.values()), default=0)
-        rows.append([arm + (" (baseline)" if arm == results["baseline"] else ""), str(n),
-                     *(fmt(stats.get(m)) for m in metrics)])
-    lines += _aligned(rows)
-    if results["paired"]:
-        lines += ["", f"paired: arm - {results['baseline']}, seed by seed"]
-        rows = [["arm", "n", *metrics]]
-        for arm, stats in results["paired"].items():
-            n = max((s["n"] for s in stats.values()), default=0)
-            rows.append([arm, str(n), *(fmt(stats.get(m)) for m in metrics)])
-        lines += _aligned(rows)
+    """At each budget, the arms table (mean ± 95% CI over seeds) and the paired table (arm - baseline, seed by
+    seed), as text."""
+    lines: list[str] = []
+    for budget, at in budget_tables(results):
+        metrics = table_metrics(results, budget)
+        lines += ([""] if lines else []) + [f"sweep {results['name']}{at}: mean ± 95% CI (Student t over seeds; "
+                                            f"n: seeds)"]
+        lines += _table(results, "arms", metrics, budget)
+        if results["paired"]:
+            lines += ["", f"paired: arm - {results['baseline']}, seed by seed{at}"]
+            lines += _table(results, "paired", metrics, budget)
     bad = [t for t in results["trials"] if t["status"] != "done"]
     if bad:
         lines += ["", "trials not done:"] + [f"  {t['name']}: {t['status']}" + (f": {t['error']}" if t["error"] else "")

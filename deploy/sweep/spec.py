@@ -14,13 +14,19 @@ starts.
     resources: {cpu: 1, gpu: 0}        # optional: what each trial asks Ray for; other names are custom resources
     max_failures: 3                    # optional: restarts of a trial whose process or node was lost
 
+`evaluate` may also be a list of evaluations, each `{levels, episodes, greedy, name}`: the trial plays each in turn.
+At most one goes without a `name`; a name prefixes its metrics (`generated.maze-25.success_rate`) and names its file,
+so two evaluations may play the same level sets (sampled and greedy, say). `budgets: [400000, 1000000]` (optional,
+in place of `total_steps`) trains each trial to each budget in turn, the same run resumed, and evaluates it at each:
+an earlier budget's metrics carry it (`test.return_mean@400000`), the last budget's are the run's final ones.
+
 A trial is one arm with one seed: the base, the arm's keys, then the keys the sweep sets itself (`SWEEP_KEYS`: the
-trial's run directory and seed, the inline backend, no metrics port), with the env family's preset filling the
-keys none of those set, as `levelray train --config` would. Every arm's config is built and checked
-(`contracts.validate`) here, and the evaluation's level sets are planned for it, so a misspelt key or a value out of
-range is refused naming its place in the spec (`arms.plr.levels.stratgy`) before a trial starts. Whether the env
-can be made is the trial's own first step (`prepare_run_dir`), on the node that runs it: a trial refused there is
-reported as failed with the reason, and the other trials go on.
+trial's run directory and seed, the inline backend, no metrics port; with `budgets`, `total_steps`), with the env
+family's preset filling the keys none of those set, as `levelray train --config` would. Every arm's config is built
+and checked (`contracts.validate`) here at every budget, and each evaluation's level sets are planned for it, so a
+misspelt key or a value out of range is refused naming its place in the spec (`arms.plr.levels.stratgy`) before a
+trial starts. Whether the env can be made is the trial's own first step (`prepare_run_dir`), on the node that runs
+it: a trial refused there is reported as failed with the reason, and the other trials go on.
 """
 
 from __future__ import annotations
@@ -41,24 +47,42 @@ from levelray.contracts.validate import validate
 # process that Tune places, restarts and accounts for, see docs/guides/experiments.md); no Prometheus port (trials
 # sharing a node would ask for the same one); no cluster address (the inline backend starts no Ray job).
 SWEEP_KEYS = ("run_dir", "seed", "backend", "address", "metrics_port")
-SPEC_KEYS = ("name", "base", "arms", "baseline", "seeds", "evaluate", "resources", "max_failures")
-EVALUATE_KEYS = ("levels", "episodes", "greedy")
+SPEC_KEYS = ("name", "base", "arms", "baseline", "seeds", "evaluate", "budgets", "resources", "max_failures")
+EVALUATE_KEYS = ("levels", "episodes", "greedy", "name")
 ARM_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")  # a trial's run directory is <arm>-seed<seed>
+# An evaluation's name is the first part of its dotted metric names and part of a file name: no dots, no '@'
+EVALUATION_NAME = re.compile(r"^[A-Za-z][A-Za-z0-9_]*$")
+RESERVED_NAMES = ("training",)  # `training.*` are the run's own metrics
+
+
+@dataclass(frozen=True)
+class Evaluation:
+    """One `levelray evaluate` of a trial's checkpoint: its level sets, episodes per set, greedy or sampled actions,
+    and `name` (None: its metrics are `<level set>.<key>`; else `<name>.<level set>.<key>`)."""
+
+    levels: tuple[str, ...]
+    episodes: int
+    greedy: bool = False
+    name: str | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        out = {"levels": ",".join(self.levels), "episodes": self.episodes, "greedy": self.greedy}
+        return out if self.name is None else {**out, "name": self.name}
 
 
 @dataclass(frozen=True)
 class SweepSpec:
-    """A checked spec. `base` and `arms` are config mappings (YAML's nesting); `levels` the evaluation's level
-    sets; `resources` Ray's names (`CPU`, `GPU`, custom) -> amounts per trial."""
+    """A checked spec. `base` and `arms` are config mappings (YAML's nesting); `evaluations` what each trial plays at
+    each budget; `budgets` the env steps a trial trains to in turn (empty: its config's `total_steps`, once);
+    `resources` Ray's names (`CPU`, `GPU`, custom) -> amounts per trial."""
 
     name: str
     base: dict
     arms: dict[str, dict]
     baseline: str
     seeds: tuple[int, ...]
-    levels: tuple[str, ...]
-    episodes: int
-    greedy: bool = False
+    evaluations: tuple[Evaluation, ...]
+    budgets: tuple[int, ...] = ()
     resources: dict[str, float] = field(default_factory=lambda: {"CPU": 1.0})
     max_failures: int = 3
 
@@ -73,10 +97,12 @@ class SweepSpec:
     def to_dict(self) -> dict[str, Any]:
         """The spec in its YAML form (what `load_spec` reads back, and the sweep directory keeps)."""
         resources = {("cpu" if k == "CPU" else "gpu" if k == "GPU" else k): v for k, v in self.resources.items()}
+        single = len(self.evaluations) == 1 and self.evaluations[0].name is None
+        evaluate = self.evaluations[0].to_dict() if single else [e.to_dict() for e in self.evaluations]
+        budgets = {"budgets": list(self.budgets)} if self.budgets else {}
         return {"name": self.name, "base": self.base, "arms": self.arms, "baseline": self.baseline,
-                "seeds": list(self.seeds), "evaluate": {"levels": ",".join(self.levels), "episodes": self.episodes,
-                                                        "greedy": self.greedy},
-                "resources": resources, "max_failures": self.max_failures}
+                "seeds": list(self.seeds), "evaluate": evaluate, **budgets, "resources": resources,
+                "max_failures": self.max_failures}
 
 
 def trial_name(arm: str, seed: int) -> str:
@@ -111,9 +137,9 @@ def load_spec(source: str | Path | dict, name: str | None = None) -> SweepSpec:
     if data["baseline"] not in arms:
         raise ConfigError(f"sweep spec: baseline must name one of the arms ({', '.join(arms)}), "
                           f"got {data['baseline']!r}")
-    levels, episodes, greedy = _evaluate(data["evaluate"])
+    budgets = _budgets(data.get("budgets"), base, arms)
     spec = SweepSpec(name=str(data.get("name") or name or "sweep"), base=base, arms=arms, baseline=data["baseline"],
-                     seeds=_seeds(data["seeds"]), levels=levels, episodes=episodes, greedy=greedy,
+                     seeds=_seeds(data["seeds"]), evaluations=_evaluations(data["evaluate"]), budgets=budgets,
                      resources=_resources(data.get("resources")), max_failures=_count(data.get("max_failures", 3),
                                                                                       "max_failures"))
     _check_configs(spec)
@@ -154,27 +180,66 @@ def _seeds(value: Any) -> tuple[int, ...]:
     return tuple(value)
 
 
-def _evaluate(value: Any) -> tuple[tuple[str, ...], int, bool]:
+def _evaluations(value: Any) -> tuple[Evaluation, ...]:
+    """`evaluate`: one evaluation (a mapping) or a non-empty list of them, at most one without a name."""
+    if isinstance(value, dict):
+        return (_evaluation(value, "evaluate"),)
+    if not isinstance(value, list) or not value:
+        raise ConfigError(f"sweep spec: evaluate must be a mapping with levels and episodes, or a non-empty list of "
+                          f"them, got {value!r}")
+    out = tuple(_evaluation(item, f"evaluate[{i}]") for i, item in enumerate(value))
+    unnamed = [i for i, e in enumerate(out) if e.name is None]
+    if len(unnamed) > 1:
+        raise ConfigError(f"sweep spec: evaluate[{unnamed[1]}].name is missing: at most one evaluation goes without "
+                          f"a name (a name prefixes its metrics: <name>.<level set>.<key>)")
+    names = [e.name for e in out]
+    for i, e in enumerate(out):
+        if e.name is not None and names.index(e.name) != i:
+            raise ConfigError(f"sweep spec: evaluate[{i}].name: {e.name!r} names two evaluations")
+    return out
+
+
+def _evaluation(value: Any, where: str) -> Evaluation:
     from levelray.deploy.evaluation.level_sets import parse_level_sets
 
     if not isinstance(value, dict):
-        raise ConfigError(f"sweep spec: evaluate must be a mapping with levels and episodes, got {value!r}")
+        raise ConfigError(f"sweep spec: {where} must be a mapping with levels and episodes, got {value!r}")
     unknown = sorted(set(value) - set(EVALUATE_KEYS))
     if unknown:
-        raise ConfigError(f"sweep spec: unknown key evaluate.{unknown[0]}; its keys are {', '.join(EVALUATE_KEYS)}")
+        raise ConfigError(f"sweep spec: unknown key {where}.{unknown[0]}; its keys are {', '.join(EVALUATE_KEYS)}")
     if "levels" not in value or "episodes" not in value:
-        raise ConfigError("sweep spec: evaluate needs levels (e.g. train,test or maze-suite) and episodes")
+        raise ConfigError(f"sweep spec: {where} needs levels (e.g. train,test or maze-suite) and episodes")
     levels = value["levels"]
     text = ",".join(map(str, levels)) if isinstance(levels, list) else str(levels)
     try:
         sets = parse_level_sets(text)
     except ConfigError as exc:
-        raise ConfigError(f"sweep spec: evaluate.levels: {str(exc).removeprefix('--levels: ')}") from None
-    episodes = _count(value["episodes"], "evaluate.episodes", low=1)
+        raise ConfigError(f"sweep spec: {where}.levels: {str(exc).removeprefix('--levels: ')}") from None
+    episodes = _count(value["episodes"], f"{where}.episodes", low=1)
     greedy = value.get("greedy", False)
     if not isinstance(greedy, bool):
-        raise ConfigError(f"sweep spec: evaluate.greedy must be true or false, got {greedy!r}")
-    return tuple(sets), episodes, greedy
+        raise ConfigError(f"sweep spec: {where}.greedy must be true or false, got {greedy!r}")
+    name = value.get("name")
+    if name is not None and (not isinstance(name, str) or not EVALUATION_NAME.match(name) or name in RESERVED_NAMES):
+        raise ConfigError(f"sweep spec: {where}.name must be letters, digits and '_', starting with a letter, and "
+                          f"not {', '.join(RESERVED_NAMES)} (it prefixes the evaluation's metrics), got {name!r}")
+    return Evaluation(levels=tuple(sets), episodes=episodes, greedy=greedy, name=name)
+
+
+def _budgets(value: Any, base: dict, arms: dict[str, dict]) -> tuple[int, ...]:
+    """`budgets`: env-step counts in increasing order, which then set every trial's `total_steps`."""
+    if value is None:
+        return ()
+    ok = isinstance(value, list) and value and all(isinstance(b, int) and not isinstance(b, bool) and b >= 1
+                                                   for b in value)
+    if not ok or any(b <= a for a, b in zip(value, value[1:], strict=False)):
+        raise ConfigError(f"sweep spec: budgets must be a non-empty list of env-step counts in increasing order "
+                          f"(e.g. [400000, 1000000]), got {value!r}")
+    for where, keys in [("base", base), *((f"arms.{arm}", keys) for arm, keys in arms.items())]:
+        if "total_steps" in keys:
+            raise ConfigError(f"sweep spec: {where}.total_steps: budgets set each trial's total_steps (it trains to "
+                              f"each budget in turn); remove one of them")
+    return tuple(value)
 
 
 def _count(value: Any, where: str, low: int = 0) -> int:
@@ -207,17 +272,20 @@ def merge_config(base: dict, over: dict) -> dict:
     return out
 
 
-def trial_config(spec: SweepSpec, arm: str, seed: int, run_dir: str | Path) -> RunConfig:
-    """The run config of one trial (see the module doc), resolved as `levelray train --config` resolves one."""
+def trial_config(spec: SweepSpec, arm: str, seed: int, run_dir: str | Path, budget: int | None = None) -> RunConfig:
+    """The run config of one trial (see the module doc), resolved as `levelray train --config` resolves one; with
+    budgets, trained to `budget` (default: the last)."""
     data = merge_config(spec.base, spec.arms[arm])
     sweep = {"run_dir": str(run_dir), "seed": seed, "backend": "inline", "address": None, "metrics_port": 0}
+    if spec.budgets:
+        sweep["total_steps"] = budget or spec.budgets[-1]
     cfg = replace_paths(from_dict(data), sweep)
     return apply_preset(cfg, dict_paths(data) | set(sweep))
 
 
 def _check_configs(spec: SweepSpec) -> None:
-    """Build and check every arm's config (with the first seed) and plan its evaluation; ConfigError names the
-    place in the spec."""
+    """Build and check every arm's config (with the first seed, at every budget) and plan its evaluations;
+    ConfigError names the place in the spec."""
     from levelray.deploy.evaluation.level_sets import plan_level_sets
 
     try:
@@ -230,11 +298,17 @@ def _check_configs(spec: SweepSpec) -> None:
         except ConfigError as exc:
             raise ConfigError(f"sweep spec: {exc}") from None
         try:
-            cfg = trial_config(spec, arm, spec.seeds[0], "trial")
-            validate(cfg)
-            plan_level_sets(cfg, list(spec.levels), spec.episodes, spec.seeds[0])
+            for budget in spec.budgets or (None,):
+                validate(trial_config(spec, arm, spec.seeds[0], "trial", budget))
         except ConfigError as exc:
             raise ConfigError(f"sweep spec: arm {arm}: {exc}") from None
+        cfg = trial_config(spec, arm, spec.seeds[0], "trial")
+        for i, e in enumerate(spec.evaluations):
+            try:
+                plan_level_sets(cfg, list(e.levels), e.episodes, spec.seeds[0])
+            except ConfigError as exc:
+                where = "evaluate" if len(spec.evaluations) == 1 else f"evaluate[{i}]"
+                raise ConfigError(f"sweep spec: arm {arm}: {where}: {exc}") from None
 
 
 def spec_yaml(spec: SweepSpec) -> str:

@@ -1,10 +1,12 @@
 """One trial of a sweep as Ray Tune runs it: a levelray run with its own run directory, then `levelray evaluate` of its
-last checkpoint.
+last checkpoint (with `budgets`: trained to each budget in turn, the same run resumed, and evaluated at each).
 
     DIR/trials/<arm>-seed<seed>/       the trial's run directory (config.yaml, metrics.jsonl, checkpoints/, ...)
-        evaluate.json                  `levelray evaluate --json` of the final checkpoint
+        evaluate.json                  `levelray evaluate --json` of the final checkpoint (`deploy.sweep.metrics`
+                                       names the files of named evaluations and earlier budgets)
         trial.jsonl                    one line per event: start (pid, node, the checkpoint it resumed from),
-                                       done (the trial's metrics) or failed (the error)
+                                       budget (an earlier budget's metrics), done (the trial's metrics) or failed
+                                       (the error)
 
 `run_trial` is the Tune trainable. The run uses the inline backend in the trial's own process: the process is what
 Tune places with the trial's resources, restarts when it or its node is lost, and stops; a Ray-backend job inside it
@@ -18,15 +20,16 @@ saying so instead of silently starting over.
 
 A trial whose run directory records an outcome (`done` or `failed`) reports it again and returns without training:
 Tune saves its own state every few seconds, so a sweep stopped right after a trial finished may resume it as
-unfinished, and it must not run twice. A trial the run itself refuses (a config the env cannot take, a learner that
-diverged: `ConfigError`, `JobFailed`) ends as failed with that error, not retried: the same config fails again.
+unfinished, and it must not run twice. Likewise an earlier budget whose `budget` event is recorded is not trained or
+evaluated again, and a run whose newest checkpoint already holds an earlier budget's env steps is evaluated without
+training. A trial the run itself refuses (a config the env cannot take, a learner that diverged: `ConfigError`,
+`JobFailed`) ends as failed with that error, not retried: the same config fails again.
 Anything else (the process killed, the node lost) is Tune's to retry, up to the spec's `max_failures`.
 """
 
 from __future__ import annotations
 
 import json
-import math
 import os
 import tempfile
 import time
@@ -39,12 +42,11 @@ from levelray.contracts import snapshot
 from levelray.contracts.config import ConfigError, from_dict, replace_path
 from levelray.deploy.errors import MAX_ERROR_CHARS, JobFailed
 from levelray.deploy.rundir import CHECKPOINT_PREFIX, RunDir
+from levelray.deploy.sweep.metrics import at_budget, evaluation_file, finite_number, trial_metrics
 from levelray.deploy.sweep.spec import SweepSpec, trial_config, trial_name
 
 TRIAL_LOG = "trial.jsonl"
-EVALUATION = "evaluate.json"
 POINTER = "levelray.json"  # what a Tune checkpoint of a trial holds, besides the levelray checkpoint's meta.json
-EVAL_KEYS = ("return_mean", "return_median", "return_std", "success_rate", "length_mean", "human_normalized_score")
 PROGRESS_KEYS = ("env_steps", "episode_return_mean", "env_steps_per_second", "learner_version", "test_return_mean")
 
 
@@ -84,36 +86,9 @@ class TrialLog:
         ends = [e for e in self.events() if e.get("event") in ("done", "failed")]
         return ends[-1] if ends else None
 
-
-def _number(value: Any) -> float | None:
-    ok = isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value)
-    return float(value) if ok else None
-
-
-def trial_metrics(evaluation: dict[str, Any], records: list[dict[str, Any]]) -> dict[str, float]:
-    """A finished trial's metrics, flat: `<level set>.<key>` of its evaluation (`EVAL_KEYS` that are numbers),
-    `maze-suite.success_rate` / `.return_mean` (the suite's mean) and `generalization_gap` where it has them, and
-    `training.*` from its metrics.jsonl: env_steps, episode_return_mean (last 100 episodes) and test_return_mean
-    (the last held-out evaluation during training) of the last record that has each, env_steps_per_second (the
-    mean over reports), trained_fraction (samples trained / env steps: below 1 for Robust PLR)."""
-    out: dict[str, float] = {}
-    for name, result in evaluation["results"].items():
-        out.update({f"{name}.{key}": v for key in EVAL_KEYS if (v := _number(result.get(key))) is not None})
-    for key in ("success_rate", "return_mean"):
-        if (v := _number(evaluation.get("maze_suite", {}).get(key))) is not None:
-            out[f"maze-suite.{key}"] = v
-    if (gap := _number(evaluation.get("generalization_gap"))) is not None:
-        out["generalization_gap"] = gap
-    for key in ("env_steps", "episode_return_mean", "test_return_mean"):
-        last = next((v for r in reversed(records) if (v := _number(r.get(key))) is not None), None)
-        if last is not None:
-            out[f"training.{key}"] = last
-    rates = [v for r in records if (v := _number(r.get("env_steps_per_second"))) is not None and v > 0]
-    if rates:
-        out["training.env_steps_per_second"] = sum(rates) / len(rates)
-    if records and _number(records[-1].get("env_steps")) and _number(records[-1].get("samples_trained")) is not None:
-        out["training.trained_fraction"] = records[-1]["samples_trained"] / records[-1]["env_steps"]
-    return out
+    def budgets(self) -> dict[int, dict[str, float]]:
+        """Earlier budget -> its metrics, of the `budget` events (the budgets already trained to and evaluated)."""
+        return {e["budget"]: e["metrics"] for e in self.events() if e.get("event") == "budget"}
 
 
 class TuneReports:
@@ -125,7 +100,7 @@ class TuneReports:
         self.reported: Path | None = None
 
     def __call__(self, record: dict[str, Any]) -> None:
-        self.report({k: v for k in PROGRESS_KEYS if (v := _number(record.get(k))) is not None})
+        self.report({k: v for k in PROGRESS_KEYS if (v := finite_number(record.get(k))) is not None})
 
     def report(self, metrics: dict[str, Any]) -> None:
         from ray import tune
@@ -154,40 +129,78 @@ def _restored_pointer(checkpoint) -> dict[str, Any] | None:
         return json.loads(path.read_text()) if path.exists() else {}
 
 
-def _start_run(spec: SweepSpec, arm: str, seed: int, path: Path, restored: dict | None):
-    """(config, claimed run directory, resumed) of the trial's run: its newest checkpoint continued, else a new run
-    (over whatever a process lost before its first checkpoint left)."""
+def _newest_steps(path: Path) -> int:
+    """Env steps of the run directory's newest checkpoint (0: none)."""
+    checkpoints = RunDir(path).list_checkpoints()
+    if not checkpoints:
+        return 0
+    return int(json.loads((checkpoints[-1] / "meta.json").read_text()).get("counters", {}).get("env_steps", 0))
+
+
+def _start_run(spec: SweepSpec, arm: str, seed: int, path: Path, budget: int | None):
+    """(config, claimed run directory, resumed) of the trial's run trained to `budget` (None: its config's
+    total_steps): its newest checkpoint continued, else a new run (over whatever a process lost before its first
+    checkpoint left)."""
     from levelray.deploy.training.driver import prepare_run_dir
 
-    checkpoints = RunDir(path).list_checkpoints()
-    if restored is not None and not checkpoints:
-        raise TrialStorageLost(
-            f"Tune restored this trial from its checkpoint {restored.get('checkpoint')} of "
-            f"{restored.get('run_dir', path)}, but {path} holds no levelray checkpoint on this node: a sweep "
-            f"directory must be storage that every node of the cluster mounts at one path")
-    if checkpoints:
+    if RunDir(path).list_checkpoints():
         saved = replace_path(from_dict(yaml.safe_load((path / "config.yaml").read_text())), "run_dir", str(path))
-        return saved, prepare_run_dir(saved, resume=True, saved=saved), True
-    cfg = trial_config(spec, arm, seed, path)
+        cfg = saved if budget is None else replace_path(saved, "total_steps", budget)
+        return cfg, prepare_run_dir(cfg, resume=True, saved=saved), True
+    cfg = trial_config(spec, arm, seed, path, budget)
     return cfg, prepare_run_dir(cfg, overwrite=True), False
+
+
+def _train_to(spec: SweepSpec, arm: str, seed: int, path: Path, budget: int | None, reports: TuneReports) -> None:
+    """Train the trial's run to `budget` (None: its config's total_steps), unless its newest checkpoint has."""
+    from levelray.deploy.training.driver import train
+
+    if budget is not None and _newest_steps(path) >= budget:
+        return  # trained to it by an earlier start, which ended before its evaluation was recorded
+    cfg, run_dir, resumed = _start_run(spec, arm, seed, path, budget)
+    train(cfg, run_dir, resume=resumed, quiet=True, on_report=reports)
+
+
+def _evaluate(spec: SweepSpec, seed: int, path: Path, earlier: int | None) -> dict[str, float]:
+    """Every evaluation of the spec on the run's newest checkpoint, each written to its file; the metrics, named
+    as at the `earlier` budget (None: the run's end)."""
+    from levelray.deploy.evaluation.evaluate import evaluate_checkpoint
+    from levelray.deploy.report.runs import load_run
+
+    evaluations = {}
+    for e in spec.evaluations:
+        evaluations[e.name] = evaluate_checkpoint(path, list(e.levels), episodes=e.episodes, greedy=e.greedy,
+                                                  seed=seed)
+        snapshot.atomic_write_bytes(path / evaluation_file(e.name, earlier), json.dumps(evaluations[e.name]).encode())
+    return at_budget(trial_metrics(evaluations, load_run(path)["records"]), earlier)
 
 
 def _train_and_evaluate(spec: SweepSpec, arm: str, seed: int, path: Path, log: TrialLog, restored) -> dict:
     import ray
 
-    from levelray.deploy.evaluation.evaluate import evaluate_checkpoint
-    from levelray.deploy.report.runs import load_run
-    from levelray.deploy.training.driver import train
-
-    cfg, run_dir, resumed = _start_run(spec, arm, seed, path, _restored_pointer(restored))
-    latest = run_dir.list_checkpoints()
+    pointer = _restored_pointer(restored)
+    checkpoints = RunDir(path).list_checkpoints()
+    if pointer is not None and not checkpoints:
+        raise TrialStorageLost(
+            f"Tune restored this trial from its checkpoint {pointer.get('checkpoint')} of "
+            f"{pointer.get('run_dir', path)}, but {path} holds no levelray checkpoint on this node: a sweep "
+            f"directory must be storage that every node of the cluster mounts at one path")
     log.add("start", pid=os.getpid(), node=ray.util.get_node_ip_address(),
-            resumed_from=latest[-1].name if resumed and latest else None)
-    reports = TuneReports(run_dir)
-    train(cfg, run_dir, resume=resumed, quiet=True, on_report=reports)
-    evaluation = evaluate_checkpoint(path, list(spec.levels), episodes=spec.episodes, greedy=spec.greedy, seed=seed)
-    snapshot.atomic_write_bytes(path / EVALUATION, json.dumps(evaluation).encode())
-    metrics = trial_metrics(evaluation, load_run(path)["records"])
+            resumed_from=checkpoints[-1].name if checkpoints else None)
+    reports = TuneReports(RunDir(path))
+    budgets, recorded = spec.budgets or (None,), log.budgets()
+    metrics: dict[str, float] = {}
+    for i, budget in enumerate(budgets):
+        earlier = budget if i < len(budgets) - 1 else None
+        if earlier is not None and earlier in recorded:
+            metrics.update(recorded[earlier])
+            continue
+        _train_to(spec, arm, seed, path, budget, reports)
+        reached = _evaluate(spec, seed, path, earlier)
+        metrics.update(reached)
+        if earlier is not None:
+            log.add("budget", budget=earlier, metrics=reached)
+            reports.report(reached)
     log.add("done", metrics=metrics)
     reports.report(metrics)
     return metrics
