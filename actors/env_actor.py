@@ -11,6 +11,9 @@ Never stalls on the learner or the level service in steady state:
   changed.
 - level seeds come from a local buffer refilled asynchronously from the level service
   (`SeedPrefetcher`), so an episode end never waits on a remote call.
+- the actor scores its finished episodes itself (`actors.episode_scorer`, with its own network) and sends their
+  results to the level service after each submit, without waiting: a reply is collected before the next send,
+  and a refused or lost one is counted (`level_service_errors`).
 """
 
 from __future__ import annotations
@@ -128,6 +131,7 @@ class EnvActor:
         import torch
 
         from levelray.actors.envs import make_env_vector
+        from levelray.actors.episode_scorer import EpisodeScorer
         from levelray.actors.rollout import RolloutWorker
 
         torch.set_num_threads(1)  # one actor per core: a second thread lost 7% of the main job's env steps/s
@@ -148,7 +152,11 @@ class EnvActor:
             env_id_offset=actor_id * K,
             seed=seed,
             level_draws=self.prefetcher,
+            scorer=EpisodeScorer.for_run(cfg) if self.prefetcher is not None else None,
         )
+        self.level_service = level_service
+        self._report = None  # the level service's reply to the last episode results sent
+        self.episodes_reported = 0
         self.unrolls_per_submit = cfg.actors.unrolls_per_submit
         self._stop = threading.Event()
         self.unrolls_sent = 0
@@ -192,6 +200,7 @@ class EnvActor:
                     self._apply_receipt(ray.get(in_flight))  # backpressure: wait for the previous receipt
                 in_flight = self.learner.submit_batch.remote(unrolls)
                 self.unrolls_sent += n
+                self._report_episodes()
             if in_flight is not None:
                 self._apply_receipt(ray.get(in_flight))
         except (ray.exceptions.RayActorError, ray.exceptions.ObjectLostError):
@@ -199,6 +208,26 @@ class EnvActor:
             while not self._stop.wait(0.5):
                 pass
         return self.unrolls_sent
+
+    def _report_episodes(self) -> None:
+        """Send the episodes scored since the last call to the level service; never waits for the reply."""
+        if self.worker.scorer is None:
+            return
+        import ray
+
+        if self._report is not None:
+            ready, _ = ray.wait([self._report], timeout=0)
+            if ready:
+                try:
+                    ray.get(self._report)
+                except ray.exceptions.RayError as exc:  # refused (bad input) or the service is restarting
+                    self.prefetcher.service_errors += 1
+                    self.prefetcher.last_error = type(exc).__name__
+                self._report = None
+        results = self.worker.scorer.take()
+        if results is not None:
+            self._report = self.level_service.report_episodes.remote(results)
+            self.episodes_reported += len(results)
 
     def stop(self) -> None:
         self._stop.set()

@@ -10,6 +10,7 @@ import numpy as np
 import torch
 
 from levelray.actors.env_vector import EnvVector, LevelDraws
+from levelray.actors.episode_scorer import EpisodeScorer
 from levelray.contracts.config import LearnerConfig
 from levelray.contracts.spec import EnvSpec
 from levelray.policy import distributions
@@ -39,14 +40,17 @@ class RolloutWorker:
         env_id_offset: int = 0,
         seed: int = 0,
         level_draws: LevelDraws | None = None,
+        scorer: EpisodeScorer | None = None,
     ):
         """`level_draws`: the envs' level source when the level service feeds them (it knows which levels are
         replays); without one every step's `level_replayed` flag is False. `learner`: the run's learner section,
         for the network the actors run as the learner does (`model`, `hidden_sizes`, and `precision`: the torch
-        network's arithmetic here too; the NumPy MLP path is float32); None: that section's defaults."""
+        network's arithmetic here too; the NumPy MLP path is float32); None: that section's defaults. `scorer`: scores
+        each finished episode from this worker's own network (its values, or its logits), for the level service."""
         learner = learner if learner is not None else LearnerConfig()
         self.envs = envs
         self._level_draws = level_draws
+        self.scorer = scorer
         self.spec: EnvSpec = envs.spec
         self.T = unroll_length
         self.actor_id = actor_id
@@ -80,11 +84,27 @@ class RolloutWorker:
     def act(self, obs: np.ndarray, *, greedy: bool = False) -> tuple[np.ndarray, np.ndarray]:
         """Sample actions for `obs [K, ...]` (or take the most likely ones: argmax / the Gaussian mean);
         returns (actions, the action distribution's parameters `dist_params [K, P]`)."""
+        return self._choose(self._forward(obs, False)[0], greedy)
+
+    def act_and_value(self, obs: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """`act(obs)` and the network's value V(x) `[K]` of `obs` (float32; the level scores' input), from one
+        forward pass of the network."""
+        dist_params, values = self._forward(obs, True)
+        actions, dist_params = self._choose(dist_params, False)
+        return actions, dist_params, values
+
+    def _forward(self, obs: np.ndarray, with_value: bool) -> tuple[np.ndarray, np.ndarray | None]:
         if self._numpy_policy is not None:
-            dist_params = self._numpy_policy.dist_params(obs)
-        else:
-            with torch.inference_mode(), autocast(torch.device("cpu"), self._dtype):
-                dist_params = self.model.dist_params(torch.from_numpy(obs)).float().numpy()
+            policy = self._numpy_policy
+            return policy.dist_params(obs), policy.values(obs) if with_value else None
+        with torch.inference_mode(), autocast(torch.device("cpu"), self._dtype):
+            x = torch.from_numpy(obs)
+            if not with_value:
+                return self.model.dist_params(x).float().numpy(), None
+            dist_params, values = self.model(x)
+            return dist_params.float().numpy(), values.float().numpy()
+
+    def _choose(self, dist_params: np.ndarray, greedy: bool) -> tuple[np.ndarray, np.ndarray]:
         if greedy:
             if self.spec.discrete:
                 return np.argmax(dist_params, axis=1).astype(np.int64), dist_params
@@ -108,10 +128,17 @@ class RolloutWorker:
         replayed = np.zeros((T, K), dtype=bool)
         final_obs, final_index = [], []
         ep_returns, ep_lengths, ep_seeds = [], [], []
+        scorer = self.scorer
+        values = np.empty((T, K), dtype=np.float32) if scorer is not None and scorer.needs_values else None
+        success = np.zeros((T, K), dtype=bool)
+        ended_return = np.zeros((T, K), dtype=np.float64)
         version = self.policy_version
         for t in range(T):
             obs[t] = self._obs
-            actions[t], dist_params[t] = self.act(self._obs)
+            if values is None:
+                actions[t], dist_params[t] = self.act(self._obs)
+            else:
+                actions[t], dist_params[t], values[t] = self.act_and_value(self._obs)
             if self._level_draws is not None:  # read before the step: an env that ends in it draws its next level
                 replayed[t] = self._level_draws.replayed
             step = self.envs.step(actions[t])
@@ -128,6 +155,9 @@ class RolloutWorker:
             self._ep_length += 1
             ended = np.flatnonzero(step.terminated | step.truncated)
             if len(ended):
+                ended_return[t, ended] = self._ep_return[ended]
+                for k, solved in step.success.items():
+                    success[t, k] = solved
                 ep_returns.extend(self._ep_return[ended].tolist())
                 ep_lengths.extend(self._ep_length[ended].tolist())
                 ep_seeds.extend(step.level_seeds[ended].tolist())
@@ -137,7 +167,7 @@ class RolloutWorker:
         obs[T] = self._obs
         self.env_steps += T * K
         self.episodes += len(ep_returns)
-        return {
+        unroll = {
             "obs": obs,
             "actions": actions,
             "rewards": rewards,
@@ -155,3 +185,6 @@ class RolloutWorker:
             "episode_lengths": np.asarray(ep_lengths, dtype=np.int64),
             "episode_seeds": np.asarray(ep_seeds, dtype=np.int64),
         }
+        if scorer is not None:
+            scorer.add({**unroll, "episode_success": success, "episode_return": ended_return}, values)
+        return unroll

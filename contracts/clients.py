@@ -1,9 +1,9 @@
-"""What the learner asks of the level and replay services, as typed protocols.
+"""What the learner asks of the replay service, as a typed protocol.
 
-The learner is written against these, never against a transport: in process it is handed the services'
-cores (`LevelServiceCore`, `ReplayServiceCore`), on Ray an adapter over the actor handle
-(`learner.service.RemoteLevels`, `RemoteReplay`). Both calls keep the one-way data flow: the learner
-tells the services what it learned; the services never call back.
+The learner is written against it, never against a transport: in process it is handed the service's core
+(`ReplayServiceCore`), on Ray an adapter over the actor handle (`learner.service.RemoteReplay`). The calls keep
+the one-way data flow: the learner tells the service what it learned; the service never calls back. The learner
+has no level client: the actors tell the level service their episodes' results themselves.
 """
 
 from __future__ import annotations
@@ -13,14 +13,7 @@ from typing import Any, Protocol, runtime_checkable
 
 import numpy as np
 
-from levelray.contracts.levels import LevelFeedback
 from levelray.contracts.trajectory import Unroll
-
-
-@runtime_checkable
-class LevelClient(Protocol):
-    def update_with_rollouts(self, feedback: LevelFeedback) -> None:
-        """PLR inputs of one learner batch (see `LevelFeedback` and `LevelSampler.update_with_rollouts`)."""
 
 
 @runtime_checkable

@@ -237,6 +237,11 @@ class LevelConfig(_Section):
         metadata=_flag("--level-drop-unsolvable", "drop the children of levels.editor whose goal cannot be reached "
                                                   "(kept by default, as DCD and JaxUED keep them)"),
     )
+    gae_lambda: float = field(
+        default=0.95,
+        metadata=_flag("--level-gae-lambda", "GAE lambda of the level scores the actors compute (gae, value_l1, "
+                                             "positive_value_loss)", min=0.0, max=1.0),
+    )
 
 
 @dataclass(frozen=True)

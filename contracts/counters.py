@@ -49,6 +49,7 @@ class LearnerCounters(TypedDict):
     # of those, episodes on a level the level service replayed (Robust PLR trains on these)
     episodes_replayed: Annotated[int, Tally(SUM)]
     unrolls_received: Annotated[int, Tally(SUM)]
+    learner_samples_received: Annotated[int, Tally(SUM)]  # env steps in the unrolls that reached the learner
     learner_version: Annotated[int, Tally(SAME)]  # updates of the model (kept by `Learner.version`)
     samples_trained: Annotated[int, Tally(SAME)]  # kept by `Learner.samples_trained`
     nonfinite_updates: Annotated[int, Tally(SAME)]  # updates skipped for a NaN/Inf loss or gradient

@@ -79,3 +79,26 @@ class LevelFeedback:
     logits: np.ndarray | None = None
     rewards: np.ndarray | None = None
     values: np.ndarray | None = None
+
+
+@dataclass(frozen=True)
+class EpisodeResults:
+    """What an actor tells the level service: its finished episodes (`E` of them), in the order they ended.
+
+    levels   [E] int64   the level each episode played
+    scores   [E] float   its score by the run's strategy, from the acting network's outputs (finite)
+    lengths  [E] int64   its steps (>= 1)
+    returns  [E] float   its return
+    solved   [E] bool    it reached its goal (where the env says so; False elsewhere)
+
+    The level service validates every field before it changes anything.
+    """
+
+    levels: np.ndarray
+    scores: np.ndarray
+    lengths: np.ndarray
+    returns: np.ndarray
+    solved: np.ndarray
+
+    def __len__(self) -> int:
+        return len(self.levels)

@@ -1,12 +1,11 @@
 """The learner's train step and its bookkeeping, written once for both transports.
 
-`LearnerCore.train(fresh)` is everything one update does: mix replayed unrolls into the batch, sample the
-model loss's sequences from replay (`model_loss.loss muzero`; both through `ReplayFeed`), take a V-trace
-(+ model) gradient step, write the new priorities back to replay and send the batch's PLR inputs
-(`LevelFeedback`) to the level service. `accept(unroll)`
-counts what arrives (env steps, episodes, policy lag) and drops an unroll too stale to learn from. The Ray
-learner actor (`learner.service`) wraps it in a queue and a training thread; the inline backend calls it
-directly. Neither adds maths of its own.
+`LearnerCore.train(fresh)` is everything one update does: mix replayed unrolls into the batch, sample the model
+loss's sequences from replay (`model_loss.loss muzero`; both through `ReplayFeed`), take a V-trace (+ model)
+gradient step and write the new priorities back to replay. The learner never talks to the level service: the actors
+score their episodes and tell it (`actors.episode_scorer`). `accept(unroll)` counts what arrives (env steps,
+episodes, policy lag) and drops an unroll too stale to learn from. The Ray learner actor (`learner.service`) wraps
+it in a queue and a training thread; the inline backend calls it directly. Neither adds maths of its own.
 
 The counters are one record (`contracts.counters.LearnerCounters`): `stats()`, a checkpoint and a resume read it
 whole. Thread safety: counters and `stats()` are guarded by one lock, so a driver thread may read them while a
@@ -22,7 +21,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from levelray.contracts.clients import LevelClient, ReplayClient
+from levelray.contracts.clients import ReplayClient
 from levelray.contracts.config import RunConfig
 from levelray.contracts.counters import (
     BY_REASON,
@@ -39,7 +38,6 @@ from levelray.contracts.status import LearnerCoreStats
 from levelray.contracts.trajectory import Unroll
 from levelray.learner.auxiliary import load_all
 from levelray.learner.learner import Learner, NonFiniteUpdate
-from levelray.learner.level_feedback import level_feedback
 from levelray.learner.model_loss import model_losses
 from levelray.learner.replay_feed import ReplayFeed
 
@@ -58,7 +56,6 @@ class LearnerCore:
         cfg: RunConfig,
         spec: EnvSpec,
         *,
-        levels: LevelClient | None = None,
         replay: ReplayClient | None = None,
     ):
         self.cfg = cfg
@@ -66,7 +63,6 @@ class LearnerCore:
         # the model loss, then the losses `learner.auxiliary_losses` names, imported in this process
         auxiliary = [*model_losses(cfg.model_loss), *load_all(cfg.learner.auxiliary_losses or [])]
         self.learner = Learner(spec, cfg.learner, seed=cfg.seed, auxiliary=auxiliary)
-        self.levels = levels
         sequences = next((aux.sampler for aux in self.learner.auxiliary if aux.sampler is not None), None)
         model_priorities = cfg.model_loss.loss != "none" and cfg.model_loss.priority == "model"
         self.replay_feed = ReplayFeed(cfg.replay, cfg.learner.batch_size, replay, sequences=sequences,
@@ -129,6 +125,7 @@ class LearnerCore:
             counters = self.counters
             counters["unrolls_received"] += 1
             counters["env_steps"] += int(unroll["rewards"].size)
+            counters["learner_samples_received"] += int(unroll["rewards"].size)
             returns = unroll.get("episode_returns")
             if returns is not None and len(returns):
                 counters["episodes"] += len(returns)
@@ -155,7 +152,7 @@ class LearnerCore:
     # -- the train step --------------------------------------------------------------------------
     def train(self, fresh: list[Unroll]) -> dict[str, float]:
         """One update on `fresh` (`num_fresh` unrolls) plus replayed ones; returns the loss metrics ({} for a
-        skipped non-finite update: no priorities or level scores from it, they would be NaN too)."""
+        skipped non-finite update: no priorities from it, they would be NaN too)."""
         batch = self.replay_feed.batch(fresh)
         model_batch = self.replay_feed.model_batch(self.learner.version)
         lr = self.learning_rate(self._job_env_steps())
@@ -173,9 +170,6 @@ class LearnerCore:
         if self.replay_feed.sequences is not None and model_batch is None:
             metrics["model_batch_missing"] = 1.0
         self.replay_feed.after_update(batch, result.outputs, model_batch, self.learner.version)
-        if self.levels is not None:
-            for feedback in level_feedback(self.cfg.levels.strategy, batch, result.outputs):
-                self.levels.update_with_rollouts(feedback)
         with self.lock:
             self.last_metrics = metrics
         return metrics

@@ -9,8 +9,9 @@
 - the training thread takes `batch_size - replayed` fresh unrolls (`LearnerCore.accept` drops those
   older than `max_policy_lag` versions), trains, and publishes the new weights once with `ray.put`
   (one object per version, shared by every actor).
-- the update itself is `LearnerCore.train`, the same call the inline backend makes; the level and
-  replay services are reached through `RemoteLevels` / `RemoteReplay` (fire-and-forget writes).
+- the update itself is `LearnerCore.train`, the same call the inline backend makes; the replay service is
+  reached through `RemoteReplay` (fire-and-forget writes). The learner never talks to the level service: the
+  actors score their episodes and tell it themselves (`actors.episode_scorer`).
 """
 
 from __future__ import annotations
@@ -23,11 +24,10 @@ import time
 import traceback
 
 from levelray.contracts.config import LearnerConfig, RunConfig
-from levelray.contracts.levels import LevelFeedback, training_range
+from levelray.contracts.levels import training_range
 from levelray.contracts.spec import EnvSpec
 from levelray.contracts.trajectory import TrajectoryError, Unroll, validate_unroll
 from levelray.learner.core import LearnerCore, TrainingDiverged
-from levelray.learner.level_feedback import merge_in_time
 
 log = logging.getLogger(__name__)
 
@@ -106,63 +106,6 @@ class RemoteReplay:
         self.writes.add("update_priorities", self.handle.update_priorities.remote(ids, priorities))
 
 
-class RemoteLevels:
-    """`LevelClient` over the level service's Ray actor. Updates are not waited for (the learner must not stall on
-    PLR bookkeeping), but a refused one is logged and counted when its reply arrives.
-
-    Feedback is queued by the training thread and sent by a thread of its own every `SEND_INTERVAL_S`: a fast
-    learner makes tens of updates a second, and each Ray call costs the service (one process, sharing the
-    machine's cores) about a millisecond of CPU whatever it carries (measured on the 2-core machine), more than
-    scoring the batch. Scores reaching PLR half a second later change nothing (actors prefetch levels about a
-    second ahead); the batches keep their order, and each env column's steps from all of them travel as one
-    series (`level_feedback.merge_in_time`). On the training thread, the one a learner-bound run's env steps/s
-    wait for, merging and the call's serialisation were ~2% of a CartPole learner's samples (py-spy); the
-    sender can run them while that thread is in a backward pass (which releases the GIL) or waiting for unrolls.
-    Sends are serialised (`_send_lock`), so they reach the service in the order the feedback was queued."""
-
-    SEND_INTERVAL_S = 0.5
-
-    def __init__(self, handle):
-        self.handle = handle
-        self.writes = PendingWrites("level service")
-        self._queued: list[LevelFeedback] = []
-        self._queue_lock = threading.Lock()
-        self._send_lock = threading.Lock()
-        self._closed = threading.Event()
-        self._sender = threading.Thread(target=self._send_loop, name="level-feedback", daemon=True)
-        self._sender.start()
-
-    @property
-    def failures(self) -> int:
-        self.writes.collect()
-        return sum(self.writes.failures.values())
-
-    def update_with_rollouts(self, feedback: LevelFeedback) -> None:
-        with self._queue_lock:
-            self._queued.append(feedback)
-
-    def flush(self) -> None:
-        """Send what is queued now (also before a checkpoint, so the service's state holds every score)."""
-        with self._send_lock:
-            with self._queue_lock:
-                queued, self._queued = self._queued, []
-            if queued:
-                self.writes.add("score update", self.handle.update_with_rollouts_batch.remote(merge_in_time(queued)))
-
-    def close(self) -> None:
-        """Stop the sender after sending what is queued."""
-        self._closed.set()
-        self._sender.join(timeout=10)
-        self.flush()
-
-    def _send_loop(self) -> None:
-        while not self._closed.wait(self.SEND_INTERVAL_S):
-            try:
-                self.flush()
-            except Exception:  # a failed send loses those scores, never the sender
-                log.exception("sending level scores failed")
-
-
 # The learner's torch threads: every core of its machine, up to 4. Ray starts the actor with OMP_NUM_THREADS set
 # to its 1 reserved CPU, which would leave torch one thread. Measured on the 2-core machine, README's main job (2
 # env actors of 1 thread each, learner-bound) ran at 708 and 737 env steps/s with the learner on 1 thread, 1,071,
@@ -190,13 +133,13 @@ def inbound_queue_size(learner: LearnerConfig, batch_unrolls: int) -> int:
 
 class LearnerService:
     """`cfg` and `spec` are the job's `RunConfig` and `EnvSpec` objects (Ray pickles the frozen dataclasses);
-    `level_service` / `replay_service` are actor handles (None: that service is off).
+    `replay_service` is an actor handle (None: that service is off).
 
     One of `world_size` learners (`learner.num_learners`) as `rank`: with more than one, training starts once
     the driver has made them a process group (`group_address` on rank 0, then `join_group` on every rank):
     each rank trains on the unrolls its own actors send it, and `DataParallel` keeps the model one."""
 
-    def __init__(self, cfg: RunConfig, spec: EnvSpec, level_service=None, replay_service=None,
+    def __init__(self, cfg: RunConfig, spec: EnvSpec, replay_service=None,
                  resume_state: dict | None = None, *, rank: int = 0, world_size: int = 1):
         import ray
         import torch
@@ -205,9 +148,8 @@ class LearnerService:
         self.cfg = cfg
         self.spec = spec
         torch.set_num_threads(learner_threads())
-        self.levels = RemoteLevels(level_service) if level_service is not None else None
         self.replay = RemoteReplay(replay_service) if replay_service is not None else None
-        self.core = LearnerCore(self.cfg, self.spec, levels=self.levels, replay=self.replay)
+        self.core = LearnerCore(self.cfg, self.spec, replay=self.replay)
         self.level_range = training_range(self.cfg.env)
         self.queue: queue.Queue = queue.Queue(maxsize=inbound_queue_size(self.cfg.learner, self.core.num_fresh))
         self.publish_lock = threading.Lock()  # the published weights
@@ -321,7 +263,6 @@ class LearnerService:
             "queue_depth": self.queue.qsize(),
             "node": self._ray.get_runtime_context().get_node_id(),
             "rank": self.rank,
-            "level_update_errors": self.levels.failures if self.levels is not None else 0,
             "replay_failures": self.replay.failures if self.replay is not None else 0,
             "replay_write_failures": self.replay.write_failures if self.replay is not None else {},
             "error": self.error,
@@ -329,18 +270,14 @@ class LearnerService:
         }
 
     def state(self) -> dict:
-        """Learner state and counters for a checkpoint (taken between updates; queued level scores sent first)."""
+        """Learner state and counters for a checkpoint (taken between updates)."""
         with self.update_lock:
-            if self.levels is not None:
-                self.levels.flush()
             return self.core.state_dict()
 
     def stop(self) -> None:
         self._stop.set()
         if self._thread.is_alive():
             self._thread.join(timeout=30)
-        if self.levels is not None:
-            self.levels.close()
 
 
 def learner_actor_class(num_gpus: float, resources: dict[str, float] | None = None):

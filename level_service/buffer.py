@@ -46,12 +46,12 @@ from typing import Any
 import numpy as np
 
 from levelray.contracts.config import LevelConfig
-from levelray.contracts.levels import MAX_SEED, LevelFeedback
+from levelray.contracts.levels import MAX_SEED, EpisodeResults, LevelFeedback
 from levelray.contracts.rng import make_rng
 from levelray.contracts.validate import level_buffer_problems
 from levelray.level_service import episodes
 from levelray.level_service.buffer_state import BUFFER_STATE_VERSION, read_buffer_state
-from levelray.level_service.checks import check_real, checked_config
+from levelray.level_service.checks import check_real, checked_config, episode_columns
 from levelray.level_service.editor import MazeEditor
 from levelray.level_service.sampler_state import config_state, pending_state
 from levelray.level_service.scores import step_scores
@@ -296,6 +296,18 @@ class LevelBuffer:
         self._counts["num_update_calls"] += 1
         self._commit_all(seg.levels[chrono].tolist(), (seg.sums[chrono] / seg.lengths[chrono]).tolist())
         self._counts["num_episodes"] += int(chrono.size)
+
+    def update_with_episodes(self, results: EpisodeResults) -> None:
+        """Commit finished episodes scored where they were played (`EpisodeResults`, in the order they ended) by the
+        buffer's rule. Every field, and every level id, is checked before anything changes."""
+        levels, scores = episode_columns(results)
+        unknown = self._unknown_ids(levels)
+        if unknown.any():
+            raise ValueError(f"levels holds level id {int(levels[unknown][0])}, outside the level space "
+                             f"[{self.start_level}, {MAX_SEED}){self._edited_note()}")
+        self._counts["num_update_calls"] += 1
+        self._commit_all(levels.tolist(), scores.tolist())
+        self._counts["num_episodes"] += int(levels.size)
 
     def _unknown_ids(self, ids: np.ndarray) -> np.ndarray:
         """`[...] bool`: the level ids of `ids` that are neither a seed of the space nor an edited level held."""

@@ -13,6 +13,7 @@ from typing import Any
 import numpy as np
 
 from levelray.contracts.config import LevelConfig
+from levelray.contracts.levels import EpisodeResults
 from levelray.contracts.validate import leaf_problems
 
 INT64_MAX = np.iinfo(np.int64).max
@@ -68,3 +69,23 @@ def checked_config(config: LevelConfig) -> LevelConfig:
     if found:
         raise ValueError(found[0].message)
     return config
+
+
+def episode_columns(results: Any) -> tuple[np.ndarray, np.ndarray]:
+    """`(levels [E] int64, scores [E] float64)` of `contracts.levels.EpisodeResults`, every field checked (shapes
+    alike, scores and returns finite, lengths >= 1, solved booleans); ValueError naming the first bad field."""
+    if not isinstance(results, EpisodeResults):
+        raise ValueError(f"results must be a contracts.levels.EpisodeResults, got {type(results).__name__}")
+    levels = as_int_array("levels", results.levels, 1)
+    shape = levels.shape
+    scores = as_float_array("scores", results.scores, shape)
+    as_float_array("returns", results.returns, shape)
+    lengths = as_int_array("lengths", results.lengths, 1)
+    if lengths.shape != shape:
+        raise ValueError(f"lengths must have shape {shape} like levels, got {lengths.shape}")
+    if lengths.size and int(lengths.min()) < 1:
+        raise ValueError(f"lengths must be >= 1 (steps of a finished episode), got {int(lengths.min())}")
+    solved = np.asarray(results.solved)
+    if solved.shape != shape or (solved.size and solved.dtype != bool):
+        raise ValueError(f"solved must be a boolean array of shape {shape}, got {solved.dtype} {solved.shape}")
+    return levels, scores

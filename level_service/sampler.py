@@ -69,10 +69,17 @@ from typing import Any
 import numpy as np
 
 from levelray.contracts.config import LevelConfig
-from levelray.contracts.levels import SCHEDULES, STRATEGIES, TRANSFORMS, UNSCORED_STRATEGIES, LevelFeedback
+from levelray.contracts.levels import (
+    SCHEDULES,
+    STRATEGIES,
+    TRANSFORMS,
+    UNSCORED_STRATEGIES,
+    EpisodeResults,
+    LevelFeedback,
+)
 from levelray.contracts.rng import make_rng
 from levelray.level_service import episodes
-from levelray.level_service.checks import as_int_array, check_real, checked_config
+from levelray.level_service.checks import as_int_array, check_real, checked_config, episode_columns
 from levelray.level_service.sampler_state import STATE_VERSION, config_state, pending_state, read_state
 from levelray.level_service.scores import step_scores
 from levelray.level_service.staleness import StalenessTree
@@ -348,6 +355,17 @@ class LevelSampler:
         self._num_dropped_fragments += dropped
         self._num_update_calls += 1
         self._apply_commit(uniq, new_scores, int(chrono.size))
+
+    def update_with_episodes(self, results: EpisodeResults) -> None:
+        """Commit finished episodes scored where they were played (`EpisodeResults`, in the order they ended):
+        each folds into its level's score by the EWA. Every field is checked before anything changes."""
+        levels, scores = episode_columns(results)
+        idx = self._seed_indices("levels", levels)
+        self._num_update_calls += 1
+        if self.config.strategy in UNSCORED_STRATEGIES:
+            return
+        uniq, new_scores = ewa_update(self._scores, idx, scores, self.config.alpha)
+        self._apply_commit(uniq, new_scores, int(idx.size))
 
     def _apply_commit(self, uniq: np.ndarray, new_scores: np.ndarray, num_episodes: int) -> None:
         if uniq.size == 0:

@@ -41,7 +41,7 @@ import numpy as np
 
 from levelray.contracts import snapshot
 from levelray.contracts.config import EnvConfig, LevelConfig
-from levelray.contracts.levels import LevelFeedback
+from levelray.contracts.levels import EpisodeResults, LevelFeedback
 from levelray.contracts.maze import EDITED_ID_BASE, MazeLevel, level_for_id
 from levelray.level_service.maze_stats import MazeComplexity
 from levelray.level_service.spaces import (
@@ -168,6 +168,15 @@ class LevelServiceCore:
     def sample_seeds(self, n: int) -> list[int]:
         """The seeds of `sample_levels(n)`, for tools that do not need the replay flags."""
         return self.sample_levels(n)[0]
+
+    def report_episodes(self, results: EpisodeResults) -> None:
+        """An actor's finished episodes, each scored where it was played (`EpisodeResults`); see the samplers'
+        `update_with_episodes`. Bad input raises ValueError naming the field, and nothing changes."""
+        try:
+            self._sampler.update_with_episodes(results)
+            self._num_update_calls += 1
+        finally:
+            self._maybe_snapshot()
 
     def update_with_rollouts(self, feedback: LevelFeedback) -> None:
         """Batched scores from the learner; see `LevelSampler.update_with_rollouts`."""

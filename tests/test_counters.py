@@ -13,7 +13,8 @@ from levelray.learner.core import LearnerCore, monotone_counters
 from tests.test_learner import VEC, make_batch
 
 # A checkpoint's counters as `meta.json` holds them: these key names are the on-disk format.
-SAVED = {"env_steps": 1200, "episodes": 30, "episodes_replayed": 4, "unrolls_received": 100, "learner_version": 9,
+SAVED = {"env_steps": 1200, "episodes": 30, "episodes_replayed": 4, "unrolls_received": 100,
+         "learner_samples_received": 1200, "learner_version": 9,
          "samples_trained": 900, "nonfinite_updates": 1, "dropped": {"policy_lag": 2}, "replay_updates": 7}
 
 
@@ -44,6 +45,7 @@ def test_stats_and_checkpoint_carry_every_counter_under_its_name():
     counters = core.state_dict()["counters"]
     assert list(counters) == list(TALLIES)
     assert counters == {"env_steps": 36, "episodes": 1, "episodes_replayed": 1, "unrolls_received": 3,
+                        "learner_samples_received": 36,
                         "learner_version": 1, "samples_trained": core.learner.samples_trained, "nonfinite_updates": 0,
                         "dropped": {"policy_lag": 1, "malformed": 1}, "replay_updates": core.replay_feed.updates}
     assert counters["samples_trained"] > 0

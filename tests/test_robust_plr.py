@@ -103,7 +103,7 @@ def _core(tmp_path, robust: bool = True, popart: bool = True) -> tuple[LearnerCo
         "levels.buffer_size": 8, "learner.value_normalization": popart, "learner.discount": GAMMA,
         "run_dir": str(tmp_path)})
     levels = LevelServiceCore(None, dataclasses.replace(cfg.levels, snapshot_interval_s=60.0), start_level=0)
-    return LearnerCore(cfg, VEC, levels=levels), levels
+    return LearnerCore(cfg, VEC), levels
 
 
 def assert_same_state(a, b) -> None:
@@ -130,7 +130,7 @@ def _unroll(batch: dict, k: slice) -> dict:
     return u
 
 
-def test_a_batch_of_new_levels_changes_nothing_but_the_level_scores(tmp_path):
+def test_a_batch_of_new_levels_changes_nothing_on_the_learner_and_never_reaches_the_level_service(tmp_path):
     core, levels = _core(tmp_path)
     rng = np.random.default_rng(1)
     warm = make_batch(rng, replayed=np.ones((6, 4), dtype=bool))  # one real update: Adam and PopArt have state
@@ -145,7 +145,7 @@ def test_a_batch_of_new_levels_changes_nothing_but_the_level_scores(tmp_path):
     assert metrics["trained_steps"] == 0
     assert_same_state(core.learner.state_dict(), before)  # weights, Adam's moments, PopArt, version, samples
     assert core.stats()["learner_version"] == 1 and core.stats()["samples_trained"] == 24
-    assert levels.stats()["num_episodes"] == episodes_scored + 4  # the new levels' episodes were scored
+    assert levels.stats()["num_episodes"] == episodes_scored  # the actors score episodes, never the learner
     assert core.stats()["episodes"] == 4 and core.stats()["episodes_replayed"] == 0
 
 

@@ -112,6 +112,7 @@ def build_record(snap: StatusSnapshot, *, steps_per_second: float, elapsed_s: fl
         "episode_length_mean": ls["episode_length_mean"],
         "learner_version": ls["learner_version"],
         "samples_trained": ls["samples_trained"],
+        "learner_samples_received": ls.get("learner_samples_received", 0),
         "levels_replay_fraction": replay_fraction,
         "policy_lag_mean": ls["policy_lag_mean"],
         "queue_depth": ls["queue_depth"],

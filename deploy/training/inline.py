@@ -1,9 +1,10 @@
 """`levelray train --backend inline`: the whole system in one process, synchronously.
 
-For a GPU box without Ray, for debugging, and for machines that cannot install Ray. The same config,
-services, learner train step (`LearnerCore`) and rollout code as the Ray backend; only the transport
-differs: actors are `RolloutWorker`s stepped in turn, the level and replay services are their cores
-called directly. `deploy.training.driver.run` drives it like any other backend.
+For a GPU box without Ray, for debugging, and for machines that cannot install Ray. The same config, services,
+learner train step (`LearnerCore`) and rollout code as the Ray backend; only the transport differs: actors are
+`RolloutWorker`s stepped in turn, the level and replay services are their cores called directly (each worker's
+episode results go to the level service after each of its unrolls). `deploy.training.driver.run` drives it like any
+other backend.
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ from typing import TYPE_CHECKING, Any
 
 from levelray.actors.env_vector import LevelDraws
 from levelray.actors.envs import env_spec, make_env_vector
+from levelray.actors.episode_scorer import EpisodeScorer
 from levelray.actors.rollout import RolloutWorker
 from levelray.contracts.config import RunConfig, uses_level_service, uses_replay
 from levelray.contracts.status import StatusSnapshot
@@ -49,7 +51,7 @@ class InlineBackend:
         self.replay = make_replay(cfg) if uses_replay(cfg) else None
         if self.replay is not None and resume_state.get("replay") is not None:
             self.replay.load_state_dict(resume_state["replay"])
-        self.core = LearnerCore(cfg, self.spec, levels=self.levels, replay=self.replay)
+        self.core = LearnerCore(cfg, self.spec, replay=self.replay)
         if resume_state.get("learner") is not None:
             self.core.load_state_dict(resume_state["learner"])
         K = cfg.actors.envs_per_actor
@@ -64,6 +66,7 @@ class InlineBackend:
                 env_id_offset=i * K,
                 seed=cfg.seed * 1000 + i,
                 level_draws=draws,
+                scorer=EpisodeScorer.for_run(cfg) if self.levels is not None else None,
             ))
         self._broadcast()
         self._next_worker = 0
@@ -80,6 +83,9 @@ class InlineBackend:
             worker = self.workers[self._next_worker]
             self._next_worker = (self._next_worker + 1) % len(self.workers)
             unroll = worker.unroll()
+            results = worker.scorer.take() if worker.scorer is not None else None
+            if results is not None:
+                self.levels.report_episodes(results)
             if self.core.accept(unroll):
                 fresh.append(unroll)
         metrics = self.core.train(fresh)

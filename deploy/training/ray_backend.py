@@ -1,11 +1,12 @@
 """`levelray train` on Ray: the job's actors, and the backend the driver loop watches them through.
 
 Without `--address` it starts an embedded local Ray; with one (`auto` or HOST:PORT) it joins that
-cluster. It creates, in this order (data flows one way: actors -> learner -> services):
+cluster. It creates, in this order (data flows one way: actors -> level service, actors -> learner -> replay):
 
-    level service (PLR)  <- scores ---------  learner (GPU if the cluster has one)
-    replay service (PER) <- unrolls/prios --     ^ unrolls         | weights by version
-    supervisor (named) -- owns --> env actors ---+  <--------------+ (object store)
+    level service (PLR)  <- episode results --------------------+
+    replay service (PER) <- unrolls/prios --  learner (GPU if the cluster has one)
+                                                 ^ unrolls         | weights by version
+    supervisor (named) -- owns --> env actors ---+-----------------+ (object store)
 
 The actors train on their own; `deploy.training.driver.run` polls them every report interval (records,
 Prometheus, checkpoints, held-out evaluation, stop conditions) through the `Backend` methods here.
@@ -162,7 +163,7 @@ class RayJob:
         rank that cannot be placed fails the job here, not in a hang)."""
         n = self.cfg.learner.num_learners
         cls = learner_service.learner_actor_class(learner_gpus(self.cfg), ray_resources(self.cfg.learner.resources))
-        learners = [cls.remote(self.cfg, self.spec, self.level_service, self.replay_service,
+        learners = [cls.remote(self.cfg, self.spec, self.replay_service,
                                _rank_state(learner_state, rank), rank=rank, world_size=n) for rank in range(n)]
         if n > 1:
             host, port = ray.get(learners[0].group_address.remote(), timeout=LEARNER_START_TIMEOUT_S)
