@@ -225,7 +225,7 @@ def test_a_maze_env_plays_a_level_it_only_has_as_data():
     try:
         vec.reset()
         assert vec.current_levels().tolist() == [EDITED_ID_BASE + 5]
-        assert vec.envs[0].unwrapped.level == level
+        assert vec.levels[0] == level
     finally:
         vec.close()
 
