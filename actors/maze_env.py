@@ -128,17 +128,14 @@ class MazeVector(EnvVector):
         return obs
 
     def step(self, actions: np.ndarray) -> StepResult:
-        actions = np.asarray(actions)
-        if actions.shape != (self.num_envs,) or actions.dtype.kind not in "iu":
-            raise ValueError(f"{self.env_id}: actions must be [{self.num_envs}] integers in 0..{NUM_ACTIONS - 1}, "
-                             f"got {actions.dtype} {actions.shape}")
+        actions = self._check_actions(actions)
         played = self._level_ids.copy()
         K, s = self.num_envs, self._step
         obs = np.empty((K, *self.spec.obs_shape), dtype=np.uint8)
         rewards = np.empty(K, dtype=np.float32)
         terminated = np.empty(K, dtype=bool)
         truncated = np.empty(K, dtype=bool)
-        ended = s.step(actions.astype(np.int64, copy=False), self.cells, self.state, self.max_steps, obs, rewards,
+        ended = s.step(actions, self.cells, self.state, self.max_steps, obs, rewards,
                        terminated, truncated)
         if ended < 0:
             k = -1 - ended
@@ -154,6 +151,17 @@ class MazeVector(EnvVector):
                 self._start(k)
             self._observe(restarted, obs)
         return StepResult(obs, rewards, terminated, truncated, played, final_obs, success)
+
+    def _check_actions(self, actions: np.ndarray) -> np.ndarray:
+        """`actions [K]` as int64; whole numbers of another dtype are taken by value, as MiniGrid compares them."""
+        actions = np.asarray(actions)
+        if actions.dtype == np.int64 and actions.shape == (self.num_envs,):
+            return actions
+        as_int = actions.astype(np.int64) if actions.dtype.kind in "iuf" else None
+        if actions.shape != (self.num_envs,) or as_int is None or not np.array_equal(as_int, actions):
+            raise ValueError(f"{self.env_id}: actions must be [{self.num_envs}] whole numbers in "
+                             f"0..{NUM_ACTIONS - 1}, got {actions.dtype} {actions.shape}")
+        return as_int
 
     def current_levels(self) -> np.ndarray:
         return self._level_ids.copy()

@@ -126,6 +126,10 @@ class MazeLevel:
         if walls.dtype != bool and not np.isin(walls, (0, 1)).all():
             raise ValueError("MazeLevel.walls must hold only 0/1 (False/True) values")
         walls = walls.astype(bool)
+        free = walls.size - int(walls.sum())
+        if free < 2:
+            raise ValueError(f"MazeLevel.walls must leave at least 2 free cells (the agent's and the goal's), got "
+                             f"{free} in a {self.width}x{self.height} maze")
         walls.flags.writeable = False
         object.__setattr__(self, "walls", walls)
         agent = _check_cell("agent", self.agent, self.width, self.height)
