@@ -49,13 +49,24 @@ def _view_offsets() -> np.ndarray:
     return out
 
 
+def _cell_codes() -> np.ndarray:
+    """`[4, 16] uint32`: the 4 observation bytes of a seen cell of each object index for each direction, read as
+    one uint32 (in this machine's byte order), so a view cell is written at once."""
+    out = np.zeros((4, 16, 4), dtype=np.uint8)
+    for d in range(4):
+        for kind in range(16):
+            out[d, kind] = (kind, COLOUR[kind], 0, d)
+    return out.view(np.uint32)[..., 0]
+
+
 VIEW_OFFSETS = _view_offsets()  # module constants: numba compiles them into the loops
+CELL_CODES = _cell_codes()
 
 
 @njit(cache=True, nogil=True)
 def _observe(cells, x, y, d, out, kind, seen):
-    """The view of an agent at `(x, y)` facing `d` in `cells` into `out [VIEW, VIEW, 4]` (see the module doc);
-    `kind` and `seen` `[VIEW, VIEW]`: scratch."""
+    """The view of an agent at `(x, y)` facing `d` in `cells` into `out [VIEW, VIEW] uint32` (each cell's 4 bytes,
+    see `CELL_CODES`); `kind` and `seen` `[VIEW, VIEW]`: scratch."""
     for i in range(VIEW):
         for j in range(VIEW):
             kind[i, j] = cells[y + VIEW_OFFSETS[d, i, j, 1], x + VIEW_OFFSETS[d, i, j, 0]]
@@ -79,14 +90,13 @@ def _observe(cells, x, y, d, out, kind, seen):
     kind[VIEW // 2, VIEW - 1] = EMPTY  # the agent's own cell (gen_obs_grid sets it to None: nothing carried)
     for i in range(VIEW):
         for j in range(VIEW):
-            if seen[i, j]:
-                out[i, j, 0] = kind[i, j]
-                out[i, j, 1] = COLOUR[kind[i, j]]
-            else:
-                out[i, j, 0] = 0
-                out[i, j, 1] = 0
-            out[i, j, 2] = 0
-            out[i, j, 3] = d
+            out[i, j] = CELL_CODES[d, kind[i, j] if seen[i, j] else 0]  # unseen: object 0, colour 0
+
+
+@njit(cache=True, nogil=True)
+def _cells_as_words(obs):
+    """`obs [K, VIEW, VIEW, 4] uint8` (C-contiguous) as `[K, VIEW, VIEW] uint32`, the same memory."""
+    return obs.reshape(obs.shape[0], VIEW * VIEW * 4).view(np.uint32).reshape(obs.shape[0], VIEW, VIEW)
 
 
 @njit(cache=True, nogil=True)
@@ -94,8 +104,9 @@ def observe(cells, state, envs, obs):
     """The views of envs `envs [n]` into `obs [K, VIEW, VIEW, 4]`."""
     kind = np.empty((VIEW, VIEW), dtype=np.uint8)
     seen = np.empty((VIEW, VIEW), dtype=np.bool_)
+    words = _cells_as_words(obs)
     for k in envs:
-        _observe(cells[k], state[k, X], state[k, Y], state[k, DIR], obs[k], kind, seen)
+        _observe(cells[k], state[k, X], state[k, Y], state[k, DIR], words[k], kind, seen)
 
 
 @njit(cache=True, nogil=True)
@@ -109,6 +120,7 @@ def step(actions, cells, state, max_steps, obs, rewards, terminated, truncated):
             return -1 - k
     kind = np.empty((VIEW, VIEW), dtype=np.uint8)
     seen = np.empty((VIEW, VIEW), dtype=np.bool_)
+    words = _cells_as_words(obs)
     ended = 0
     for k in range(num_envs):
         a, x, y, d = actions[k], state[k, X], state[k, Y], state[k, DIR]
@@ -133,5 +145,5 @@ def step(actions, cells, state, max_steps, obs, rewards, terminated, truncated):
         truncated[k] = steps >= max_steps and not done
         if done or truncated[k]:
             ended += 1
-        _observe(cells[k], x, y, d, obs[k], kind, seen)
+        _observe(cells[k], x, y, d, words[k], kind, seen)
     return ended
