@@ -53,7 +53,7 @@ class MazeVector(EnvVector):
                  seed: int = 0, render: bool = False):
         from levelray.actors import maze_step
 
-        self._step = maze_step
+        self._kernels = maze_step
         self.width, self.height = maze_size(env_id)
         self.blocks = parse_blocks(cfg.maze_blocks)
         self.max_steps = int(cfg.max_episode_steps or default_max_steps(self.width, self.height))
@@ -97,11 +97,11 @@ class MazeVector(EnvVector):
         ready = self._ready.get(key)
         if ready is None:
             level = self._resolve(level_id, data)
-            step, pad = self._step, self._step.PAD
-            cells = np.full(self.cells.shape[1:], step.WALL, dtype=np.uint8)
+            kernels, pad = self._kernels, self._kernels.PAD
+            cells = np.full(self.cells.shape[1:], kernels.WALL, dtype=np.uint8)
             inner = cells[pad + 1: pad + 1 + self.height, pad + 1: pad + 1 + self.width]
-            inner[:] = np.where(level.walls, step.WALL, step.EMPTY)
-            inner[level.goal[1], level.goal[0]] = step.GOAL
+            inner[:] = np.where(level.walls, kernels.WALL, kernels.EMPTY)
+            inner[level.goal[1], level.goal[0]] = kernels.GOAL
             if len(self._ready) >= LEVEL_CACHE:
                 self._ready.clear()
             ready = self._ready[key] = (level, cells)
@@ -112,13 +112,13 @@ class MazeVector(EnvVector):
         level_id = self._choose(k)
         level, cells = self._prepared(level_id)
         self.cells[k] = cells
-        pad = self._step.PAD + 1
+        pad = self._kernels.PAD + 1
         self.state[k] = (level.agent[0] + pad, level.agent[1] + pad, level.agent_dir, 0)
         self.levels[k] = level
         self._level_ids[k] = level_id
 
     def _observe(self, envs: np.ndarray, obs: np.ndarray) -> None:
-        self._step.observe(self.cells, self.state, envs, obs)
+        self._kernels.observe(self.cells, self.state, envs, obs)
 
     def reset(self) -> np.ndarray:
         for k in range(self.num_envs):
@@ -130,13 +130,13 @@ class MazeVector(EnvVector):
     def step(self, actions: np.ndarray) -> StepResult:
         actions = self._check_actions(actions)
         played = self._level_ids.copy()
-        K, s = self.num_envs, self._step
+        K = self.num_envs
         obs = np.empty((K, *self.spec.obs_shape), dtype=np.uint8)
         rewards = np.empty(K, dtype=np.float32)
         terminated = np.empty(K, dtype=bool)
         truncated = np.empty(K, dtype=bool)
-        ended = s.step(actions, self.cells, self.state, self.max_steps, obs, rewards,
-                       terminated, truncated)
+        ended = self._kernels.step(actions, self.cells, self.state, self.max_steps, obs, rewards, terminated,
+                                   truncated)
         if ended < 0:
             k = -1 - ended
             raise ValueError(f"{self.env_id}: env {k}'s action {actions[k]} is not one of MiniGrid's "
@@ -174,7 +174,7 @@ class MazeVector(EnvVector):
         if env.level is not self.levels[k]:
             env.reset(options={"level": self.levels[k]})
         x, y, direction, steps = self.state[k].tolist()
-        env.agent_pos = (x - self._step.PAD, y - self._step.PAD)
+        env.agent_pos = (x - self._kernels.PAD, y - self._kernels.PAD)
         env.agent_dir, env.step_count = direction, steps
         return rgb_frame(env.render(), self.env_id)
 
