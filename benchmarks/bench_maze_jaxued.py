@@ -4,16 +4,17 @@
         [--envs 16 64 256] [--rounds 3] [--seconds 2] [--minigrid] [--json PATH]
 
 - levelray (`maze:13x13`): `MazeVector.step` called from Python once per step, as an actor calls it, with
-  uniform random actions drawn by NumPy each step (as `benchmarks.bench_env`), episodes auto-reset onto levels
-  drawn from 200 training levels of 25 walls; the 7x7 view with MiniGrid's occlusion every step.
+  uniform random actions (drawn by NumPy 256 steps at a time, `ACTION_BLOCK`; `benchmarks.bench_env` draws them
+  each step, which costs ~4 us a step more), episodes auto-reset onto levels drawn from 200 training levels of 25
+  walls; the 7x7 view with MiniGrid's occlusion every step.
 - JaxUED (`jaxued` 0.0.1 on jax, CPU), only with `--jax-python`: a Python of a scratch environment that has
   `jax`, `jaxued` and `six` (`python3 -m venv DIR && DIR/bin/pip install jax jaxued six`; never a levelray
   dependency), run as a subprocess that answers one measurement a line. Its `Maze` at 13x13 with its 5x5 view
   (which sees through walls), `AutoReplayWrapper` (the auto-reset of JaxUED's own training rollouts), 25-wall
   levels from `make_level_generator`, random actions, `jit` + `vmap`, in two ways:
   `scan`: 256-step rollouts in one jitted `lax.scan` keeping observations, rewards and dones (how JaxUED's
-  training collects); `call`: one jitted step per Python call with NumPy actions in and arrays out (how a
-  Python actor would call it).
+  training collects); `call`: one jitted step per Python call with NumPy actions in (drawn as levelray's) and
+  arrays out (how a Python actor would call it).
 - `--minigrid`: the MiniGrid-built env the family was stepped with before (`MiniGridObs` around `MazeGridEnv`,
   one env at a time), at the first `--envs` only (it is slow).
 
@@ -38,6 +39,9 @@ from levelray.actors.envs import make_env_vector
 from levelray.contracts.config import EnvConfig
 
 ENV = EnvConfig(id="maze:13x13", num_levels=200, maze_blocks="25")
+# Random actions are drawn this many steps at a time: one `Generator.integers` call costs ~4 us here, as much as
+# 16 envs' step, and JaxUED's rollouts draw theirs inside the compiled loop.
+ACTION_BLOCK = 256
 JAX_FLAGS = "--xla_cpu_multi_thread_eigen=false intra_op_parallelism_threads=1"
 
 JAXUED_SCRIPT = r'''
@@ -97,10 +101,11 @@ def measure(K, mode, seconds):
             rng, state, out = fn(rng, state)
             jax.block_until_ready(out)
             return T * K
-        rng, state, out = fn(rng, state, actions_rng.integers(0, 7, K))
-        for x in out:
-            np.asarray(x)
-        return K
+        for actions in actions_rng.integers(0, 7, (T, K)):  # drawn T steps at a time, as levelray's
+            rng, state, out = fn(rng, state, actions)
+            for x in out:
+                np.asarray(x)
+        return T * K
 
     once()  # compiles on the first call of each (K, mode)
     n, start_time = 0, time.perf_counter()
@@ -155,13 +160,14 @@ def minigrid_vector(K: int):
 
 
 def levelray_rate(vec, seconds: float) -> float:
-    """Env steps/s of `vec.step` with NumPy's uniform random actions drawn each step."""
+    """Env steps/s of `vec.step` with uniform random actions, drawn by NumPy `ACTION_BLOCK` steps at a time."""
     rng, K = np.random.default_rng(0), vec.num_envs
     vec.step(rng.integers(0, 7, K))  # warm-up (and numba's compile or cache load)
     n, start = 0, time.perf_counter()
     while (elapsed := time.perf_counter() - start) < seconds:
-        vec.step(rng.integers(0, 7, K))
-        n += K
+        for actions in rng.integers(0, 7, (ACTION_BLOCK, K)):
+            vec.step(actions)
+        n += ACTION_BLOCK * K
     return n / elapsed
 
 
