@@ -10,7 +10,7 @@ floor and one goal, so that `actors.maze_env.MazeVector` steps exactly as the Mi
 - the view: the 7x7 cells ahead of the agent, the agent at the middle of the bottom row facing up (MiniGrid's
   slice and left rotations), cells outside the grid seen as walls, and MiniGrid's occlusion (`Grid.process_vis`:
   visibility spreads row by row away from the agent, sideways and forward, and stops at walls; tabulated per
-  row, `ROW_VISIBILITY`, which a quarter of a step's time less than running its loops); each cell is
+  row, `ROW_VISIBILITY`: a fifth of a step's time less than running its loops); each cell is
   MiniGrid's `(object, colour, state)` triple, unseen cells `(0, 0, 0)`, the agent's own cell empty, and
   channel 3 is the agent's direction.
 
