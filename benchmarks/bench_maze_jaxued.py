@@ -15,8 +15,8 @@
   `scan`: 256-step rollouts in one jitted `lax.scan` keeping observations, rewards and dones (how JaxUED's
   training collects); `call`: one jitted step per Python call with NumPy actions in (drawn as levelray's) and
   arrays out (how a Python actor would call it).
-- `--minigrid`: the MiniGrid-built env the family was stepped with before (`MiniGridObs` around `MazeGridEnv`,
-  one env at a time), at the first `--envs` only (it is slow).
+- `--minigrid`: the MiniGrid-built env (`MiniGridObs` around `MazeGridEnv`, one env at a time: the reference the
+  arrays are tested against), at the first `--envs` only (it is slow).
 
 Every (implementation, K) is measured once a round, rounds interleaved, and the median of the rounds reported.
 Run it pinned to one core (`taskset -c N`; the subprocess inherits the pin) with one XLA and BLAS thread: jax
