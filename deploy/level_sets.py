@@ -19,7 +19,8 @@ A maze run (`--env maze:<W>x<H>`) has four more (any other run refuses them, `pl
 - `maze-file:PATH`: mazes a user brings (`contracts.maze_files`): a text file of one maze in the suite's format,
   or a folder of them, each maze a level set of its own named after its file (`results.<name>`), played from
   its encoding under an id from `FILE_ID_BASE`. A file that is not a maze is refused naming its line and
-  character; a maze of another size than the run's, or a name another level set has, is refused too.
+  character; a maze of another size than the run's, or a name another level set has, is refused too. PATH
+  ends at the next comma, as every item of the list does.
 """
 
 from __future__ import annotations
