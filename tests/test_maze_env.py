@@ -1,6 +1,7 @@
-"""The maze family (`--env maze:<W>x<H>`) on real MiniGrid: the grid built from a level, moves, the goal's reward,
-level ids (seeds, suite mazes, unknown reserved ids), bad names and bad `--maze-blocks`, the maze level sets of
-`levelray evaluate`, and a short inline training run evaluated on the suite and on held-out generated levels."""
+"""The maze family (`--env maze:<W>x<H>`): the MiniGrid-built env's grid built from a level, its moves and the goal's
+reward (the arrays match it step for step: `tests/test_maze_vector.py`), level ids (seeds, suite mazes, unknown
+reserved ids), bad names and bad `--maze-blocks`, the maze level sets of `levelray evaluate`, and a short inline
+training run evaluated on the suite and on held-out generated levels."""
 
 from __future__ import annotations
 
