@@ -127,6 +127,18 @@ class LevelDraws:
             self.encodings = {i: data for i, data in self.encodings.items() if i in keep}
 
 
+class WithEncodings:
+    """A level source together with the encodings (`{id: bytes}`) of the levels among its ids that exist only as
+    data (mazes read from files): the maze family reads them as it reads `LevelDraws.encodings`."""
+
+    def __init__(self, source: LevelSource, encodings: dict[int, bytes]):
+        self.source = source
+        self.encodings = dict(encodings)
+
+    def __call__(self, env_index: int) -> int | None:
+        return self.source(env_index)
+
+
 class LevelChooser:
     """The next level of env k: `level_source(k)`, or, where there is no source or it returns None, a
     uniform draw from the config's level set (`start_level` + `[0, num_levels)`; `num_levels` 0: any seed)."""

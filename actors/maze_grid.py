@@ -1,7 +1,9 @@
 """One maze as a MiniGrid env: `MazeGridEnv` builds its grid at every reset from a `contracts.maze.MazeLevel`.
 
-Apart from `actors.maze_env` (the family) because this module imports minigrid (~1 s) at the top, to subclass
-`MiniGridEnv`; the family imports it only when it builds an env.
+The maze family (`actors.maze_env`) steps its envs as arrays (`actors.maze_step`) and uses this env for what
+only MiniGrid does, drawing a frame (`MazeVector.render`); the tests step it beside the arrays as the reference
+they must match. Apart from the family because this module imports minigrid (~1 s) at the top, to subclass
+`MiniGridEnv`; the family imports it only when it renders.
 
 The grid is `(width + 2) x (height + 2)` cells: MiniGrid's outer wall around the level's inner cells, so inner
 cell `(x, y)` is grid cell `(x + 1, y + 1)`. Walls, the goal and the agent's start cell and direction are

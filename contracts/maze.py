@@ -8,6 +8,8 @@ config, the level service and evaluation can use it without MiniGrid or Ray; the
 Level ids stay int64 and share one space:
 - `[0, MAX_SEED)`: a seed; `generate` makes the level from it (domain randomisation, as DCD's generator).
 - `[SUITE_ID_BASE, SUITE_ID_BASE + len(suite_names()))`: the hand-designed test suite, in name order.
+- `[FILE_ID_BASE, EDITED_ID_BASE)`: the mazes a user brings as files (`contracts.maze_files`, `levelray
+  evaluate --levels maze-file:PATH`), played from their encodings; no function here resolves them.
 - `[EDITED_ID_BASE, ...)`: reserved for levels that exist only as an encoding (edited levels, held by the
   level service); no function here resolves them.
 Every non-seed id is at least `LEVEL_ID_BASE = 2**40`, far above any seed, so the ranges can never collide.
@@ -27,12 +29,15 @@ from importlib import resources
 import numpy as np
 
 from levelray.contracts.levels import MAX_SEED
+from levelray.contracts.maze_text import ARROWS as _ARROWS
+from levelray.contracts.maze_text import parse_grid
 
 __all__ = [
     "EDITED_ID_BASE",
     "ENCODING_VERSION",
     "ENV_FORM",
     "ENV_PREFIX",
+    "FILE_ID_BASE",
     "LEVEL_ID_BASE",
     "MAX_SIZE",
     "MIN_SIZE",
@@ -54,6 +59,7 @@ __all__ = [
 ENCODING_VERSION = 1
 LEVEL_ID_BASE = 1 << 40
 SUITE_ID_BASE = LEVEL_ID_BASE
+FILE_ID_BASE = LEVEL_ID_BASE + (1 << 31)
 EDITED_ID_BASE = LEVEL_ID_BASE + (1 << 32)
 MIN_SIZE = 3
 MAX_SIZE = 63
@@ -63,7 +69,6 @@ ENV_FORM = "maze:<W>x<H>"
 _ENV_ID = re.compile(r"^maze:(\d+)x(\d+)$")
 
 _HEADER_BYTES = 8  # version, width, height, agent x, agent y, agent dir, goal x, goal y: one byte each
-_ARROWS = ">v<^"  # the agent drawn facing MiniGrid direction 0, 1, 2, 3
 _SUITE_PACKAGE = "levelray.contracts"
 _SUITE_FOLDER = "maze_suite"
 
@@ -126,6 +131,10 @@ class MazeLevel:
         if walls.dtype != bool and not np.isin(walls, (0, 1)).all():
             raise ValueError("MazeLevel.walls must hold only 0/1 (False/True) values")
         walls = walls.astype(bool)
+        free = walls.size - int(walls.sum())
+        if free < 2:
+            raise ValueError(f"MazeLevel.walls must leave at least 2 free cells (the agent's and the goal's), got "
+                             f"{free} in a {self.width}x{self.height} maze")
         walls.flags.writeable = False
         object.__setattr__(self, "walls", walls)
         agent = _check_cell("agent", self.agent, self.width, self.height)
@@ -209,34 +218,11 @@ class MazeLevel:
         """A level from a text grid of the inner cells: `#` wall, `.` floor, `G` goal, and the agent as `A`
         (facing `agent_dir`) or an arrow `>v<^` (facing that way; the arrow wins over `agent_dir`).
         Blank lines and lines starting with `;` (comments) are skipped; every row must be as long as the
-        first. Errors name the row and column (1-based, counting grid rows only)."""
-        rows = [line.rstrip() for line in text.splitlines() if line.strip() and not line.lstrip().startswith(";")]
-        if not rows:
-            raise ValueError("maze text has no grid rows")
-        width, height = len(rows[0]), len(rows)
-        agents: list[tuple[int, int, int]] = []
-        goals: list[tuple[int, int]] = []
-        walls = np.zeros((height, width), dtype=bool)
-        for y, row in enumerate(rows):
-            if len(row) != width:
-                raise ValueError(f"maze text row {y + 1} has {len(row)} cells, row 1 has {width}: rows must be "
-                                 "equally long")
-            for x, char in enumerate(row):
-                if char == "#":
-                    walls[y, x] = True
-                elif char == "G":
-                    goals.append((x, y))
-                elif char == "A" or char in _ARROWS:
-                    agents.append((x, y, agent_dir if char == "A" else _ARROWS.index(char)))
-                elif char != ".":
-                    raise ValueError(f"maze text row {y + 1} column {x + 1}: unknown cell {char!r} (expected "
-                                     "# wall, . floor, G goal, A or >v<^ agent)")
-        for name, found in (("agent (A or >v<^)", agents), ("goal (G)", goals)):
-            if len(found) != 1:
-                where = ", ".join(f"row {c[1] + 1} column {c[0] + 1}" for c in found) or "none"
-                raise ValueError(f"maze text must have exactly one {name}, found {len(found)}: {where}")
-        (ax, ay, direction), (goal,) = agents[0], goals
-        return cls(width, height, walls, (ax, ay), direction, goal)
+        first. Errors name the row and column (1-based, counting grid rows only); a maze file's name its line
+        and character (`contracts.maze_files`)."""
+        grid = parse_grid(text, agent_dir)
+        height, width = grid.walls.shape
+        return cls(width, height, grid.walls, grid.agent, grid.agent_dir, grid.goal)
 
 
 def shortest_path_length(level: MazeLevel) -> int | None:
@@ -387,8 +373,9 @@ def level_for_id(level_id: int, width: int, height: int, blocks: tuple[int, int]
                              f"the maze family is {width}x{height}")
         return level
     raise ValueError(f"unknown level id {level_id!r}: seeds are in [0, {MAX_SEED}), suite mazes in "
-                     f"[{SUITE_ID_BASE}, {SUITE_ID_BASE + len(names)}), and edited levels (from "
-                     f"{EDITED_ID_BASE}) exist only as encodings held by the level service")
+                     f"[{SUITE_ID_BASE}, {SUITE_ID_BASE + len(names)}), and maze files' levels (from "
+                     f"{FILE_ID_BASE}) and edited levels (from {EDITED_ID_BASE}, held by the level service) exist "
+                     f"only as encodings that come with their ids")
 
 
 _COLOURS = {"floor": (0, 0, 0), "wall": (128, 128, 128), "agent": (220, 40, 40), "goal": (40, 200, 40),

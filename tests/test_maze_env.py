@@ -1,6 +1,7 @@
-"""The maze family (`--env maze:<W>x<H>`) on real MiniGrid: the grid built from a level, moves, the goal's reward,
-level ids (seeds, suite mazes, unknown reserved ids), bad names and bad `--maze-blocks`, the maze level sets of
-`levelray evaluate`, and a short inline training run evaluated on the suite and on held-out generated levels."""
+"""The maze family (`--env maze:<W>x<H>`): the MiniGrid-built env's grid built from a level, its moves and the goal's
+reward (the arrays match it step for step: `tests/test_maze_vector.py`), level ids (seeds, suite mazes, unknown
+reserved ids), bad names and bad `--maze-blocks`, the maze level sets of `levelray evaluate`, and a short inline
+training run evaluated on the suite and on held-out generated levels."""
 
 from __future__ import annotations
 
@@ -10,6 +11,8 @@ from minigrid.core.world_object import Goal, Wall
 
 from levelray.actors.envs import env_spec, family_of, level_frame, make_env_vector
 from levelray.actors.maze_env import default_max_steps
+from levelray.actors.maze_grid import MazeGridEnv
+from levelray.actors.minigrid_obs import MiniGridObs
 from levelray.contracts.config import ConfigError, EnvConfig, RunConfig, from_dict, replace_paths
 from levelray.contracts.maze import (
     EDITED_ID_BASE,
@@ -44,9 +47,9 @@ def _vector(env_id: str = "maze:13x13", level_ids=(7,), **env):
 
 
 def _env_with(level: MazeLevel):
-    """One wrapped maze env (`MiniGridObs` around `MazeGridEnv`) reset on `level`, and its first observation."""
-    vec = _vector(f"maze:{level.width}x{level.height}")
-    env = vec.envs[0]
+    """One MiniGrid-built maze env (`MiniGridObs` around `MazeGridEnv`, the reference the vector is tested
+    against) reset on `level`, and its first observation."""
+    env = MiniGridObs(MazeGridEnv(level.width, level.height, None, default_max_steps(level.width, level.height)))
     obs, _ = env.reset(options={"level": level})
     return env, obs
 
@@ -87,7 +90,7 @@ def test_a_wall_stops_the_agent_and_the_goal_gives_minigrids_reward_and_success(
 
 def test_the_time_limit_is_dcds_at_13x13_and_max_episode_steps_replaces_it():
     assert default_max_steps(13, 13) == 250
-    assert _vector().envs[0].unwrapped.max_steps == 250
+    assert _vector().max_steps == 250
     vec = _vector(max_episode_steps=3)
     vec.reset()
     for _ in range(2):
@@ -100,21 +103,21 @@ def test_the_time_limit_is_dcds_at_13x13_and_max_episode_steps_replaces_it():
 def test_the_same_seed_is_the_same_level_and_blocks_set_its_walls():
     a, b = _vector(level_ids=(7, 8)), _vector(level_ids=(7, 7))
     obs_a, obs_b = a.reset(), b.reset()
-    level = a.envs[0].unwrapped.level
-    assert level == b.envs[0].unwrapped.level == b.envs[1].unwrapped.level == generate(7, 13, 13, (25, 25))
-    assert level.num_walls == 25 and a.envs[1].unwrapped.level != level
+    level = a.levels[0]
+    assert level == b.levels[0] == b.levels[1] == generate(7, 13, 13, (25, 25))
+    assert level.num_walls == 25 and a.levels[1] != level
     np.testing.assert_array_equal(obs_a[0], obs_b[0])
     assert a.current_levels().tolist() == [7, 8]
     wide = _vector(level_ids=(3,), maze_blocks="0-60")
     wide.reset()
-    assert wide.envs[0].unwrapped.level == generate(3, 13, 13, (0, 60))
+    assert wide.levels[0] == generate(3, 13, 13, (0, 60))
 
 
 def test_a_suite_id_plays_the_suite_maze_and_renders():
     name = suite_names()[0]
     vec = _vector(level_ids=(suite_level_id(name),))
     vec.reset()
-    assert vec.envs[0].unwrapped.level == suite_level(name)
+    assert vec.levels[0] == suite_level(name)
     assert vec.current_levels().tolist() == [suite_level_id(name)]
     frame = level_frame(EnvConfig(id="maze:13x13"), suite_level_id(name))
     assert frame.shape == (15 * 32, 15 * 32, 3) and frame.dtype == np.uint8

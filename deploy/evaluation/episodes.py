@@ -46,10 +46,12 @@ def add_human_normalized(result: dict[str, Any], game: str | None) -> dict[str, 
 
 def play_episodes(
     cfg: RunConfig, weights: dict[str, np.ndarray], seeds: np.ndarray, episodes: int, *, greedy: bool,
-    num_envs: int, seed: int,
+    num_envs: int, seed: int, encodings: dict[int, bytes] | None = None,
 ) -> dict[str, list]:
     """Per-episode results `{returns, lengths, seeds (played), successes}`, each `[episodes]`, episode `e`
-    on `seeds[e % len(seeds)]`, with `num_envs` envs in this process."""
+    on `seeds[e % len(seeds)]`, with `num_envs` envs in this process. `encodings`: `{id: bytes}` of the levels
+    among `seeds` that exist only as data (mazes read from files)."""
+    from levelray.actors.env_vector import WithEncodings
     from levelray.actors.envs import make_env_vector
     from levelray.actors.rollout import RolloutWorker
 
@@ -71,7 +73,8 @@ def play_episodes(
         env_episode[k] = -1  # nothing left to start: an idle episode whose result is ignored
         return int(seeds[0])
 
-    vec = make_env_vector(cfg.env, K, level_source, seed=int(seed))
+    source = WithEncodings(level_source, encodings) if encodings else level_source
+    vec = make_env_vector(cfg.env, K, source, seed=int(seed))
     try:
         # The actors' own policy code (NumPy or torch inference, the same sampling).
         worker = RolloutWorker(vec, 1, learner=cfg.learner, seed=int(seed))
@@ -127,10 +130,12 @@ def summarize(raw: dict[str, list]) -> dict[str, Any]:
 
 def evaluate_policy(
     cfg: RunConfig, weights: dict[str, np.ndarray], seeds: np.ndarray, episodes: int, *, greedy: bool,
-    num_envs: int, seed: int,
+    num_envs: int, seed: int, encodings: dict[int, bytes] | None = None,
 ) -> dict[str, Any]:
     """Play `episodes` episodes, each on the next seed of `seeds` (cycled), with `num_envs` envs in this
-    process; returns {episodes, return_mean, return_median, return_std, return_min, return_max,
-    length_mean, success_rate (None where the env defines no success), seeds (played), returns}."""
-    raw = play_episodes(cfg, weights, seeds, episodes, greedy=greedy, num_envs=num_envs, seed=seed)
+    process (`encodings`: as `play_episodes` takes them); returns {episodes, return_mean, return_median,
+    return_std, return_min, return_max, length_mean, success_rate (None where the env defines no success), seeds
+    (played), returns}."""
+    raw = play_episodes(cfg, weights, seeds, episodes, greedy=greedy, num_envs=num_envs, seed=seed,
+                        encodings=encodings)
     return summarize(raw)

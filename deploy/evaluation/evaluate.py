@@ -7,9 +7,10 @@ episodes in this process (`episodes`), the same split over Ray tasks (`remote`),
 `deploy.training.periodic_eval.PeriodicEvaluator`. `--video DIR` adds episode videos (`video`), played in this
 process apart from the statistics' episodes, so the results are the same with or without them.
 
-A maze run's level sets (`maze-suite`, `maze-<N>`) are each played with their own env config
-(`deploy.evaluation.level_sets.plan_level_sets`: `maze-25` generates its levels with 25 walls), and the suite's mazes
-add their mean (`maze_suite`).
+A maze run's level sets (`maze-suite`, `maze-<N>`, `maze-file:PATH`) are each played with their own env config
+(`deploy.evaluation.level_sets.plan_level_sets`: `maze-25` generates its levels with 25 walls), the suite's mazes
+add their mean (`maze_suite`), and the mazes of files are played from their encodings (`maze_files` names each
+set's file).
 """
 
 from __future__ import annotations
@@ -33,17 +34,17 @@ from levelray.deploy.rundir import checkpoint_weights, resolve_checkpoint
 def _evaluate_sets(
     cfg_by_set: dict[str, RunConfig], weights: dict[str, np.ndarray], seeds_by_set: dict[str, np.ndarray], *,
     episodes: int, greedy: bool, num_envs: int, seed: int, backend: str, address: str | None,
-    num_workers: int | None,
+    num_workers: int | None, encodings: dict[int, bytes],
 ) -> dict[str, dict[str, Any]]:
     """The `evaluate_policy` result of each level set, each played with its own config, in this process or
-    over Ray tasks."""
+    over Ray tasks; `encodings`: of the levels that exist only as data (maze files)."""
     if backend == "ray":
         from levelray.deploy.evaluation.remote import evaluate_sets_on_ray
 
         return evaluate_sets_on_ray(cfg_by_set, weights, seeds_by_set, episodes, greedy=greedy, num_envs=num_envs,
-                                    seed=seed, address=address, num_workers=num_workers)
+                                    seed=seed, address=address, num_workers=num_workers, encodings=encodings)
     return {which: evaluate_policy(cfg_by_set[which], weights, seeds, episodes, greedy=greedy, num_envs=num_envs,
-                                   seed=seed)
+                                   seed=seed, encodings=encodings)
             for which, seeds in seeds_by_set.items()}
 
 
@@ -78,9 +79,10 @@ def evaluate_checkpoint(
     weights = checkpoint_weights(ckpt)
     seeds_by_set = {s.name: s.seeds for s in plan}
     cfg_by_set = {s.name: cfg if s.env == cfg.env else dataclasses.replace(cfg, env=s.env) for s in plan}
+    encodings = {level_id: data for s in plan for level_id, data in s.encodings.items()}  # maze files' levels
     results = _evaluate_sets(cfg_by_set, weights, seeds_by_set, episodes=episodes, greedy=greedy,
                              num_envs=num_envs, seed=seed, backend=backend, address=address,
-                             num_workers=num_workers)
+                             num_workers=num_workers, encodings=encodings)
     results = {which: add_human_normalized(res, game) for which, res in results.items()}
     train = training_range(cfg.env)
     out = {
@@ -104,12 +106,15 @@ def evaluate_checkpoint(
     suite = [s.name for s in plan if s.suite]
     if suite:
         out["maze_suite"] = maze_suite_summary(results, suite)
+    if any(s.file for s in plan):
+        out["maze_files"] = {s.name: s.file for s in plan if s.file}
     if video_dir is not None:
         from levelray.deploy.evaluation.video import write_level_set_videos
 
         out["videos"] = [video for which, seeds in seeds_by_set.items()
                          for video in write_level_set_videos(cfg_by_set[which], weights, {which: seeds}, video_dir,
-                                                             video_episodes, greedy=greedy, seed=seed)]
+                                                             video_episodes, greedy=greedy, seed=seed,
+                                                             encodings=encodings)]
     return out
 
 
@@ -154,6 +159,8 @@ def _row_name(which: str, out: dict[str, Any]) -> str:
         return f"{blocks.group(1)} blocks ({held})"
     if which in out.get("maze_suite", {}).get("mazes", ()):
         return f"maze {which}"
+    if which in out.get("maze_files", {}):
+        return f"maze file {which}"
     return which
 
 
@@ -161,8 +168,10 @@ def add_evaluate_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("checkpoint", metavar="CHECKPOINT", help="run directory (its latest checkpoint) or checkpoint dir")
     p.add_argument("--levels", default="train,test",
                    help="level sets, comma-separated: train, test (held out) or A-B (seeds A..B inclusive); a "
-                        "maze:<W>x<H> run also maze-suite (each suite maze, and their mean), maze-suite:<name> "
-                        "and maze-<N> (held-out levels generated with N walls, e.g. maze-25)")
+                        "maze:<W>x<H> run also maze-suite (each suite maze, and their mean), maze-suite:<name>, "
+                        "maze-<N> (held-out levels generated with N walls, e.g. maze-25) and maze-file:PATH "
+                        "(mazes you bring: a text file in the suite's format, or a folder of them; each a level "
+                        "set named after its file)")
     p.add_argument("--episodes", type=int, default=None, help="episodes per level set (default: eval.episodes)")
     p.add_argument("--greedy", action="store_true", help="argmax actions (Gaussian mean) instead of sampling")
     p.add_argument("--num-envs", type=int, default=None, help="envs per evaluation worker (default: eval.num_envs)")

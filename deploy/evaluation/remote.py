@@ -19,11 +19,13 @@ from levelray.deploy.evaluation.episodes import merge_episodes, play_episodes, s
 
 
 @ray.remote(num_cpus=1)
-def _eval_episodes(cfg: RunConfig, weights, seeds, episodes, greedy, num_envs, seed) -> dict[str, list]:
+def _eval_episodes(cfg: RunConfig, weights, seeds, episodes, greedy, num_envs, seed, encodings=None
+                   ) -> dict[str, list]:
     import torch
 
     torch.set_num_threads(1)
-    return play_episodes(cfg, weights, seeds, episodes, greedy=greedy, num_envs=num_envs, seed=seed)
+    return play_episodes(cfg, weights, seeds, episodes, greedy=greedy, num_envs=num_envs, seed=seed,
+                         encodings=encodings)
 
 
 @ray.remote(num_cpus=1)
@@ -59,8 +61,10 @@ def eval_workers(cfg: RunConfig) -> int:
 
 
 def start_on_ray(cfg: RunConfig, weights_or_ref, seeds: np.ndarray, episodes: int, *, greedy: bool,
-                 num_envs: int, seed: int, num_workers: int | None, num_cpus: float = 1.0) -> list[ray.ObjectRef]:
-    """Start the tasks of one evaluation (non-blocking); `finished(refs)` collects them."""
+                 num_envs: int, seed: int, num_workers: int | None, num_cpus: float = 1.0,
+                 encodings: dict[int, bytes] | None = None) -> list[ray.ObjectRef]:
+    """Start the tasks of one evaluation (non-blocking); `finished(refs)` collects them. `encodings`: as
+    `play_episodes` takes them."""
     seeds = np.asarray(seeds, dtype=np.int64)
     if seeds.size == 0:
         raise ValueError("no seeds to evaluate on")
@@ -70,7 +74,7 @@ def start_on_ray(cfg: RunConfig, weights_or_ref, seeds: np.ndarray, episodes: in
     refs = []
     for i, (first, n) in enumerate(split_episodes(episodes, workers)):
         part = seeds[(first + np.arange(n)) % seeds.size]  # this worker's episodes keep their seeds
-        refs.append(fn.remote(cfg, ref, part, n, greedy, num_envs, seed * 1009 + i))
+        refs.append(fn.remote(cfg, ref, part, n, greedy, num_envs, seed * 1009 + i, encodings))
     return refs
 
 
@@ -108,28 +112,30 @@ def cancel(refs: list[ray.ObjectRef]) -> None:
 
 def evaluate_on_ray(
     cfg: RunConfig, weights_or_ref, seeds: np.ndarray, episodes: int, *, greedy: bool, num_envs: int, seed: int,
-    num_workers: int | None = None, num_cpus: float = 1.0,
+    num_workers: int | None = None, num_cpus: float = 1.0, encodings: dict[int, bytes] | None = None,
 ) -> dict[str, Any]:
     """`evaluate_policy` split over Ray tasks (`num_cpus` each; default ceil(episodes / num_envs) of them).
     `weights_or_ref`: NumPy weights or an ObjectRef to them (put once, shared by every task)."""
     refs = start_on_ray(cfg, weights_or_ref, seeds, episodes, greedy=greedy, num_envs=num_envs, seed=seed,
-                        num_workers=num_workers, num_cpus=num_cpus)
+                        num_workers=num_workers, num_cpus=num_cpus, encodings=encodings)
     return summarize(merge_episodes(ray.get(refs)))
 
 
 def evaluate_sets_on_ray(
     cfg: RunConfig | dict[str, RunConfig], weights: dict[str, np.ndarray], seeds_by_set: dict[str, np.ndarray],
     episodes: int, *, greedy: bool, num_envs: int, seed: int, address: str | None, num_workers: int | None,
+    encodings: dict[int, bytes] | None = None,
 ) -> dict[str, dict[str, Any]]:
     """`evaluate_on_ray` of each level set, on the cluster at `address` (or a local Ray started for it and
     shut down after); the weights are put into the object store once. `cfg`: the run's config, or one per
-    level set (a maze run's `maze-<N>` sets generate their levels with N walls)."""
+    level set (a maze run's `maze-<N>` sets generate their levels with N walls); `encodings`: as
+    `play_episodes` takes them."""
     cfg_by_set = cfg if isinstance(cfg, dict) else dict.fromkeys(seeds_by_set, cfg)
     started_ray = init_ray(address, 1)
     try:
         ref = ray.put(weights)
         return {which: evaluate_on_ray(cfg_by_set[which], ref, seeds, episodes, greedy=greedy, num_envs=num_envs,
-                                       seed=seed, num_workers=num_workers)
+                                       seed=seed, num_workers=num_workers, encodings=encodings)
                 for which, seeds in seeds_by_set.items()}
     finally:
         if started_ray:

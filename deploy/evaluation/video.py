@@ -109,13 +109,17 @@ class Mp4Writer:
 
 
 def record_episode(cfg: RunConfig, weights: dict[str, np.ndarray], level_seed: int, path: str | os.PathLike, *,
-                   greedy: bool, seed: int) -> dict[str, Any]:
+                   greedy: bool, seed: int, encodings: dict[int, bytes] | None = None) -> dict[str, Any]:
     """Play one episode of level `level_seed` and encode it into the MP4 `path`; returns `{seed (played),
-    return, length, success (None where the env does not say), frames (= length), height, width}`."""
+    return, length, success (None where the env does not say), frames (= length), height, width}`.
+    `encodings`: `{id: bytes}` of levels that exist only as data (mazes read from files)."""
+    from levelray.actors.env_vector import WithEncodings
     from levelray.actors.envs import make_env_vector
     from levelray.actors.rollout import RolloutWorker
 
-    vec = make_env_vector(cfg.env, 1, lambda _k: int(level_seed), seed=int(seed), render=True)
+    source = lambda _k: int(level_seed)  # noqa: E731
+    vec = make_env_vector(cfg.env, 1, WithEncodings(source, encodings) if encodings else source, seed=int(seed),
+                          render=True)
     try:
         worker = RolloutWorker(vec, 1, learner=cfg.learner, seed=int(seed))
         worker.set_weights(0, weights)
@@ -167,11 +171,11 @@ def save_video(directory: str | os.PathLike, name: str, data: bytes) -> Path:
 
 
 def write_level_set_videos(cfg: RunConfig, weights: dict[str, np.ndarray], seeds_by_set: dict[str, np.ndarray],
-                           directory: str | os.PathLike, episodes: int, *, greedy: bool, seed: int
-                           ) -> list[dict[str, Any]]:
+                           directory: str | os.PathLike, episodes: int, *, greedy: bool, seed: int,
+                           encodings: dict[int, bytes] | None = None) -> list[dict[str, Any]]:
     """`episodes` videos per level set in `directory` (created), episode i on the set's seed i (cycled): the
-    level the evaluation's episode i starts on. Returns each video's `record_episode` result with `level_set`
-    and `path`."""
+    level the evaluation's episode i starts on (`encodings` as `record_episode` takes them). Returns each
+    video's `record_episode` result with `level_set` and `path`."""
     directory = Path(directory)
     directory.mkdir(parents=True, exist_ok=True)
     videos = []
@@ -180,7 +184,8 @@ def write_level_set_videos(cfg: RunConfig, weights: dict[str, np.ndarray], seeds
         for i in range(episodes):
             tmp = directory / f".recording-{os.getpid()}.mp4"
             try:
-                info = record_episode(cfg, weights, int(seeds[i % seeds.size]), tmp, greedy=greedy, seed=seed + i)
+                info = record_episode(cfg, weights, int(seeds[i % seeds.size]), tmp, greedy=greedy, seed=seed + i,
+                                      encodings=encodings)
             except BaseException:
                 tmp.unlink(missing_ok=True)
                 raise
