@@ -41,7 +41,6 @@ from benchmarks.common import (
     print_table,
     run_arms,
     run_levelray,
-    thread_share_env,
     write_json,
 )
 from levelray.contracts.maze import suite_names
@@ -88,7 +87,7 @@ def complexity_curve(records: list[dict]) -> list[dict]:
              "path_length": r.get("levels_mean_path_length"), "edited": r.get("levels_edited")} for r in picks]
 
 
-def one_run(args: argparse.Namespace, common: list[str], out: Path, arm: str, seed: int, child_env: dict) -> dict:
+def one_run(args: argparse.Namespace, common: list[str], out: Path, arm: str, seed: int) -> dict:
     name = f"{arm}-seed{seed}"
     run = out / name
     cached = run / "result.json"
@@ -96,17 +95,17 @@ def one_run(args: argparse.Namespace, common: list[str], out: Path, arm: str, se
         return json.loads(cached.read_text())
     start = time.time()
     run_levelray([*LEVELRAY, "train", *common, *ARMS[arm], "--seed", str(seed), "--run-dir", str(run)],
-                 out / f"train-{name}.log", child_env)
+                 out / f"train-{name}.log")
     train_s = time.time() - start
     records = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines() if line.strip()]
     last = records[-1]
     ev = json.loads(run_levelray([*LEVELRAY, "evaluate", str(run), "--levels", "maze-suite", "--episodes",
                                   str(args.eval_episodes), "--seed", str(seed), "--json", "--backend", "inline"],
-                                 out / f"evaluate-{name}.log", child_env).strip().splitlines()[-1])
+                                 out / f"evaluate-{name}.log").strip().splitlines()[-1])
     generated = json.loads(run_levelray([*LEVELRAY, "evaluate", str(run), "--levels", ",".join(GENERATED_SETS),
                                          "--episodes", str(4 * args.eval_episodes), "--seed", str(seed), "--json",
-                                         "--backend", "inline"], out / f"evaluate-generated-{name}.log",
-                                        child_env).strip().splitlines()[-1])
+                                         "--backend", "inline"], out / f"evaluate-generated-{name}.log")
+                           .strip().splitlines()[-1])
     result = {
         "arm": arm, "seed": seed, "run_dir": str(run), "env_steps": last["env_steps"], "train_wall_s": train_s,
         "samples_trained": last["samples_trained"], "trained_fraction": last["samples_trained"] / last["env_steps"],
@@ -131,9 +130,8 @@ def main(argv: list[str] | None = None) -> int:
     common = ["--backend", "inline", "--env", args.env, "--num-levels", "0", "--total-steps", str(args.total_steps),
               "--level-buffer-size", str(args.buffer_size), "--metrics-port", "0", "--report-interval", "10",
               "--quiet", "--tensorboard", "false", *args.train_args]
-    child_env = thread_share_env(args.parallel)
     results, wall_s = run_arms(arms, seeds, args.parallel,
-                               lambda arm, seed: one_run(args, common, out, arm, seed, child_env))
+                               lambda arm, seed: one_run(args, common, out, arm, seed))
     summary = {a: {key: ci_summary([r[key] for r in results if r["arm"] == a])
                    for key in ("suite_solved", *GENERATED_SETS, "trained_fraction", "train_wall_s")} for a in arms}
     pairs = pairwise(results, arms, "suite_solved")

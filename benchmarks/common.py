@@ -147,13 +147,6 @@ def run_levelray(cmd: list[str], log: Path, env: Mapping[str, str] | None = None
     return proc.stdout
 
 
-def thread_share_env(parallel: int) -> dict[str, str]:
-    """The environment for one of `parallel` runs at once: an equal share of the cores as torch's threads
-    (each run with torch's default threads would oversubscribe the machine)."""
-    threads = str(max(1, (os.cpu_count() or 1) // max(1, parallel)))
-    return {**os.environ, "OMP_NUM_THREADS": threads, "MKL_NUM_THREADS": threads}
-
-
 def paired(results: list[dict], a: str, b: str, key: str) -> dict:
     """`b - a` of `key` over the seeds both arms ran (`results`: dicts with `arm`, `seed` and `key`): the
     `ci_summary` of the per-seed differences, and the seeds."""

@@ -53,7 +53,6 @@ from benchmarks.common import (
     print_table,
     run_levelray,
     steps_to_threshold,
-    thread_share_env,
     write_json,
 )
 from levelray.deploy.report.stats import ci_summary
@@ -67,7 +66,7 @@ FAMILIES = {
 }
 
 
-def run_one(family: str, arm: str, seed: int, args, out: Path, total: int, episodes: int, env: dict) -> dict:
+def run_one(family: str, arm: str, seed: int, args, out: Path, total: int, episodes: int) -> dict:
     fam = FAMILIES[family]
     run = out / family / arm / f"seed{seed}"
     cmd = [*LEVELRAY, "train", "--backend", args.backend, *fam["env"], args.flag, arm, "--seed", str(seed),
@@ -77,12 +76,12 @@ def run_one(family: str, arm: str, seed: int, args, out: Path, total: int, episo
         cmd += ["--num-actors", "1", "--envs-per-actor", "4"]
     cmd += args.train_args
     start = time.time()
-    run_levelray(cmd, out / family / f"train-{arm}-seed{seed}.log", env)
+    run_levelray(cmd, out / family / f"train-{arm}-seed{seed}.log")
     wall = time.time() - start
     records = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines() if line.strip()]
     ev_cmd = [*LEVELRAY, "evaluate", str(run), "--levels", fam["levels"], "--episodes", str(episodes),
               "--seed", str(seed), "--json", "--backend", "inline"]
-    ev = json.loads(run_levelray(ev_cmd, out / family / f"evaluate-{arm}-seed{seed}.log", env)
+    ev = json.loads(run_levelray(ev_cmd, out / family / f"evaluate-{arm}-seed{seed}.log")
                     .strip().splitlines()[-1])
     test = ev["results"]["test"]
     if fam["success_return"] is not None:
@@ -100,9 +99,9 @@ def run_one(family: str, arm: str, seed: int, args, out: Path, total: int, episo
     }
 
 
-def _run_job(family: str, args, out: Path, total: int, episodes: int, env: dict, job: tuple[int, str]) -> dict:
+def _run_job(family: str, args, out: Path, total: int, episodes: int, job: tuple[int, str]) -> dict:
     seed, arm = job
-    return run_one(family, arm, seed, args, out, total, episodes, env)
+    return run_one(family, arm, seed, args, out, total, episodes)
 
 
 def summarise(runs: list[dict], family: str, arm: str) -> dict:
@@ -132,8 +131,8 @@ def parse(argv: list[str] | None, defaults: dict | None = None) -> argparse.Name
     p.add_argument("--eval-episodes", type=int, default=None, help="episodes per level set (default 50; 4 --quick)")
     p.add_argument("--backend", choices=("inline", "ray"), default="inline")
     p.add_argument("--parallel", type=int, default=1,
-                   help="runs at once, each with cores/parallel torch threads (inline runs are synchronous, so "
-                        "this changes wall time, not what is learned)")
+                   help="runs at once, each sizing its torch threads itself (policy/threads.py; inline runs are "
+                        "synchronous, so this changes wall time, not what is learned)")
     p.add_argument("--out-dir", default=None, help="run directories (default: a fresh benchmarks/out/NAME)")
     p.add_argument("--json", default=None, help="default: benchmarks/out/NAME.json")
     p.add_argument("train_args", nargs="*", help="extra `levelray train` flags for every arm, after --")
@@ -170,9 +169,8 @@ def main(argv: list[str] | None = None, defaults: dict | None = None) -> int:
         total = args.total_steps or (FAMILIES[family]["quick_steps"] if args.quick else FAMILIES[family]["steps"])
         budgets[family] = total
         jobs = [(seed, arm) for seed in range(seeds) for arm in arms]  # interleaved: a slow spell hits both arms
-        env = thread_share_env(args.parallel)
         with ThreadPoolExecutor(max_workers=max(1, args.parallel)) as pool:
-            runs += pool.map(partial(_run_job, family, args, out, total, episodes, env), jobs)
+            runs += pool.map(partial(_run_job, family, args, out, total, episodes), jobs)
         run_levelray([*LEVELRAY, "report", *(r["run_dir"] for r in runs if r["family"] == family), "--group-by",
                       args.group_by, "--out", str(out / family / "report")], out / family / "report.log")
 

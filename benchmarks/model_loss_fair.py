@@ -58,7 +58,6 @@ from benchmarks.common import (
     run_arms,
     run_levelray,
     steps_to_threshold,
-    thread_share_env,
     write_json,
 )
 from levelray.deploy.report.stats import ci_summary
@@ -134,11 +133,11 @@ def diagnostics(records: list[dict]) -> dict[str, float | None]:
     return out
 
 
-def evaluate(run: Path, family: str, seed: int, episodes: int, log: Path, env: dict) -> tuple[float, float]:
+def evaluate(run: Path, family: str, seed: int, episodes: int, log: Path) -> tuple[float, float]:
     """(held-out return, held-out success) of the run's latest checkpoint."""
     fam = FAMILIES[family]
     ev = json.loads(run_levelray([*LEVELRAY, "evaluate", str(run), "--levels", fam["levels"], "--episodes",
-                                  str(episodes), "--seed", str(seed), "--json", "--backend", "inline"], log, env)
+                                  str(episodes), "--seed", str(seed), "--json", "--backend", "inline"], log)
                     .strip().splitlines()[-1])
     test = ev["results"]["test"]
     if fam["success_return"] is None:
@@ -147,7 +146,7 @@ def evaluate(run: Path, family: str, seed: int, episodes: int, log: Path, env: d
     return test["return_mean"], sum(r >= fam["success_return"] for r in returns) / len(returns)
 
 
-def one_run(args: argparse.Namespace, out: Path, family: str, arm: str, seed: int, env: dict) -> list[dict]:
+def one_run(args: argparse.Namespace, out: Path, family: str, arm: str, seed: int) -> list[dict]:
     """Every budget's result of one (family, arm, seed) run, training and resuming as needed."""
     fam, run = FAMILIES[family], out / family / f"{arm}-seed{seed}"
     results, started = [], False
@@ -170,12 +169,12 @@ def one_run(args: argparse.Namespace, out: Path, family: str, arm: str, seed: in
                 shutil.rmtree(run)
             cmd = [*LEVELRAY, "train", *common, "--seed", str(seed), "--run-dir", str(run)]
         began = time.time()
-        run_levelray(cmd, out / family / f"train-{name}.log", env)
+        run_levelray(cmd, out / family / f"train-{name}.log")
         train_s = time.time() - began
         started = True
         records = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines() if line.strip()]
         test_return, test_success = evaluate(run, family, seed, args.eval_episodes,
-                                             out / family / f"evaluate-{name}.log", env)
+                                             out / family / f"evaluate-{name}.log")
         last = records[-1]
         result = {"family": family, "arm": arm, "seed": seed, "budget": budget, "env_steps": last["env_steps"],
                   "test_return": test_return, "test_success": test_success,
@@ -209,13 +208,12 @@ def summarise(results: list[dict], family: str, budget: int, arms: list[str]) ->
 def main(argv: list[str] | None = None) -> int:
     args = parse(argv)
     out = Path(args.out_dir)
-    env = thread_share_env(args.parallel)
     results, summaries, diffs, wall = [], [], [], 0.0
     for family in args.families:
         (out / family).mkdir(parents=True, exist_ok=True)
         arms = [a for a in args.arms if a in FAMILIES[family]["arms"]]
         runs, seconds = run_arms(arms, args.seeds, args.parallel,
-                                 lambda arm, seed, family=family: one_run(args, out, family, arm, seed, env))
+                                 lambda arm, seed, family=family: one_run(args, out, family, arm, seed))
         wall += seconds
         results += [r for run in runs for r in run]
         for budget in budgets_of(family, args.quick):

@@ -18,8 +18,9 @@ train-test gap, and env steps until the held-out success rate first reached `--t
 `levelray report --group-by levels.strategy` draws both arms' curves with their bands into `OUT/report/`.
 
 Protocols (`--protocol` fills defaults; every flag still overrides):
-- `minigrid`: `minigrid:DoorKey-8x8`, 1.5M env steps, seeds 0-4, inline backend, two runs at a time with one
-  torch thread each; held-out evaluation (32 episodes) every 200 updates, threshold: held-out success 0.5.
+- `minigrid`: `minigrid:DoorKey-8x8`, 1.5M env steps, seeds 0-4, inline backend, two runs at a time (one
+  torch thread each: half the 2 cores, levelray's own rule, `policy/threads.py`); held-out evaluation (32
+  episodes) every 200 updates, threshold: held-out success 0.5.
   Inline runs are synchronous (no policy lag), so running two at once on 2 cores changes wall time only, not
   what is learned. Why this env and budget: benchmarks/RESULTS.md ("PLR vs uniform on MiniGrid") has the
   pilot runs: from 200 levels, uniform sampling learns DoorKey-6x6 in ~1M steps (both arms get there, so
@@ -42,7 +43,7 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
-from benchmarks.common import LEVELRAY, ROOT, fmt_ci, print_table, run_levelray, thread_share_env, write_json
+from benchmarks.common import LEVELRAY, ROOT, fmt_ci, print_table, run_levelray, write_json
 from levelray.deploy.report.stats import ci_summary
 
 STRATEGIES = ("random", "value_l1")
@@ -96,7 +97,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--num-levels", type=int, default=200)
     p.add_argument("--total-steps", type=int, default=None, help="env steps per run")
     p.add_argument("--seeds", default=None, help="comma-separated run seeds; each arm runs once per seed")
-    p.add_argument("--parallel", type=int, default=None, help="runs at once (each gets cores/parallel threads)")
+    p.add_argument("--parallel", type=int, default=None,
+                   help="runs at once (each sizes its torch threads itself: policy/threads.py)")
     p.add_argument("--backend", choices=("ray", "inline"), default=None)
     p.add_argument("--eval-episodes", type=int, default=None, help="episodes per level set in the final evaluation")
     p.add_argument("--eval-interval", type=int, default=None, help="learner updates between held-out evaluations")
@@ -134,14 +136,13 @@ def main(argv: list[str] | None = None) -> int:
     if args.quick and args.protocol == "procgen":
         common += ["--num-actors", "2", "--envs-per-actor", "4"]  # 2 actors: batches of 2 distinct unrolls
     common += args.train_args
-    child_env = thread_share_env(parallel)
 
     def one_run(strategy: str, seed: int) -> dict:
         name = f"{strategy}-seed{seed}"
         run = out / name
         start = time.time()
         run_levelray([*LEVELRAY, "train", *common, "--seed", str(seed), "--level-strategy", strategy,
-                      "--run-dir", str(run)], out / f"train-{name}.log", child_env)
+                      "--run-dir", str(run)], out / f"train-{name}.log")
         train_s = time.time() - start
         records = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines() if line.strip()]
         last = records[-1]
@@ -149,7 +150,7 @@ def main(argv: list[str] | None = None) -> int:
                     "--seed", str(seed), "--json", "--backend", backend]
         if args.eval_greedy:
             eval_cmd.append("--greedy")
-        ev = json.loads(run_levelray(eval_cmd, out / f"evaluate-{name}.log", child_env).strip().splitlines()[-1])
+        ev = json.loads(run_levelray(eval_cmd, out / f"evaluate-{name}.log").strip().splitlines()[-1])
         tr, te = ev["results"]["train"], ev["results"]["test"]
         result = {
             "strategy": strategy, "seed": seed, "run_dir": str(run), "env_steps": last["env_steps"],

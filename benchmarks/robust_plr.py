@@ -9,7 +9,7 @@ Protocol (Jiang et al., "Replay-Guided Adversarial Environment Design", 2021): e
 level space (`--num-levels 0`: any seed), so there is no training set to overfit; held-out levels are fresh
 random seeds (`levelray evaluate --levels test`; with ~10^4 levels played out of 2^31, a test seed was trained
 on with probability ~10^-5). Three arms, each a `levelray train` subprocess on the inline backend (two at a time,
-one torch thread each), differing only in their level flags:
+one torch thread each on 2 cores: levelray's own rule, `policy/threads.py`), differing only in their level flags:
 
 - `dr`: domain randomisation, a fresh random level every episode (`--level-strategy random`);
 - `plr`: PLR with a level buffer, gradient on every level; DCD's settings for its maze runs
@@ -41,7 +41,6 @@ from benchmarks.common import (
     print_table,
     run_arms,
     run_levelray,
-    thread_share_env,
     write_json,
 )
 from benchmarks.plr_vs_uniform import arm_summary, steps_to_threshold
@@ -73,18 +72,18 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
     return p.parse_args(argv)
 
 
-def one_run(args: argparse.Namespace, common: list[str], out: Path, arm: str, seed: int, child_env: dict) -> dict:
+def one_run(args: argparse.Namespace, common: list[str], out: Path, arm: str, seed: int) -> dict:
     name = f"{arm}-seed{seed}"
     run = out / name
     start = time.time()
     run_levelray([*LEVELRAY, "train", *common, *ARMS[arm], "--seed", str(seed), "--run-dir", str(run)],
-                 out / f"train-{name}.log", child_env)
+                 out / f"train-{name}.log")
     train_s = time.time() - start
     records = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines() if line.strip()]
     last = records[-1]
     ev = json.loads(run_levelray([*LEVELRAY, "evaluate", str(run), "--levels", "test", "--episodes",
                                   str(args.eval_episodes), "--seed", str(seed), "--json", "--backend", "inline"],
-                                 out / f"evaluate-{name}.log", child_env).strip().splitlines()[-1])
+                                 out / f"evaluate-{name}.log").strip().splitlines()[-1])
     test = ev["results"]["test"]
     return {
         "arm": arm, "seed": seed, "run_dir": str(run), "env_steps": last["env_steps"], "train_wall_s": train_s,
@@ -110,9 +109,8 @@ def main(argv: list[str] | None = None) -> int:
               "--level-buffer-size", str(args.buffer_size), "--metrics-port", "0", "--report-interval", "5", "--quiet",
               "--tensorboard", "false", "--eval-interval", str(args.eval_interval), "--eval-episodes", "32", *SHAPE,
               *args.train_args]
-    child_env = thread_share_env(args.parallel)
     results, wall_s = run_arms(arms, seeds, args.parallel,
-                               lambda arm, seed: one_run(args, common, out, arm, seed, child_env))
+                               lambda arm, seed: one_run(args, common, out, arm, seed))
     run_levelray([*LEVELRAY, "report", *(r["run_dir"] for r in results), "--out", str(out / "report")],
                  out / "report.log")
     summary = {a: arm_summary([r for r in results if r["arm"] == a], args.total_steps) for a in arms}
