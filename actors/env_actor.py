@@ -128,13 +128,12 @@ class EnvActor:
         *,
         seed: int = 0,
     ):
-        import torch
-
         from levelray.actors.envs import make_env_vector
         from levelray.actors.episode_scorer import EpisodeScorer
         from levelray.actors.rollout import RolloutWorker
+        from levelray.policy.threads import use_threads
 
-        torch.set_num_threads(1)  # one actor per core: a second thread lost 7% of the main job's env steps/s
+        use_threads(1)  # one actor per core: a second thread lost 7% of the main job's env steps/s
         K = cfg.actors.envs_per_actor
         self.actor_id = actor_id
         self.learner = learner

@@ -147,13 +147,6 @@ def run_levelray(cmd: list[str], log: Path, env: Mapping[str, str] | None = None
     return proc.stdout
 
 
-def thread_share_env(parallel: int) -> dict[str, str]:
-    """The environment for one of `parallel` runs at once: an equal share of the cores as torch's threads
-    (each run with torch's default threads would oversubscribe the machine)."""
-    threads = str(max(1, (os.cpu_count() or 1) // max(1, parallel)))
-    return {**os.environ, "OMP_NUM_THREADS": threads, "MKL_NUM_THREADS": threads}
-
-
 def paired(results: list[dict], a: str, b: str, key: str) -> dict:
     """`b - a` of `key` over the seeds both arms ran (`results`: dicts with `arm`, `seed` and `key`): the
     `ci_summary` of the per-seed differences, and the seeds."""
@@ -199,7 +192,7 @@ def load_sweep(name: str) -> dict:
     return yaml.safe_load((SWEEPS / f"{name}.yaml").read_text())
 
 
-def run_sweep(spec: Mapping[str, Any], out: Path, parallel: int, env: Mapping[str, str] | None = None) -> list[dict]:
+def run_sweep(spec: Mapping[str, Any], out: Path, parallel: int) -> list[dict]:
     """`levelray sweep` of `spec` (a spec mapping, see docs/guides/experiments.md) into `out`, `parallel` trials at
     once; a sweep of the same spec already in `out` is continued (`--resume`: its finished trials are kept), one of
     another spec ends the benchmark. Returns each trial of results.json with its run's `records` (metrics.jsonl)
@@ -220,7 +213,7 @@ def run_sweep(spec: Mapping[str, Any], out: Path, parallel: int, env: Mapping[st
         path.write_text(yaml.safe_dump(dict(spec), sort_keys=False))
         cmd = [*LEVELRAY, "sweep", str(path), "--dir", str(out), "--max-concurrent", str(parallel)]
     print(f"$ levelray {' '.join(cmd[len(LEVELRAY):])}", file=sys.stderr, flush=True)
-    subprocess.run(cmd, cwd=ROOT, env=None if env is None else dict(env))  # its progress lines go to the terminal
+    subprocess.run(cmd, cwd=ROOT)  # its progress lines go to the terminal
     results = json.loads((out / "results.json").read_text())
     bad = [f"{t['name']}: {t['status']} {t['error'] or ''}" for t in results["trials"] if t["status"] != "done"]
     if bad:

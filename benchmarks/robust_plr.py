@@ -42,7 +42,6 @@ from benchmarks.common import (
     print_table,
     run_levelray,
     run_sweep,
-    thread_share_env,
     train_flags_config,
     write_json,
 )
@@ -112,7 +111,7 @@ def main(argv: list[str] | None = None) -> int:
         shutil.rmtree(out)
     spec = sweep_spec(args, arms, seeds)
     started = time.time()
-    trials = run_sweep(spec, out, args.parallel, thread_share_env(args.parallel))
+    trials = run_sweep(spec, out, args.parallel)
     wall_s = time.time() - started
     results = [trial_result(t, args.threshold) for t in trials]
     run_levelray([*LEVELRAY, "report", str(out), "--out", str(out / "report")], out.parent / f"{out.name}-report.log")

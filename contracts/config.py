@@ -326,6 +326,13 @@ class RunConfig(_Section):
                                    "with them must share the run directory (storage every node mounts at one path), "
                                    "so that a service restarted on another node reads its snapshot")
     )
+    num_threads: int = field(
+        default=0, metadata=_flag("--num-threads", "torch threads of the process that trains (inline: the run's "
+                                  "one process; Ray: each learner); 0: auto: OMP_NUM_THREADS where set, else half "
+                                  "the CPUs an inline run may use (at least 1: two runs side by side fit), a Ray "
+                                  "learner its node's CPUs up to 4 (policy/threads.py)", min=0,
+                                  resumable=True)
+    )
     run_dir: str | None = field(
         default=None, metadata=_flag("--run-dir", "run directory (default runs/<time>)", resumable=True)
     )

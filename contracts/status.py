@@ -28,6 +28,7 @@ class LearnerCoreStats(LearnerCounters):
     last_nonfinite: str | None
     metrics: dict[str, float]  # the last update's losses, entropy, grad norm, ...
     device: str
+    threads: int  # torch's intra-op threads in the learner's process (`policy.threads`)
     replay_beta: float
 
 
@@ -124,4 +125,4 @@ LEVEL_EDITOR_KEYS = ("levels_edited",)
 PUBLISHED_KEYS = ("env_steps_per_second", "time", "levels_buffered", "levels_replay_fraction", "levels_evicted",
                   *LEVEL_COMPLEXITY_KEYS, *LEVEL_EDITOR_KEYS)
 STATUS_LEARNER_KEYS = ("learner_version", "env_steps", "episode_return_mean", "policy_lag_mean", "queue_depth",
-                       "learners")  # learners: one {rank, node, device, queue_depth, version} per learner
+                       "learners")  # learners: one {rank, node, device, threads, queue_depth, version} per learner

@@ -28,6 +28,7 @@ from levelray.contracts.config import (
 )
 from levelray.deploy.errors import JobFailed
 from levelray.deploy.training.progress import end_line, say
+from levelray.policy.threads import quiet_waits, use_threads
 
 
 def value_text(value) -> str:
@@ -153,6 +154,7 @@ def _end_progress_line(_record: logging.LogRecord) -> bool:
 
 
 def main(argv: list[str] | None = None) -> int:
+    quiet_waits()  # before anything imports torch (and with it OpenMP, which reads the variable once)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     for handler in logging.getLogger().handlers:
         handler.addFilter(_end_progress_line)
@@ -164,10 +166,12 @@ def main(argv: list[str] | None = None) -> int:
         if args.command == "evaluate":
             from levelray.deploy.evaluation.evaluate import cmd_evaluate
 
+            use_threads()
             return cmd_evaluate(args)
         if args.command == "report":
             from levelray.deploy.sweep.report import cmd_report
 
+            use_threads()
             return cmd_report(args)
         if args.command == "sweep":
             from levelray.deploy.sweep.command import cmd_sweep

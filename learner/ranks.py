@@ -48,7 +48,7 @@ def rank_counters(counters: dict[str, Any] | None, rank: int) -> dict[str, Any] 
 
 def merge_stats(stats: list[dict[str, Any]]) -> dict[str, Any]:
     """The job's learner stats from every rank's `LearnerService.stats()`, rank 0 first, with `learners`: one
-    `{rank, node, device, queue_depth, version}` per rank."""
+    `{rank, node, device, threads, queue_depth, version}` per rank."""
     merged = {**stats[0], **merge_counters(stats)}
     merged["episode_return_mean"] = _weighted_mean(stats, "episode_return_mean", "episode_returns_window")
     merged["episode_length_mean"] = _weighted_mean(stats, "episode_length_mean", "episode_returns_window")
@@ -61,7 +61,7 @@ def merge_stats(stats: list[dict[str, Any]]) -> dict[str, Any]:
     merged["queue_depth"] = sum(int(s.get("queue_depth") or 0) for s in stats)
     errors = [f"rank {r}: {s['error']}" for r, s in enumerate(stats) if s.get("error")]
     merged["error"] = "\n".join(errors) or None
-    merged["learners"] = [{"rank": r, "node": s.get("node"), "device": s.get("device"),
+    merged["learners"] = [{"rank": r, "node": s.get("node"), "device": s.get("device"), "threads": s.get("threads"),
                            "queue_depth": s.get("queue_depth"), "version": s.get("learner_version")}
                           for r, s in enumerate(stats)]
     return merged

@@ -17,7 +17,6 @@
 from __future__ import annotations
 
 import logging
-import os
 import queue
 import threading
 import time
@@ -28,6 +27,7 @@ from levelray.contracts.levels import training_range
 from levelray.contracts.spec import EnvSpec
 from levelray.contracts.trajectory import TrajectoryError, Unroll, validate_unroll
 from levelray.learner.core import LearnerCore, TrainingDiverged
+from levelray.policy.threads import affinity_cpus, use_threads, wait_policy_env
 
 log = logging.getLogger(__name__)
 
@@ -112,14 +112,15 @@ class RemoteReplay:
 # 1,106 and 1,104 with 2 (RESULTS: "bf16"): the actors wait on the learner, so its second thread takes
 # time they would not use. The cap of 4 keeps a learner on a large shared node from crowding its co-located
 # actors (not measured here). The actors keep 1 thread each (`EnvActor`): with 2 each the same job lost 7%.
+# `num_threads` (`--num-threads`) overrides it; the actor's idle OpenMP threads sleep (`wait_policy_env`), so
+# the second thread takes no core from the actors while the learner waits for a batch.
 MAX_LEARNER_THREADS = 4
 
 
 def learner_threads() -> int:
     """Torch threads for the learner actor: the cores this process may run on (all the machine's where the OS
     has no affinity call, as macOS), at most `MAX_LEARNER_THREADS`."""
-    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
-    return max(1, min(cores, MAX_LEARNER_THREADS))
+    return max(1, min(affinity_cpus(), MAX_LEARNER_THREADS))
 
 
 def inbound_queue_size(learner: LearnerConfig, batch_unrolls: int) -> int:
@@ -142,12 +143,11 @@ class LearnerService:
     def __init__(self, cfg: RunConfig, spec: EnvSpec, replay_service=None,
                  resume_state: dict | None = None, *, rank: int = 0, world_size: int = 1):
         import ray
-        import torch
 
         self._ray = ray
         self.cfg = cfg
         self.spec = spec
-        torch.set_num_threads(learner_threads())
+        use_threads(cfg.num_threads or learner_threads())
         self.replay = RemoteReplay(replay_service) if replay_service is not None else None
         self.core = LearnerCore(self.cfg, self.spec, replay=self.replay)
         self.level_range = training_range(self.cfg.env)
@@ -293,4 +293,4 @@ def learner_actor_class(num_gpus: float, resources: dict[str, float] | None = No
     # (+14% over 24 min of procgen in benchmarks/soak.py).
     return ray.remote(num_cpus=1, num_gpus=num_gpus, resources=resources or None, max_concurrency=256, max_restarts=0,
                       enable_task_events=False,
-                      runtime_env={"env_vars": {"MALLOC_ARENA_MAX": "2"}})(LearnerService)
+                      runtime_env={"env_vars": {"MALLOC_ARENA_MAX": "2", **wait_policy_env()}})(LearnerService)

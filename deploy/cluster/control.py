@@ -92,7 +92,8 @@ def cmd_status(args: argparse.Namespace) -> int:
     if status.get("learner_unavailable"):
         print(f"learner unavailable: {status['learner_unavailable']}")
     for r in status.get("learners") or []:
-        print(f"  learner rank {r['rank']}  node {str(r.get('node'))[:12]}  {r.get('device')}  version "
+        print(f"  learner rank {r['rank']}  node {str(r.get('node'))[:12]}  {r.get('device')}  "
+              f"{_number(r.get('threads'), 'd')} threads  version "
               f"{_number(r.get('version'), 'd')}  queue {_number(r.get('queue_depth'), 'd')}")
     counts = f"actors {status['actors_alive']}/{status['actors_desired']} alive"
     for key in ("pending", "unresponsive"):

@@ -16,25 +16,22 @@ import ray
 from levelray.contracts.config import RunConfig
 from levelray.deploy.cluster.ray_cluster import init_ray
 from levelray.deploy.evaluation.episodes import merge_episodes, play_episodes, summarize
+from levelray.policy.threads import use_threads
 
 
 @ray.remote(num_cpus=1)
 def _eval_episodes(cfg: RunConfig, weights, seeds, episodes, greedy, num_envs, seed, encodings=None
                    ) -> dict[str, list]:
-    import torch
-
-    torch.set_num_threads(1)
+    use_threads()  # Ray's reservation: the task's num_cpus
     return play_episodes(cfg, weights, seeds, episodes, greedy=greedy, num_envs=num_envs, seed=seed,
                          encodings=encodings)
 
 
 @ray.remote(num_cpus=1)
 def _record_video(cfg: RunConfig, weights, level_seed, greedy, seed) -> tuple[dict[str, Any], bytes]:
-    import torch
-
     from levelray.deploy.evaluation.video import record_to_bytes
 
-    torch.set_num_threads(1)
+    use_threads()
     return record_to_bytes(cfg, weights, level_seed, greedy=greedy, seed=seed)
 
 

@@ -129,6 +129,7 @@ def build_record(snap: StatusSnapshot, *, steps_per_second: float, elapsed_s: fl
         "replay_write_failures": ls.get("replay_write_failures", {}),
         "level_update_errors": ls.get("level_update_errors", 0),
         "dropped": ls["dropped"],
+        "torch_threads": ls.get("threads"),  # the learner's (inline: the run's one process)
     }
     rec.update({f"learner_{k}": v for k, v in ls["metrics"].items() if k != "version"})
     if "levels" in snap:
@@ -256,12 +257,27 @@ class Reporter:
             self.tensorboard.close()
 
 
+def threads_line(cfg: RunConfig, uses_ray: bool, threads: int) -> str:
+    """The start-up line that says on how many threads the learner runs torch, and why (`policy.threads`)."""
+    from levelray.learner.service import MAX_LEARNER_THREADS
+    from levelray.policy.threads import torch_threads
+
+    if cfg.num_threads:
+        why = "num_threads"
+    elif uses_ray:
+        why = f"the Ray learner: its node's CPUs, at most {MAX_LEARNER_THREADS}"
+    else:
+        why = torch_threads(0)[1]
+    return f"levelray: torch threads {threads} ({why})"
+
+
 def _train(cfg: RunConfig, run_dir: RunDir, backend: Backend, evaluator: PeriodicEvaluator, reporter: Reporter,
            stop: threading.Event) -> dict[str, Any]:
     """The loop (see the module doc) until the budget, stop-at-return or `stop`; returns the last record."""
     record: dict[str, Any] = {}
     next_report = time.time() + cfg.report_interval_s
     start = backend.poll()["learner"]
+    say(threads_line(cfg, backend.uses_ray, start["threads"]))
     version = start["learner_version"]
     last_checkpoint = version  # a resumed run starts from a checkpoint of this version
     reporter.replay_fraction.update(start["episodes"], start.get("episodes_replayed", 0))
@@ -403,8 +419,11 @@ def train(
     `cfg.run_dir` is taken from `run_dir` (the directory `prepare_run_dir` claimed). Each metrics record goes to
     `on_report` (a sweep's trial hands it to Ray Tune), else to the progress line unless `quiet`."""
     from levelray.deploy.monitoring.metrics import MetricsServer
+    from levelray.policy.threads import quiet_waits, use_threads
 
     cfg = replace_path(cfg, "run_dir", str(run_dir.path))
+    quiet_waits()  # for the processes it starts (an embedded Ray's workers); this one has its OpenMP already
+    use_threads(cfg.num_threads)  # the inline run trains here; a Ray run's learners size their own
 
     resume_state = load_resume_state(run_dir) if resume else None
     metrics = MetricsServer(cfg.metrics_host, cfg.metrics_port) if cfg.metrics_port else None
