@@ -5,11 +5,12 @@
 
 Researchers run several experiments on one workstation. Each run here is an inline job (`--num-actors 1
 --envs-per-actor 16`, the env's preset otherwise) on MiniGrid `minigrid:SimpleCrossingS9N1` or `CartPole-v1`.
-A round, for every arm in turn (the arms' order rotates from round to round, so a drift of the machine's load
-hits them alike):
+A round:
 - `alone`: each env's run by itself (one after the other);
 - `N at once` for each N of `--runs`: N runs started together, the envs taken in turn (2: MiniGrid + CartPole;
-  3: MiniGrid + CartPole + MiniGrid, seeds differing).
+  3: MiniGrid + CartPole + MiniGrid, seeds differing);
+each of these for every arm in turn (the arms' order rotates from round to round), so that the groups an arm is
+compared with ran a minute or two before or after it: the machine's load drifts over minutes.
 
 An arm is a `levelray` executable with environment variables and flags (`ARMS`): `today` is the code before
 threads were sized by the run (`--base`, the executable of a checkout of it), `today-1t` the same with the
@@ -28,6 +29,10 @@ window's start and end is printed beside each group: the machine may be shared w
 
 The policy does not learn (`--learning-rate 0`, the same update work; `--learning` lets it): learning changes
 episode lengths, and so env steps/s, differently in each run.
+
+`--phases N` measures instead what torch's threads can change at all: one inline run of each env on one thread,
+its main thread's CPU seconds (`time.thread_time`, whatever else the machine runs) split into the envs, the
+policy's forward passes and the learner's updates over N updates (`phase_shares`).
 """
 
 from __future__ import annotations
@@ -150,20 +155,22 @@ def run_group(arm: str, envs: list[str], seeds: list[int], seconds: float, out: 
 
 
 def one_round(k: int, arms: list[str], runs_at_once: list[int], args: argparse.Namespace, out: Path) -> list[dict]:
-    """Every arm (order rotated by round `k`): each env alone, then each group size at once."""
+    """Each env alone, then each group size at once; each of them for every arm in turn (order rotated by round
+    `k`), so that the arms of one comparison run minutes apart at most."""
     groups = []
     order = arms[k % len(arms):] + arms[:k % len(arms)]
-    for arm in order:
-        alone = {}
-        for env_id in ENVS:
+    alone = {}
+    for env_id in ENVS:
+        for arm in order:
             g = run_group(arm, [env_id], [k], args.seconds, out, f"r{k}-{arm}-alone-{env_id.split(':')[-1]}", args)
-            alone[env_id] = g["runs"][0]["rate"]
+            alone[(arm, env_id)] = g["runs"][0]["rate"]
             groups.append({**g, "round": k, "kind": "alone"})
             report(groups[-1])
-        for n in runs_at_once:
-            envs = [ENVS[i % len(ENVS)] for i in range(n)]
+    for n in runs_at_once:
+        envs = [ENVS[i % len(ENVS)] for i in range(n)]
+        for arm in order:
             g = run_group(arm, envs, [k * 10 + i for i in range(n)], args.seconds, out, f"r{k}-{arm}-x{n}", args)
-            g["vs_one_after_the_other"] = sum(r["rate"] / alone[r["env"]] for r in g["runs"])
+            g["vs_one_after_the_other"] = sum(r["rate"] / alone[(arm, r["env"])] for r in g["runs"])
             groups.append({**g, "round": k, "kind": f"{n} at once"})
             report(groups[-1])
     return groups
@@ -212,6 +219,47 @@ def paired_ratios(groups: list[dict], kind: str, a: str, b: str, env_id: str | N
     return [by[(k, b)] / by[(k, a)] for k in rounds if (k, a) in by and (k, b) in by]
 
 
+def phase_shares(env_id: str, updates: int) -> dict:
+    """CPU seconds of one inline run's phases on one torch thread (`time.thread_time`: what the main thread
+    computed, whatever else the machine runs): the envs (and the rollout's bookkeeping), the policy's forward
+    passes, the learner's updates. What a second torch thread could shorten is the last two."""
+    import torch
+
+    from levelray.contracts.config import RunConfig, replace_paths
+    from levelray.contracts.presets import apply_preset
+    from levelray.deploy.training.inline import InlineBackend
+
+    torch.set_num_threads(1)
+    flags = {"env.id": env_id, "actors.num_actors": 1, "actors.envs_per_actor": 16, "backend": "inline",
+             "learner.learning_rate": 0.0}
+    backend = InlineBackend(apply_preset(replace_paths(RunConfig(), flags), set(flags)))
+    worker, act, spent = backend.workers[0], backend.workers[0].act, {"act": 0.0, "collect": 0.0, "train": 0.0}
+
+    def timed_act(*a, **k):
+        start = time.thread_time()
+        out = act(*a, **k)
+        spent["act"] += time.thread_time() - start
+        return out
+
+    worker.act = timed_act
+    for i in range(5 + updates):
+        if i == 5:  # after the warm-up
+            spent = dict.fromkeys(spent, 0.0)
+        t0 = time.thread_time()
+        fresh = [u for u in (worker.unroll() for _ in range(backend.core.num_fresh)) if backend.core.accept(u)]
+        t1 = time.thread_time()
+        backend.core.train(fresh)
+        backend._broadcast()
+        spent["collect"] += t1 - t0
+        spent["train"] += time.thread_time() - t1
+    backend.close()
+    total = spent["collect"] + spent["train"]
+    return {"env": env_id, "updates": updates, "env_s": spent["collect"] - spent["act"], "policy_s": spent["act"],
+            "learner_s": spent["train"], "env_share": (spent["collect"] - spent["act"]) / total,
+            "policy_share": spent["act"] / total, "learner_share": spent["train"] / total,
+            "numpy_policy": worker._numpy_policy is not None}
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--arms", default="today,today-1t,new", help=f"comma-separated, of: {', '.join(ARMS)}")
@@ -222,6 +270,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--out-dir", default="/tmp/bench_shared_cores", help="run directories and logs (emptied first)")
     p.add_argument("--json", default=str(ROOT / "benchmarks" / "out" / "bench_shared_cores.json"))
     p.add_argument("--learning", action="store_true", help="let the policy learn (default: learning rate 0)")
+    p.add_argument("--phases", type=int, default=0, metavar="UPDATES",
+                   help="instead: each env's CPU time by phase over UPDATES updates on one thread (phase_shares)")
     p.add_argument("train_args", nargs="*", help="extra `levelray train` flags for every run, after --")
     args = p.parse_args(argv)
     arms = [a.strip() for a in args.arms.split(",") if a.strip()]
@@ -230,6 +280,12 @@ def main(argv: list[str] | None = None) -> int:
         p.error(f"--arms: unknown {unknown}; known: {', '.join(ARMS)}")
     if any(ARMS[a][0] == "base" for a in arms) and not Path(args.base).exists():
         p.error(f"--base: {args.base} does not exist (arms {[a for a in arms if ARMS[a][0] == 'base']} need it)")
+    if args.phases:
+        rows = [phase_shares(env_id, args.phases) for env_id in ENVS]
+        print_table(rows, ["env", "updates", ("env_share", "envs"), ("policy_share", "policy forward"),
+                           ("learner_share", "learner"), "numpy_policy"], title="share of the CPU time, one thread")
+        write_json(args.json, {"phases": rows}, benchmark="bench_shared_cores --phases")
+        return 0
     runs_at_once = [int(n) for n in args.runs.split(",") if n.strip()]
     if not args.learning:
         args.train_args = ["--learning-rate", "0", *args.train_args]

@@ -38,7 +38,8 @@ def train(
       `levelray.train({"run_dir": DIR}, resume=True)` continues it exactly as `levelray train --resume DIR`,
       and a key that may not change on resume is refused as there.
     The config is checked first (`contracts.validate`): a problem raises `ConfigError` naming its fields,
-    before anything is written.
+    before anything is written. This process's torch threads are sized by the run's `num_threads`
+    (`levelray.policy.threads.use_threads`), as on the command line.
     """
     import threading
 
@@ -92,9 +93,12 @@ def evaluate(
     """`levelray evaluate` from Python: returns on each level set of a checkpoint or run directory
     (`levels`: `train`, `test`, `A-B` ranges, and for a maze run `maze-suite`, `maze-suite:<name>`,
     `maze-<N>`; comma separated), the dict `--json` prints. With `video_dir`,
-    `video_episodes` MP4 files per level set are written there too (`--video DIR --video-episodes N`)."""
+    `video_episodes` MP4 files per level set are written there too (`--video DIR --video-episodes N`). Sizes this
+    process's torch threads as the command does (`levelray.policy.threads.use_threads`)."""
     from levelray.deploy.evaluation.evaluate import evaluate_checkpoint
     from levelray.deploy.evaluation.level_sets import parse_level_sets
+    from levelray.policy.threads import use_threads
 
+    use_threads()
     return evaluate_checkpoint(checkpoint, parse_level_sets(levels), episodes=episodes, greedy=greedy, seed=seed,
                                backend=backend, video_dir=video_dir, video_episodes=video_episodes)
