@@ -242,6 +242,15 @@ class LevelConfig(_Section):
         metadata=_flag("--level-gae-lambda", "GAE lambda of the level scores the actors compute (gae, value_l1, "
                                              "positive_value_loss)", min=0.0, max=1.0),
     )
+    window: int = field(
+        default=256,
+        metadata=_flag("--level-window", "a level buffer only (--num-levels 0): env steps per actor env for which "
+                                         "replay or explore is decided at once, rounded up to whole unrolls "
+                                         "(actors.unroll_length); a replay window plays replayed levels back to "
+                                         "back, an explore window one new level (or ACCEL child) per env, and with "
+                                         "--level-robust its unrolls stay on the actor (DCD's rollout, 256); 0: "
+                                         "decided per episode", min=0),
+    )
 
 
 @dataclass(frozen=True)
@@ -478,6 +487,14 @@ def uses_replay(cfg: RunConfig) -> bool:
     """Whether the run has a replay service: replayed unrolls in the batch, or the model loss's sequences
     (which come from replay even when `replay.replay_ratio` is 0)."""
     return cfg.replay.replay_ratio > 0 or cfg.model_loss.loss != "none"
+
+
+def window_unrolls(cfg: RunConfig) -> int:
+    """Unrolls per level window (`levels.window` rounded up to whole `actors.unroll_length` unrolls); 0 where replay
+    is decided per episode: a window of 0, or no level buffer (a fixed level set, or no level service)."""
+    if cfg.levels.window == 0 or cfg.env.num_levels > 0 or not uses_level_service(cfg):
+        return 0
+    return -(-cfg.levels.window // cfg.actors.unroll_length)
 
 
 def uses_level_service(cfg: RunConfig) -> bool:
