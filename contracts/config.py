@@ -244,12 +244,10 @@ class LevelConfig(_Section):
     )
     window: int = field(
         default=256,
-        metadata=_flag("--level-window", "a level buffer only (--num-levels 0): env steps per actor env for which "
-                                         "replay or explore is decided at once, rounded up to whole unrolls "
-                                         "(actors.unroll_length); a replay window plays replayed levels back to "
-                                         "back, an explore window one new level (or ACCEL child) per env, and with "
-                                         "--level-robust its unrolls stay on the actor (DCD's rollout, 256); 0: "
-                                         "decided per episode", min=0),
+        metadata=_flag("--level-window", "a level buffer only (--num-levels 0): env steps per env for which replay "
+                                         "or explore is decided at once (DCD's rollout), rounded up to whole unrolls; "
+                                         "an explore window plays one new level (or ACCEL child) per env, its unrolls "
+                                         "kept on the actor with --level-robust; 0: decided per episode", min=0),
     )
 
 
@@ -282,7 +280,6 @@ class ReplayConfig(_Section):
         default=300.0, metadata=_flag("--replay-snapshot-interval", "replay service snapshot period (s)", min=0.0,
                                       resumable=True)
     )
-
 
 
 @dataclass(frozen=True)
@@ -490,8 +487,7 @@ def uses_replay(cfg: RunConfig) -> bool:
 
 
 def window_unrolls(cfg: RunConfig) -> int:
-    """Unrolls per level window (`levels.window` rounded up to whole `actors.unroll_length` unrolls); 0 where replay
-    is decided per episode: a window of 0, or no level buffer (a fixed level set, or no level service)."""
+    """Unrolls per level window (`levels.window` rounded up to whole unrolls); 0: replay decided per episode."""
     if cfg.levels.window == 0 or cfg.env.num_levels > 0 or not uses_level_service(cfg):
         return 0
     return -(-cfg.levels.window // cfg.actors.unroll_length)
