@@ -18,8 +18,9 @@ from levelray.level_service.editor import MazeEditor, edit_maze
 from levelray.level_service.service import LevelServiceCore
 
 EMPTY = EnvConfig(id="maze:13x13", num_levels=0, maze_blocks="0")
+# replay decided per episode (levels.window 0): a child is made as each replay's episode is scored
 ACCEL = LevelConfig(strategy="value_l1", buffer_size=8, rho=0.5, replay_prob=0.8, robust=True, editor="accel",
-                    num_edits=5)
+                    num_edits=5, window=0)
 
 
 def changed_cells(parent: MazeLevel, child: MazeLevel) -> int:

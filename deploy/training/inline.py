@@ -89,10 +89,10 @@ class InlineBackend:
     def train_step(self, until_time: float | None = None) -> dict[str, float]:
         """Collect unrolls round-robin over the workers until `num_fresh` reach the learner, then one
         `LearnerCore.train`. Unrolls a worker keeps (explore windows under Robust PLR) are only counted; where
-        they delay the update past `until_time`, or the budget is spent first, {} without an update (the unrolls
-        collected wait for the next call)."""
+        they delay the update past `until_time`, or the budget is spent before a batch begins, {} without an update
+        (the unrolls collected wait for the next call)."""
         while len(self._fresh) < self.core.num_fresh:
-            if self.core.budget_spent or (until_time is not None and time.time() >= until_time):
+            if self.core.budget_spent and not self._fresh:  # a batch begun (counted as received) is trained
                 return {}
             worker = self.workers[self._next_worker]
             self._next_worker = (self._next_worker + 1) % len(self.workers)
@@ -103,6 +103,8 @@ class InlineBackend:
             if worker.withheld:
                 self._tally.add(unroll)
                 self.core.accept_tally(self._tally.take())
+                if until_time is not None and time.time() >= until_time:
+                    return {}
             elif self.core.accept(unroll):
                 self._fresh.append(unroll)
         fresh, self._fresh = self._fresh, []
