@@ -296,3 +296,26 @@ def test_the_trained_share_is_p_or_p_over_1_plus_p(backend, accel, tmp_path, one
     assert any(r["levels_trained_fraction"] is not None for r in records)
     if accel:
         assert end["levels_edited"] > 0
+
+
+def test_the_trained_fraction_reaches_the_record_and_prometheus():
+    """`levels_trained_fraction`: of the env steps since the last report, those trained on (None before a second
+    report, and where no env step arrived); in `metrics.jsonl`'s record and as a Prometheus gauge."""
+    from levelray.deploy.monitoring.metrics import JobCollector
+    from levelray.deploy.training.driver import RecentFraction, build_record
+
+    fraction = RecentFraction()
+    assert fraction.update(1000, 200) is None
+    assert fraction.update(3000, 1000) == pytest.approx(0.4)
+    assert fraction.update(3000, 1000) is None
+    learner = {"env_steps": 3000, "episodes": 3, "episode_return_mean": 0.5, "episode_length_mean": 20.0,
+               "learner_version": 2, "samples_trained": 1000, "policy_lag_mean": 0.0, "queue_depth": 0,
+               "dropped": {}, "metrics": {}}
+    snap = {"learner": learner, "in_process_actors": 1}
+    rec = build_record(snap, steps_per_second=1.0, elapsed_s=1.0, trained_fraction=0.4)
+    assert rec["levels_trained_fraction"] == 0.4
+    json.dumps(rec)
+    collector = JobCollector()
+    collector.update({**snap, "levels_trained_fraction": 0.4})
+    gauges = {f.name: f.samples[0].value for f in collector.collect() if f.samples}
+    assert gauges["levelray_levels_trained_fraction"] == pytest.approx(0.4)
