@@ -247,7 +247,7 @@ class LevelConfig(_Section):
         metadata=_flag("--level-window", "a level buffer only (--num-levels 0): env steps per env for which replay "
                                          "or explore is decided at once (DCD's rollout), rounded up to whole unrolls; "
                                          "an explore window plays one new level (or ACCEL child) per env, its unrolls "
-                                         "kept on the actor with --level-robust; 0: decided per episode", min=0),
+                                         "kept on the actor under Robust PLR (levels.robust); 0: per episode", min=0),
     )
 
 
