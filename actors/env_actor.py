@@ -14,6 +14,10 @@ Never stalls on the learner or the level service in steady state:
 - the actor scores its finished episodes itself (`actors.episode_scorer`, with its own network) and sends their
   results to the level service after each submit, without waiting: a reply is collected before the next send,
   and a refused or lost one is counted (`level_service_errors`).
+- with level windows (`actors.level_windows`) the next window is requested from the level service at the start of
+  each (`RemoteWindows`), so a window start does not wait on it either. A Robust PLR explore window's unrolls are
+  not submitted: their env steps and episodes go as a tally with the next submit, and a submit is made (for the
+  tally and the receipt, with its weights) even where every unroll of it was kept.
 """
 
 from __future__ import annotations
@@ -24,7 +28,8 @@ import time
 from collections import deque
 
 from levelray.actors.env_vector import LevelDraws
-from levelray.contracts.config import RunConfig
+from levelray.actors.level_windows import ExploreTally, LevelWindows, RemoteWindows
+from levelray.contracts.config import RunConfig, window_unrolls
 
 
 class SeedPrefetcher(LevelDraws):
@@ -137,12 +142,17 @@ class EnvActor:
         K = cfg.actors.envs_per_actor
         self.actor_id = actor_id
         self.learner = learner
-        self.prefetcher = (
-            SeedPrefetcher(level_service, K, cfg.actors.seed_prefetch) if level_service else None
-        )
-        if self.prefetcher is not None:
+        self.windows = None
+        self.prefetcher = None  # the levels' source: a SeedPrefetcher, or RemoteWindows with level windows
+        source = None
+        if level_service and window_unrolls(cfg):
+            self.prefetcher = RemoteWindows(level_service, K)
+            self.windows = LevelWindows(self.prefetcher, K, window_unrolls(cfg), withhold=cfg.levels.robust)
+            source = self.windows.levels
+        elif level_service:
+            self.prefetcher = source = SeedPrefetcher(level_service, K, cfg.actors.seed_prefetch)
             self.prefetcher.fill()
-        envs = make_env_vector(cfg.env, K, self.prefetcher, seed=seed)
+        envs = make_env_vector(cfg.env, K, source, seed=seed)
         self.worker = RolloutWorker(
             envs,
             cfg.actors.unroll_length,
@@ -150,15 +160,18 @@ class EnvActor:
             actor_id=actor_id,
             env_id_offset=actor_id * K,
             seed=seed,
-            level_draws=self.prefetcher,
+            level_draws=source,
             scorer=EpisodeScorer.for_run(cfg) if self.prefetcher is not None else None,
+            windows=self.windows,
         )
+        self.tally = ExploreTally()
         self.level_service = level_service
         self._report = None  # the level service's reply to the last episode results sent
         self.episodes_reported = 0
         self.unrolls_per_submit = cfg.actors.unrolls_per_submit
         self._stop = threading.Event()
         self.unrolls_sent = 0
+        self.unrolls_collected = 0
         self.weight_fetches = 0
         self.weights_lost = 0  # receipts whose weights were gone (their object store's node lost)
         self.learner_lost = False
@@ -191,14 +204,15 @@ class EnvActor:
         try:
             self._apply_receipt(ray.get(self.learner.latest_weights.remote()))
             in_flight = None
-            while not self._stop.is_set() and (max_unrolls is None or self.unrolls_sent < max_unrolls):
+            while not self._stop.is_set() and (max_unrolls is None or self.unrolls_collected < max_unrolls):
                 n = self.unrolls_per_submit if max_unrolls is None else min(self.unrolls_per_submit,
-                                                                            max_unrolls - self.unrolls_sent)
-                unrolls = [self.worker.unroll() for _ in range(n)]
+                                                                            max_unrolls - self.unrolls_collected)
+                unrolls = self._collect(n)
                 if in_flight is not None:
                     self._apply_receipt(ray.get(in_flight))  # backpressure: wait for the previous receipt
-                in_flight = self.learner.submit_batch.remote(unrolls)
-                self.unrolls_sent += n
+                tally = self.tally.take()
+                in_flight = self.learner.submit_batch.remote(*((unrolls,) if tally is None else (unrolls, tally)))
+                self.unrolls_sent += len(unrolls)
                 self._report_episodes()
             if in_flight is not None:
                 self._apply_receipt(ray.get(in_flight))
@@ -207,6 +221,18 @@ class EnvActor:
             while not self._stop.wait(0.5):
                 pass
         return self.unrolls_sent
+
+    def _collect(self, n: int) -> list[dict]:
+        """`n` unrolls; those an explore window keeps on the actor (`RolloutWorker.withheld`) go to the tally."""
+        unrolls = []
+        for _ in range(n):
+            unroll = self.worker.unroll()
+            self.unrolls_collected += 1
+            if self.worker.withheld:
+                self.tally.add(unroll)
+            else:
+                unrolls.append(unroll)
+        return unrolls
 
     def _report_episodes(self) -> None:
         """Send the episodes scored since the last call to the level service; never waits for the reply."""
@@ -240,6 +266,8 @@ class EnvActor:
             "node": ray.get_runtime_context().get_node_id(),
             "env_steps": self.worker.env_steps,
             "unrolls_sent": self.unrolls_sent,
+            "unrolls_collected": self.unrolls_collected,
+            "level_windows": self.windows.windows if self.windows is not None else 0,
             "policy_version": self.worker.policy_version,
             "weight_fetches": self.weight_fetches,
             "weights_lost": self.weights_lost,

@@ -55,7 +55,8 @@ class CannotRender(ValueError):
 class EnvVector:
     """K envs of one id: `reset()` gives the first observations `[K, *obs_shape]`, `step(actions [K, ...])`
     a `StepResult` (an ended env is restarted on a new level within the same step), `current_levels()` the
-    level each env plays now `[K]`; built with `render=True`, `render(k)` (see the module doc)."""
+    level each env plays now `[K]`, `restart(envs)` starts the given envs on new levels at once; built with
+    `render=True`, `render(k)` (see the module doc)."""
 
     spec: EnvSpec
     num_envs: int
@@ -68,6 +69,12 @@ class EnvVector:
         raise NotImplementedError
 
     def current_levels(self) -> np.ndarray:
+        raise NotImplementedError
+
+    def restart(self, envs: np.ndarray) -> np.ndarray:
+        """Abandon the running episodes of envs `envs [n]` and start each on the next level its level source gives
+        (a level window's start, `actors.level_windows`): their first observations `[n, *obs_shape]`, in the
+        order of `envs`. The caller marks the abandoned episodes' last steps truncated."""
         raise NotImplementedError
 
     def render(self, k: int = 0) -> np.ndarray:

@@ -22,9 +22,10 @@ class EpisodeScorer:
     """Per-env open episodes `[K]` and the finished ones' results, for one actor's env vector.
 
     `add(unroll, values)`: one unroll (`contracts.trajectory`'s fields `level_seeds`, `rewards`, `terminated`,
-    `truncated`, `behaviour_params` `[T, K, ...]`, plus `episode_success [T, K]` and `episode_return [T, K]`) and
-    the acting network's values `[T, K]` of its steps (None for the logit strategies); `take()` hands out the
-    results finished since the last call."""
+    `truncated`, `behaviour_params` `[T, K, ...]`, plus `episode_success [T, K]` and `episode_return [T, K]`, and
+    optionally `episode_cut [T, K]`: episodes a level window's end cut, never scored) and the acting network's values
+    `[T, K]` of its steps (None for the logit strategies); `take()` hands out the results finished since the last
+    call."""
 
     def __init__(self, strategy: str, num_envs: int, *, discount: float, gae_lambda: float):
         self.strategy = strategy
@@ -49,6 +50,7 @@ class EpisodeScorer:
         if per_step is None:
             per_step = np.zeros_like(rewards)
         levels, success, returns = unroll["level_seeds"], unroll["episode_success"], unroll["episode_return"]
+        cut = unroll.get("episode_cut")
         ends_t, ends_k = np.nonzero(dones)
         order = np.lexsort((ends_k, ends_t))  # the order they ended: step, then env
         starts = np.zeros(dones.shape[1], dtype=np.int64)
@@ -62,14 +64,16 @@ class EpisodeScorer:
                 self._open[k] = []
                 r = np.concatenate([c[0] for c in chunks])
                 s = np.concatenate([c[1] for c in chunks])
-                finished[(t, k)] = (int(levels[t, k]), self._score(r, s), int(r.size), float(returns[t, k]),
-                                    bool(success[t, k]))
+                if cut is None or not cut[t, k]:
+                    finished[(t, k)] = (int(levels[t, k]), self._score(r, s), int(r.size), float(returns[t, k]),
+                                        bool(success[t, k]))
                 starts[k] = t + 1
         T = dones.shape[0]
         for k in range(dones.shape[1]):
             if starts[k] < T:
                 self._open[k].append((rewards[starts[k]:, k], per_step[starts[k]:, k]))
-        self._results.extend(finished[(int(ends_t[i]), int(ends_k[i]))] for i in order.tolist())
+        ends = ((int(ends_t[i]), int(ends_k[i])) for i in order.tolist())
+        self._results.extend(finished[end] for end in ends if end in finished)
 
     def _score(self, rewards: np.ndarray, per_step: np.ndarray) -> float:
         if self.uses_logits:

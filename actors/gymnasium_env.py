@@ -80,6 +80,10 @@ class GymnasiumVector(EnvVector):
     def reset(self) -> np.ndarray:
         return np.stack([self._reset_env(k) for k in range(self.num_envs)])
 
+    def restart(self, envs: np.ndarray) -> np.ndarray:
+        obs = [self._reset_env(int(k)) for k in np.asarray(envs, dtype=np.int64).tolist()]
+        return np.stack(obs) if obs else np.empty((0, *self.spec.obs_shape), dtype=self._obs_dtype)
+
     def step(self, actions: np.ndarray) -> StepResult:
         played = self._levels.copy()
         # Python lists, one conversion each at the end: per-element writes into NumPy arrays cost
@@ -161,6 +165,11 @@ class CartPoleVector(EnvVector):
     def reset(self) -> np.ndarray:
         self._start(np.arange(self.num_envs))
         return self.env.state.T.astype(np.float32)
+
+    def restart(self, envs: np.ndarray) -> np.ndarray:
+        envs = np.asarray(envs, dtype=np.int64)
+        self._start(envs)
+        return self.env.state.T[envs].astype(np.float32)
 
     def step(self, actions: np.ndarray) -> StepResult:
         played = self._levels.copy()

@@ -127,6 +127,14 @@ class MazeVector(EnvVector):
         self._observe(np.arange(self.num_envs), obs)
         return obs
 
+    def restart(self, envs: np.ndarray) -> np.ndarray:
+        envs = np.asarray(envs, dtype=np.int64)
+        for k in envs.tolist():
+            self._start(k)
+        obs = np.empty((self.num_envs, *self.spec.obs_shape), dtype=np.uint8)
+        self._observe(envs, obs)
+        return obs[envs]
+
     def step(self, actions: np.ndarray) -> StepResult:
         actions = self._check_actions(actions)
         played = self._level_ids.copy()

@@ -143,6 +143,13 @@ class ProcgenVector(EnvVector):
         _, obs, _ = self.env.observe()
         return obs["rgb"].copy()
 
+    def restart(self, envs: np.ndarray) -> np.ndarray:
+        envs = np.asarray(envs, dtype=np.int64)
+        if envs.size:
+            self._inject(envs)
+        _, obs, _ = self.env.observe()
+        return obs["rgb"][envs].copy()
+
     def step(self, actions: np.ndarray) -> StepResult:
         played = self._levels.copy()
         self.env.act(np.asarray(actions, dtype=np.int32))

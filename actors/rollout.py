@@ -1,7 +1,9 @@
 """Actor-side rollouts: a local CPU copy of the policy steps an env vector for fixed-length unrolls.
 
 Used by the Ray `EnvActor` and by the inline runner alike. Consecutive unrolls overlap by one
-observation: `obs[T]` of one unroll (its bootstrap) is `obs[0]` of the next.
+observation: `obs[T]` of one unroll (its bootstrap) is `obs[0]` of the next. With level windows
+(`actors.level_windows`) the worker opens the next window at the last step of each, and says of each unroll whether
+it stays on the actor (`withheld`: a Robust PLR explore window's).
 """
 
 from __future__ import annotations
@@ -11,6 +13,7 @@ import torch
 
 from levelray.actors.env_vector import EnvVector, LevelDraws
 from levelray.actors.episode_scorer import EpisodeScorer
+from levelray.actors.level_windows import LevelWindows
 from levelray.contracts.config import LearnerConfig
 from levelray.contracts.spec import EnvSpec
 from levelray.policy import distributions
@@ -41,12 +44,14 @@ class RolloutWorker:
         seed: int = 0,
         level_draws: LevelDraws | None = None,
         scorer: EpisodeScorer | None = None,
+        windows: LevelWindows | None = None,
     ):
         """`level_draws`: the envs' level source when the level service feeds them (it knows which levels are
         replays); without one every step's `level_replayed` flag is False. `learner`: the run's learner section,
         for the network the actors run as the learner does (`model`, `hidden_sizes`, and `precision`: the torch
         network's arithmetic here too; the NumPy MLP path is float32); None: that section's defaults. `scorer`: scores
-        each finished episode from this worker's own network (its values, or its logits), for the level service."""
+        each finished episode from this worker's own network (its values, or its logits), for the level service.
+        `windows`: the actor's level windows (their `levels` are then `level_draws`); None: levels per episode."""
         learner = learner if learner is not None else LearnerConfig()
         self.envs = envs
         self._level_draws = level_draws
@@ -64,6 +69,10 @@ class RolloutWorker:
         self._gen = torch.Generator().manual_seed(seed)
         self._rng = np.random.default_rng(seed)
         K = envs.num_envs
+        self.windows = windows
+        self.withheld = False  # the last unroll stays on the actor (an explore window's, under Robust PLR)
+        if windows is not None:
+            windows.begin()
         self._obs = envs.reset()
         self._ep_return = np.zeros(K, dtype=np.float64)
         self._ep_length = np.zeros(K, dtype=np.int64)
@@ -127,7 +136,11 @@ class RolloutWorker:
         seeds = np.empty((T, K), dtype=np.int64)
         replayed = np.zeros((T, K), dtype=bool)
         final_obs, final_index = [], []
-        ep_returns, ep_lengths, ep_seeds = [], [], []
+        episodes: tuple[list, list, list, list] = ([], [], [], [])  # returns, lengths, seeds, replayed
+        windows = self.windows
+        closing = windows is not None and windows.closing
+        in_replay_window = windows is not None and windows.replay
+        cut = np.zeros((T, K), dtype=bool)
         scorer = self.scorer
         values = np.empty((T, K), dtype=np.float32) if scorer is not None and scorer.needs_values else None
         success = np.zeros((T, K), dtype=bool)
@@ -141,7 +154,11 @@ class RolloutWorker:
                 actions[t], dist_params[t], values[t] = self.act_and_value(self._obs)
             if self._level_draws is not None:  # read before the step: an env that ends in it draws its next level
                 replayed[t] = self._level_draws.replayed
+            if closing and t == T - 1:
+                windows.open_next()
             step = self.envs.step(actions[t])
+            if closing and t == T - 1:
+                cut[t] = windows.close(self.envs, step)
             rewards[t], terminated[t], truncated[t], seeds[t] = (
                 step.rewards,
                 step.terminated,
@@ -151,22 +168,14 @@ class RolloutWorker:
             for k, o in step.final_obs.items():
                 final_obs.append(o)
                 final_index.append((t, k))
-            self._ep_return += step.episode_rewards  # the game's score, not the clipped reward
-            self._ep_length += 1
-            ended = np.flatnonzero(step.terminated | step.truncated)
-            if len(ended):
-                ended_return[t, ended] = self._ep_return[ended]
-                for k, solved in step.success.items():
-                    success[t, k] = solved
-                ep_returns.extend(self._ep_return[ended].tolist())
-                ep_lengths.extend(self._ep_length[ended].tolist())
-                ep_seeds.extend(step.level_seeds[ended].tolist())
-                self._ep_return[ended] = 0.0
-                self._ep_length[ended] = 0
+            self._end_episodes(step, cut[t], replayed[t], episodes, ended_return[t], success[t])
             self._obs = step.obs
         obs[T] = self._obs
         self.env_steps += T * K
-        self.episodes += len(ep_returns)
+        self.episodes += len(episodes[0])
+        if windows is not None:
+            windows.unroll_done()
+            self.withheld = windows.withhold and not in_replay_window
         unroll = {
             "obs": obs,
             "actions": actions,
@@ -181,10 +190,30 @@ class RolloutWorker:
             "env_ids": self.env_ids.copy(),
             "policy_version": version,
             "actor_id": self.actor_id,
-            "episode_returns": np.asarray(ep_returns, dtype=np.float64),
-            "episode_lengths": np.asarray(ep_lengths, dtype=np.int64),
-            "episode_seeds": np.asarray(ep_seeds, dtype=np.int64),
+            "episode_returns": np.asarray(episodes[0], dtype=np.float64),
+            "episode_lengths": np.asarray(episodes[1], dtype=np.int64),
+            "episode_seeds": np.asarray(episodes[2], dtype=np.int64),
+            "episode_replayed": np.asarray(episodes[3], dtype=bool),
         }
         if scorer is not None:
-            scorer.add({**unroll, "episode_success": success, "episode_return": ended_return}, values)
+            scorer.add({**unroll, "episode_success": success, "episode_return": ended_return, "episode_cut": cut},
+                       values)
         return unroll
+
+    def _end_episodes(self, step, cut: np.ndarray, replayed: np.ndarray, episodes: tuple[list, list, list, list],
+                      ended_return: np.ndarray, success: np.ndarray) -> None:
+        """After one step: add each env's reward to its open episode and close the episodes that ended (`cut [K]`:
+        ended by a level window's end, dropped uncounted), writing `ended_return [K]` and `success [K]`."""
+        self._ep_return += step.episode_rewards  # the game's score, not the clipped reward
+        self._ep_length += 1
+        ended = np.flatnonzero(step.terminated | step.truncated)
+        if not len(ended):
+            return
+        ended_return[ended] = self._ep_return[ended]
+        for k, solved in step.success.items():
+            success[k] = solved
+        done = ended[~cut[ended]]
+        for out, values in zip(episodes, (self._ep_return, self._ep_length, step.level_seeds, replayed), strict=True):
+            out.extend(values[done].tolist())
+        self._ep_return[ended] = 0.0
+        self._ep_length[ended] = 0

@@ -242,6 +242,13 @@ class LevelConfig(_Section):
         metadata=_flag("--level-gae-lambda", "GAE lambda of the level scores the actors compute (gae, value_l1, "
                                              "positive_value_loss)", min=0.0, max=1.0),
     )
+    window: int = field(
+        default=256,
+        metadata=_flag("--level-window", "a level buffer only (--num-levels 0): env steps per env for which replay "
+                                         "or explore is decided at once (DCD's rollout), rounded up to whole unrolls; "
+                                         "an explore window plays one new level (or ACCEL child) per env, its unrolls "
+                                         "kept on the actor under Robust PLR (levels.robust); 0: per episode", min=0),
+    )
 
 
 @dataclass(frozen=True)
@@ -273,7 +280,6 @@ class ReplayConfig(_Section):
         default=300.0, metadata=_flag("--replay-snapshot-interval", "replay service snapshot period (s)", min=0.0,
                                       resumable=True)
     )
-
 
 
 @dataclass(frozen=True)
@@ -478,6 +484,13 @@ def uses_replay(cfg: RunConfig) -> bool:
     """Whether the run has a replay service: replayed unrolls in the batch, or the model loss's sequences
     (which come from replay even when `replay.replay_ratio` is 0)."""
     return cfg.replay.replay_ratio > 0 or cfg.model_loss.loss != "none"
+
+
+def window_unrolls(cfg: RunConfig) -> int:
+    """Unrolls per level window (`levels.window` rounded up to whole unrolls); 0: replay decided per episode."""
+    if cfg.levels.window == 0 or cfg.env.num_levels > 0 or not uses_level_service(cfg):
+        return 0
+    return -(-cfg.levels.window // cfg.actors.unroll_length)
 
 
 def uses_level_service(cfg: RunConfig) -> bool:

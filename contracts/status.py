@@ -86,7 +86,8 @@ class StatusSnapshot(TypedDict):
     supervisor_restarts: NotRequired[int]  # Ray: supervisors replaced
     # Added by the driver loop before the snapshot goes to Prometheus:
     env_steps_per_second: NotRequired[float]
-    levels_replay_fraction: NotRequired[float | None]  # `deploy.training.driver.ReplayFraction`
+    levels_replay_fraction: NotRequired[float | None]  # `deploy.training.driver.RecentFraction`
+    levels_trained_fraction: NotRequired[float | None]  # the same, of env steps trained on
     test_return_mean: NotRequired[float]  # the last successful held-out evaluation
 
 
@@ -122,7 +123,7 @@ LEVEL_EDITOR_KEYS = ("levels_edited",)
 # The learner's fields `levelray status` shows beside the supervisor's.
 # What the driver hands the supervisor of each record, for `levelray status` (the rate and the level counters are
 # computed by the driver, or read from the level service, not by the learner).
-PUBLISHED_KEYS = ("env_steps_per_second", "time", "levels_buffered", "levels_replay_fraction", "levels_evicted",
-                  *LEVEL_COMPLEXITY_KEYS, *LEVEL_EDITOR_KEYS)
+PUBLISHED_KEYS = ("env_steps_per_second", "time", "levels_buffered", "levels_replay_fraction",
+                  "levels_trained_fraction", "levels_evicted", *LEVEL_COMPLEXITY_KEYS, *LEVEL_EDITOR_KEYS)
 STATUS_LEARNER_KEYS = ("learner_version", "env_steps", "episode_return_mean", "policy_lag_mean", "queue_depth",
                        "learners")  # learners: one {rank, node, device, threads, queue_depth, version} per learner

@@ -17,6 +17,11 @@ An unroll of `T` steps from `K` environments is a dict of NumPy arrays (time-maj
     policy_version    int                    learner version of the weights that acted
     actor_id          int
     episode_returns, episode_lengths, episode_seeds   [E]   episodes that ended in this unroll
+    episode_replayed  [E] bool               each of those episodes played a replayed level
+
+An episode that a level window's end cut (`actors.level_windows`) ends with a truncated step but is not among the
+unroll's episodes. The env steps and episodes of unrolls that stay on an actor (a Robust PLR explore window) reach
+the learner as a `StepTally` instead, checked by `validate_tally`.
 
 obs[t+1] after a terminated/truncated step is already the first observation of the next episode.
 A batch is the same dict with `K` replaced by `B` (several unrolls stacked along the env axis).
@@ -53,13 +58,15 @@ class Unroll(TypedDict):
     episode_returns: NotRequired[np.ndarray]
     episode_lengths: NotRequired[np.ndarray]
     episode_seeds: NotRequired[np.ndarray]
+    episode_replayed: NotRequired[np.ndarray]
     sample_weights: NotRequired[np.ndarray]  # [B], only on a learner batch: replay importance weights
     # final_obs/final_obs_index may be left out when nothing was truncated; the episode keys when no
     # episode ended (validate_unroll checks each one that is there).
 
 
 STEP_KEYS = ("actions", "rewards", "terminated", "truncated", "behaviour_params", "level_seeds", "level_replayed")
-EPISODE_KEYS = ("episode_returns", "episode_lengths", "episode_seeds")
+EPISODE_KEYS = ("episode_returns", "episode_lengths", "episode_seeds", "episode_replayed")
+MAX_TALLY_STEPS = 1 << 40  # env steps one tally may carry
 
 
 class TrajectoryError(ValueError):
@@ -250,6 +257,35 @@ def _check_episodes(unroll: Unroll) -> None:
             _expect(isinstance(a, np.ndarray) and a.ndim == 1, key, "a 1-d array", _describe(a))
     if "episode_returns" in unroll:
         _expect(bool(np.isfinite(unroll["episode_returns"]).all()), "episode_returns", "finite values", "NaN or inf")
+
+
+class StepTally(TypedDict):
+    """The env steps and finished episodes of unrolls an actor kept (`actors.level_windows.ExploreTally`):
+    `env_steps` (a count), `episode_returns [E]` float64 and `episode_lengths [E]` int64."""
+
+    env_steps: int
+    episode_returns: np.ndarray
+    episode_lengths: np.ndarray
+
+
+def validate_tally(tally: StepTally) -> None:
+    """Raise TrajectoryError naming the first field of `tally` that is not of the `StepTally` form."""
+    if not isinstance(tally, dict):
+        raise TrajectoryError(f"tally: expected a dict with env_steps, episode_returns, episode_lengths, got "
+                              f"{type(tally).__name__}")
+    steps = tally.get("env_steps")
+    if isinstance(steps, bool) or not isinstance(steps, int | np.integer) or not 0 <= steps <= MAX_TALLY_STEPS:
+        raise TrajectoryError(f"tally field 'env_steps': expected an int in [0, {MAX_TALLY_STEPS}], got {steps!r}")
+    returns, lengths = tally.get("episode_returns"), tally.get("episode_lengths")
+    if not isinstance(returns, np.ndarray) or returns.ndim != 1 or returns.dtype.kind != "f":
+        raise TrajectoryError(f"tally field 'episode_returns': expected a 1-d float array, got {_describe(returns)}")
+    if not np.isfinite(returns).all():
+        raise TrajectoryError("tally field 'episode_returns': expected finite values, got NaN or inf")
+    if not isinstance(lengths, np.ndarray) or lengths.shape != returns.shape or lengths.dtype.kind not in "iu":
+        raise TrajectoryError(f"tally field 'episode_lengths': expected an int array of shape {returns.shape}, got "
+                              f"{_describe(lengths)}")
+    if lengths.size and (lengths.min() < 1 or int(lengths.sum()) > MAX_TALLY_STEPS):
+        raise TrajectoryError("tally field 'episode_lengths': expected lengths >= 1")
 
 
 def stack_unrolls(unrolls: Sequence[Unroll]) -> Unroll:

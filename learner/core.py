@@ -35,7 +35,7 @@ from levelray.contracts.counters import (
 )
 from levelray.contracts.spec import EnvSpec
 from levelray.contracts.status import LearnerCoreStats
-from levelray.contracts.trajectory import Unroll
+from levelray.contracts.trajectory import StepTally, Unroll, validate_tally
 from levelray.learner.auxiliary import load_all
 from levelray.learner.learner import Learner, NonFiniteUpdate
 from levelray.learner.model_loss import model_losses
@@ -129,8 +129,7 @@ class LearnerCore:
             returns = unroll.get("episode_returns")
             if returns is not None and len(returns):
                 counters["episodes"] += len(returns)
-                ended = unroll["terminated"] | unroll["truncated"]
-                counters["episodes_replayed"] += int(np.count_nonzero(unroll["level_replayed"] & ended))
+                counters["episodes_replayed"] += _replayed_episodes(unroll)
                 self.returns.extend(float(r) for r in returns)
                 self.lengths.extend(int(n) for n in unroll.get("episode_lengths", ()))
             self.lag_counts[np.searchsorted(LAG_BUCKETS, lag)] += 1
@@ -141,9 +140,20 @@ class LearnerCore:
                 return False
         return True
 
-    def count_malformed(self) -> None:
+    def accept_tally(self, tally: StepTally) -> None:
+        """Count the env steps and finished episodes of unrolls an actor kept (a Robust PLR explore window's, which
+        never reach the learner): they count toward `env_steps` and the episode returns, not toward
+        `learner_samples_received`. TrajectoryError naming the field for a bad tally; nothing changes then."""
+        validate_tally(tally)
         with self.lock:
-            self._count_dropped("malformed")
+            self.counters["env_steps"] += int(tally["env_steps"])
+            self.counters["episodes"] += int(tally["episode_returns"].size)
+            self.returns.extend(tally["episode_returns"].tolist())
+            self.lengths.extend(tally["episode_lengths"].tolist())
+
+    def count_malformed(self, reason: str = "malformed") -> None:
+        with self.lock:
+            self._count_dropped(reason)
 
     def _count_dropped(self, reason: str) -> None:
         dropped = self.counters["dropped"]
@@ -238,6 +248,15 @@ class LearnerCore:
             has_updates = saved.get("replay_updates") is not None
             self.replay_feed.updates = counters["replay_updates"] if has_updates else self.learner.version
             self.counters = counters
+
+
+def _replayed_episodes(unroll: Unroll) -> int:
+    """Of an unroll's finished episodes, those on a replayed level: its `episode_replayed` where it says, else the
+    replayed steps that end an episode."""
+    flags = unroll.get("episode_replayed")
+    if flags is not None:
+        return int(np.count_nonzero(flags))
+    return int(np.count_nonzero(unroll["level_replayed"] & (unroll["terminated"] | unroll["truncated"])))
 
 
 def monotone_counters(saved: dict[str, Any] | None, seen: dict[str, Any] | None) -> dict[str, Any]:

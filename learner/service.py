@@ -3,9 +3,11 @@
 `LearnerService` is a plain thread-safe class; `LearnerActor` is its Ray shell (a threaded actor, so
 `submit_batch` calls from many env actors block on the queue while the training thread drains it).
 
-- `submit_batch(unrolls)` validates each unroll (a malformed one is rejected with the field named
+- `submit_batch(unrolls, tally)` validates each unroll (a malformed one is rejected with the field named
   and counted; nothing else changes), then waits for room in the queue: a slow learner makes actors
-  wait (backpressure) and memory stays bounded. It returns a receipt `(version, [weights_ref])`.
+  wait (backpressure) and memory stays bounded. It returns a receipt `(version, [weights_ref])`. `tally`: the env
+  steps and episodes of unrolls the actor kept (`contracts.trajectory.StepTally`, counted at once; a malformed
+  one is refused the same way).
 - the training thread takes `batch_size - replayed` fresh unrolls (`LearnerCore.accept` drops those
   older than `max_policy_lag` versions), trains, and publishes the new weights once with `ray.put`
   (one object per version, shared by every actor).
@@ -25,7 +27,7 @@ import traceback
 from levelray.contracts.config import LearnerConfig, RunConfig
 from levelray.contracts.levels import training_range
 from levelray.contracts.spec import EnvSpec
-from levelray.contracts.trajectory import TrajectoryError, Unroll, validate_unroll
+from levelray.contracts.trajectory import StepTally, TrajectoryError, Unroll, validate_unroll
 from levelray.learner.core import LearnerCore, TrainingDiverged
 from levelray.policy.threads import affinity_cpus, use_threads, wait_policy_env
 
@@ -189,11 +191,18 @@ class LearnerService:
         self._thread.start()
 
     # -- called by env actors ------------------------------------------------------------------
-    def submit_batch(self, unrolls: list[Unroll]):
+    def submit_batch(self, unrolls: list[Unroll], tally: StepTally | None = None):
         """Several unrolls in one call: an actor that sends n at a time pays Ray's per-call cost
         (task dispatch, reply, receipt) once for n. Each one is validated on its own; a malformed
-        one is dropped and counted without affecting the others."""
+        one is dropped and counted without affecting the others. `tally` (None: none) is counted first
+        (`LearnerCore.accept_tally`); a malformed one is dropped and counted as `malformed_tally`."""
         version = self.core.version
+        if tally is not None:
+            try:
+                self.core.accept_tally(tally)
+            except TrajectoryError as exc:
+                self.core.count_malformed("malformed_tally")
+                log.warning("rejected step tally: %s", exc)
         if not isinstance(unrolls, (list, tuple)):
             unrolls = [unrolls]
         for unroll in unrolls:

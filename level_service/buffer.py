@@ -30,7 +30,9 @@ staleness counter, as in the fixed-set sampler.
 With ACCEL's editor (`levels.editor accel`, a maze run; `level_service.editor`), every complete episode of a
 buffered level (a replay) makes a child with `num_edits` edits, and each draw plays a queued child before
 anything else: children are as many as replays, as DCD and JaxUED follow each replay step with an edit step,
-so the episodes split replay : child : fresh level as `p : p : 1 - p` for the replay probability `p`. A child
+so the episodes split replay : child : fresh level as `p : p : 1 - p` for the replay probability `p`. With level
+windows (`level_service.windows`) the children are made when a replay window is drawn instead (`edit_on_scoring`
+off). A child
 is a new level (never a replay) and enters the buffer by the rule above once its episode is scored.
 
 Any seed of the space is a valid level id, and so is an edited level the editor holds: feedback for any other
@@ -57,7 +59,9 @@ from levelray.level_service.sampler_state import config_state, pending_state
 from levelray.level_service.scores import step_scores
 from levelray.level_service.transforms import transform_weights
 
-__all__ = ["LevelBuffer"]
+__all__ = ["DRAW_KINDS", "LevelBuffer"]
+
+DRAW_KINDS = ("any", "replay", "new")  # what `draw_many` draws: by the replay schedule, replays only, new levels only
 
 BUFFER_COUNT_KEYS = (
     "num_samples", "num_replays", "num_new", "num_episodes", "num_inserted", "num_evicted", "num_rejected",
@@ -110,6 +114,9 @@ class LevelBuffer:
         self._fast_staleness = self.config.staleness_transform == "power" and self.config.staleness_temperature == 1.0
         self._score_cache: tuple[np.ndarray, np.ndarray] | None = None  # (probs, cdf) over the filled slots
         self.editor = editor
+        # ACCEL's children: one per scored replay (per-episode replay); level windows make them when a replay
+        # window is drawn instead (`level_service.windows`), and switch this off
+        self.edit_on_scoring = True
 
     # ------------------------------------------------------------------ reading
     @property
@@ -175,29 +182,36 @@ class LevelBuffer:
         self._counts["num_new"] += 1
         return int(self._new_level(k)), False
 
-    def draw_many(self, n: int) -> tuple[np.ndarray, np.ndarray]:
+    def draw_many(self, n: int, kind: str = "any") -> tuple[np.ndarray, np.ndarray]:
         """`n` draws in a row: `(seeds [n] int64, replayed [n] bool)`, distributed as `n` calls of `draw()`
-        (the same distribution, not the same random numbers).
+        (the same distribution, not the same random numbers). `kind` (`DRAW_KINDS`): "any" by the replay schedule;
+        "replay" replayed levels only (new ones, flagged False, while nothing can be replayed); "new" new levels
+        only, the editor's queued children first (a level window decides replay for all its levels at once).
 
         Within the `n` draws the buffered levels and their scores stay put (only commits change them), so the
         replay decisions and the score-proportional slots are independent draws from fixed distributions,
         made in one NumPy call each. A staleness-proportional draw depends on the draws before it: the
         replays before it are applied to `last` first.
         """
-        if n == 1:  # one level at a time (the inline backend): the scalar path, without NumPy's per-call cost
+        if kind not in DRAW_KINDS:
+            raise ValueError(f"kind must be one of {DRAW_KINDS}, got {kind!r}")
+        if n == 1 and kind == "any":  # one level at a time (the inline backend): the scalar path
             seed, replayed = self.draw()
             return np.array([seed], dtype=np.int64), np.array([replayed])
-        children = self.editor.take(n) if self.editor is not None else []
+        children = self.editor.take(n) if self.editor is not None and kind != "replay" else []
         if children:  # played first (see the module doc); each is a draw that advances staleness
             self._counter += len(children)
             self._counts["num_samples"] += len(children)
             self._counts["num_new"] += len(children)
-            seeds, replayed = self.draw_many(n - len(children))
+            seeds, replayed = self.draw_many(n - len(children), kind)
             return np.concatenate([np.array(children, dtype=np.int64), seeds]), np.concatenate(
                 [np.zeros(len(children), dtype=bool), replayed])
         counters = self._counter + 1 + np.arange(n, dtype=np.int64)  # [n] the staleness counter at each draw
         p = self._replay_prob()
-        replayed = self._rng.random(n) < p if p > 0.0 else np.zeros(n, dtype=bool)
+        if kind == "any":
+            replayed = self._rng.random(n) < p if p > 0.0 else np.zeros(n, dtype=bool)
+        else:
+            replayed = np.full(n, kind == "replay" and p > 0.0)
         at = np.flatnonzero(replayed)  # [m] the draws that replay
         c = self.config.staleness_coef
         by_staleness = self._rng.random(at.size) < c if c > 0.0 else np.zeros(at.size, dtype=bool)
@@ -216,6 +230,10 @@ class LevelBuffer:
         self._counts["num_samples"] += n
         self._counts["num_replays"] += int(at.size)
         return seeds, replayed
+
+    def replay_probability(self) -> float:
+        """The probability that the next draw (or level window) replays: 0 until `rho` of the buffer is filled."""
+        return self._replay_prob()
 
     def _replay_prob(self) -> float:
         """The probability that the next draw replays: 0 until `rho` of the buffer is filled."""
@@ -327,7 +345,7 @@ class LevelBuffer:
         for seed, score in zip(seeds, scores, strict=True):
             slot = slot_of.get(seed)
             if slot is not None:
-                if self.editor is not None:  # a replay was scored: ACCEL edits it
+                if self.editor is not None and self.edit_on_scoring:  # a replay was scored: ACCEL edits it
                     self.editor.make_child(seed, self._rng)
                 buf[slot] = (1.0 - alpha) * buf[slot] + alpha * score
                 self._score_cache = None

@@ -180,7 +180,10 @@ class LevelSampler:
     def draw(self) -> tuple[int, bool]:
         """Draw one level by the replay schedule: `(seed, replayed)`, `replayed` False for an unseen level
         (and for every draw of `random` and `sequential`); advances staleness."""
-        i, replayed = self._sample_index()
+        return self._draw_index(*self._sample_index())
+
+    def _draw_index(self, i: int, replayed: bool) -> tuple[int, bool]:
+        """Level `i` drawn: advances staleness; `(seed, replayed)`."""
         self._counter += 1
         if self._fen is not None and self._seen[i]:
             self._fen.add(i, 0, self._counter - int(self._last[i]))
@@ -189,9 +192,17 @@ class LevelSampler:
         self._num_replays += replayed
         return self._seed_list[i], replayed
 
-    def draw_many(self, n: int) -> tuple[np.ndarray, np.ndarray]:
-        """`n` calls of `draw()`: `(seeds [n] int64, replayed [n] bool)`."""
-        pairs = [self.draw() for _ in range(n)]
+    def draw_many(self, n: int, kind: str = "any") -> tuple[np.ndarray, np.ndarray]:
+        """`n` calls of `draw()`: `(seeds [n] int64, replayed [n] bool)`. `kind` as the level buffer's
+        (`LevelBuffer.draw_many`): "any" by the replay schedule, "replay" replayed levels only (unseen ones, flagged
+        False, while none is seen or the strategy never replays), "new" unseen levels only (replays, flagged True,
+        once every level is seen)."""
+        if kind not in ("any", "replay", "new"):
+            raise ValueError(f"kind must be one of ('any', 'replay', 'new'), got {kind!r}")
+        if kind == "any":
+            pairs = [self.draw() for _ in range(n)]
+        else:
+            pairs = [self._draw_index(*self._index_of_kind(kind)) for _ in range(n)]
         return (np.fromiter((seed for seed, _ in pairs), dtype=np.int64, count=n),
                 np.fromiter((replayed for _, replayed in pairs), dtype=bool, count=n))
 
@@ -216,6 +227,28 @@ class LevelSampler:
             unseen = self._get_unseen_idx()
             return int(unseen[self._rng.integers(unseen.size)]), False
         return self._sample_replay_index(), True
+
+    def _index_of_kind(self, kind: str) -> tuple[int, bool]:
+        """One level of `kind` ("replay" or "new"), where the set has one; else one of the other kind."""
+        ns = self._num_seen
+        scored = self.config.strategy not in ("random", "sequential")
+        if (kind == "replay" and ns > 0 and scored) or (kind == "new" and ns == self._n):
+            return self._sample_replay_index(), True
+        if ns == self._n:  # nothing unseen, and the strategy never replays
+            return self._sample_index()
+        unseen = self._get_unseen_idx()
+        return int(unseen[self._rng.integers(unseen.size)]), False
+
+    def replay_probability(self) -> float:
+        """The probability that the next draw replays (`draw`): 0 before `rho` of the levels are seen, and for the
+        unscored strategies."""
+        cfg, ns = self.config, self._num_seen
+        frac = ns / self._n
+        if cfg.strategy in ("random", "sequential") or ns == 0 or frac < cfg.rho:
+            return 0.0
+        if cfg.replay_schedule == "fixed":
+            return 1.0 if ns == self._n else 1.0 - cfg.nu
+        return 1.0 if ns == self._n else frac
 
     def _sample_replay_index(self) -> int:
         rng = self._rng

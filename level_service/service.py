@@ -43,6 +43,7 @@ from levelray.contracts import snapshot
 from levelray.contracts.config import EnvConfig, LevelConfig
 from levelray.contracts.levels import EpisodeResults, LevelFeedback
 from levelray.contracts.maze import EDITED_ID_BASE, MazeLevel, level_for_id
+from levelray.level_service.buffer import LevelBuffer
 from levelray.level_service.maze_stats import MazeComplexity
 from levelray.level_service.spaces import (
     LevelView,
@@ -53,6 +54,7 @@ from levelray.level_service.spaces import (
     make_sampler,
     sampler_from_state,
 )
+from levelray.level_service.windows import Window, WindowDecider
 
 __all__ = ["LevelServiceCore", "LevelService", "SNAPSHOT_FORMAT"]
 
@@ -95,6 +97,7 @@ class LevelServiceCore:
         self._num_sample_calls = 0
         self._num_update_calls = 0
         self._num_snapshots = 0
+        self._windows: WindowDecider | None = None  # level windows (`level_service.windows`); restored or made below
         self._restored = False
         if self._snapshot_path is not None and Path(self._snapshot_path).exists():
             self._sampler = self._restore(self._snapshot_path, fresh)
@@ -106,6 +109,11 @@ class LevelServiceCore:
         else:
             self._sampler = fresh
         self._schedule.written()  # the first periodic snapshot is one interval after the start
+        if not self._windowed():
+            self._windows = None
+        elif self._windows is None:  # fresh, or restored from a state without level windows
+            self._windows = WindowDecider(_windows_rng(rng))
+        self._set_window_mode()
 
     # ------------------------------------------------------------------ snapshots
     def _restore(self, path: str, fresh: Sampler) -> Sampler:
@@ -118,6 +126,8 @@ class LevelServiceCore:
             self._num_sample_calls = int(counts["num_sample_calls"])
             self._num_update_calls = int(counts["num_update_calls"])
             self._num_snapshots = int(counts["num_snapshots"])
+            if counts.get("windows") is not None:
+                self._windows = WindowDecider.from_state_dict(counts["windows"])
         except (KeyError, TypeError, ValueError) as exc:
             raise snapshot.SnapshotError(f"snapshot {path} holds an invalid level-service state: {exc}") from exc
         check_same_space(sampler, fresh, f"snapshot {path}")
@@ -131,6 +141,7 @@ class LevelServiceCore:
                 "num_sample_calls": self._num_sample_calls,
                 "num_update_calls": self._num_update_calls,
                 "num_snapshots": self._num_snapshots,
+                "windows": None if self._windows is None else self._windows.state_dict(),
             },
         }
 
@@ -147,23 +158,50 @@ class LevelServiceCore:
         self._schedule.run_if_due(self._snapshot_path, self.snapshot)
 
     # ------------------------------------------------------------------ API
-    def sample_levels(self, n: int) -> tuple[list[int], list[bool]]:
+    def _windowed(self) -> bool:
+        """Level windows: a level buffer whose section asks for them (`levels.window` > 0)."""
+        return isinstance(self._sampler, LevelBuffer) and self._sampler.config.window > 0
+
+    def _set_window_mode(self) -> None:
+        """With level windows, ACCEL's children are made per replay window, not per scored replay."""
+        if isinstance(self._sampler, LevelBuffer):
+            self._sampler.edit_on_scoring = self._windows is None
+
+    def sample_levels(self, n: int, kind: str = "any") -> tuple[list[int], list[bool]]:
         """`n` levels drawn one after the other (a prefetch buffer for an actor): their seeds, and whether each
-        is a replay (Robust PLR trains only on those; see `LevelSampler.draw` and `LevelBuffer.draw`)."""
+        is a replay (Robust PLR trains only on those; see `LevelSampler.draw` and `LevelBuffer.draw`). `kind`:
+        "any" (the replay schedule), "replay" or "new" (see `LevelBuffer.draw_many`)."""
         try:
             if isinstance(n, bool) or not isinstance(n, int | np.integer) or not 0 <= n <= MAX_SEEDS_PER_CALL:
                 raise ValueError(f"n must be an int in [0, {MAX_SEEDS_PER_CALL}], got {n!r}")
-            seeds, replayed = self._sampler.draw_many(int(n))
+            if kind not in ("any", "replay", "new"):
+                raise ValueError(f"kind must be one of 'any', 'replay', 'new', got {kind!r}")
+            seeds, replayed = self._sampler.draw_many(int(n), kind)
             self._num_sample_calls += 1
             return seeds.tolist(), replayed.tolist()
         finally:
             self._maybe_snapshot()
 
-    def draw_levels(self, n: int) -> tuple[list[int], list[bool], dict[int, bytes]]:
-        """`sample_levels(n)` and the encodings of the edited levels among them, `{id: MazeLevel encoding}` (what
-        an actor needs to play them; empty without an editor)."""
-        ids, replayed = self.sample_levels(n)
+    def draw_levels(self, n: int, kind: str = "any") -> tuple[list[int], list[bool], dict[int, bytes]]:
+        """`sample_levels(n, kind)` and the encodings of the edited levels among them, `{id: MazeLevel encoding}`
+        (what an actor needs to play them; empty without an editor)."""
+        ids, replayed = self.sample_levels(n, kind)
         return ids, replayed, level_encodings(self._sampler, ids)
+
+    def draw_window(self, num_envs: int, extra: int = 0) -> Window:
+        """An actor's next level window (`level_service.windows`): replay or explore, decided here, with one level
+        per env and, for a replay window, `extra` more replayed levels. ValueError naming the field for a bad count,
+        or where the service has no level windows (a fixed level set, or `levels.window` 0); nothing changes."""
+        try:
+            if self._windows is None:
+                raise ValueError("draw_window needs a level buffer with level windows (--num-levels 0, levels.window "
+                                 "> 0); this service decides replay per episode")
+            window = self._windows.draw(self._sampler, num_envs, extra,
+                                        lambda ids: level_encodings(self._sampler, ids))
+            self._num_sample_calls += 1
+            return window
+        finally:
+            self._maybe_snapshot()
 
     def sample_seeds(self, n: int) -> list[int]:
         """The seeds of `sample_levels(n)`, for tools that do not need the replay flags."""
@@ -220,6 +258,7 @@ class LevelServiceCore:
         sampler = sampler_from_state(state)
         check_same_space(sampler, self._sampler, "state")
         self._sampler = sampler
+        self._set_window_mode()
         self._restored = True
 
     def _maze_level(self, level_id: int) -> MazeLevel:
@@ -252,6 +291,7 @@ class LevelServiceCore:
             "num_sample_calls": self._num_sample_calls,
             "num_update_calls": self._num_update_calls,
             "num_snapshots": self._num_snapshots,
+            **(self._windows.counts if self._windows is not None else {}),
             "snapshot_errors": self._schedule.errors,
             "last_snapshot_error": self._schedule.last_error,
         }
@@ -270,6 +310,13 @@ class LevelServiceCore:
         if self._complexity is not None:  # a maze run: how complex the scored levels are
             out.update(self._complexity.summary(view.seeds[view.scored]))
         return out
+
+
+def _windows_rng(rng) -> np.random.Generator:
+    """The level windows' own generator, from the service's `rng`: a stream apart from the sampler's."""
+    if isinstance(rng, np.random.Generator):
+        return rng.spawn(1)[0]
+    return np.random.default_rng(None if rng is None else [int(rng), 1])
 
 
 def _distribution_stats(view: LevelView, vectors: bool) -> dict[str, Any]:

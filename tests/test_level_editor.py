@@ -18,8 +18,9 @@ from levelray.level_service.editor import MazeEditor, edit_maze
 from levelray.level_service.service import LevelServiceCore
 
 EMPTY = EnvConfig(id="maze:13x13", num_levels=0, maze_blocks="0")
+# replay decided per episode (levels.window 0): a child is made as each replay's episode is scored
 ACCEL = LevelConfig(strategy="value_l1", buffer_size=8, rho=0.5, replay_prob=0.8, robust=True, editor="accel",
-                    num_edits=5)
+                    num_edits=5, window=0)
 
 
 def changed_cells(parent: MazeLevel, child: MazeLevel) -> int:
@@ -303,8 +304,11 @@ def e2e_args(backend: str, run_dir, steps: int) -> list[str]:
     do: measured on Ray, no child in a full 24-level buffer at 12k steps, none in a full 400-level one at 32k.)
     On Ray the actor, stepping mazes as arrays, plays its first thousands of steps before the first scores come
     back, on fresh levels drawn up to a second ahead (`actors.env_actor.SeedPrefetcher`): 32k steps fill ~1,000
-    slots, and replays, and so children, start only after that (30 children in the buffer, measured)."""
+    slots, and replays, and so children, start only after that (30 children in the buffer, measured). Replay is
+    decided per episode (`--level-window 0`): a 256-step window would score 8 new levels per 2,080 steps, and fill
+    the 100 levels replay waits for only near the run's end."""
     return ["train", "--backend", backend, "--env", "maze:13x13", "--maze-blocks", "0", "--num-levels", "0",
+            "--level-window", "0",
             "--level-editor", "accel", "--level-robust", "--level-strategy", "positive_value_loss",
             "--level-buffer-size", "2000", "--level-rho", "0.05", "--level-replay-prob", "0.8", "--num-actors", "1",
             "--envs-per-actor", "8", "--unroll-length", "20", "--batch-size", "2", "--max-episode-steps", "30",

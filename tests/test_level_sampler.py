@@ -549,7 +549,7 @@ def test_version_1_state_resumes():
     d["version"] = 1
     # fields added since version 1
     for key in ("snapshot_interval_s", "buffer_size", "replay_prob", "robust", "editor", "num_edits", "drop_unsolvable",
-                "gae_lambda"):
+                "gae_lambda", "window"):
         del d["config"][key]
     del d["counts"]["num_replays"]
     t = LevelSampler.from_state_dict(d)
@@ -637,7 +637,7 @@ def test_the_sampler_accepts_exactly_the_levels_values_the_run_config_accepts():
             assert str(by_sampler.value) == str(by_config.value)
             assert path in str(by_sampler.value)
             checked += 1
-    assert checked == 19  # one step past each of the 19 bounds of the section
+    assert checked == 20  # one step past each of the 20 bounds of the section
 
 
 def test_bad_seeds():

@@ -172,7 +172,8 @@ def test_scale_up_and_down_mid_run_and_status(ray_session, tmp_path, capsys):
 
         # the driver's rate reaches `levelray status` through the supervisor
         job.publish({"env_steps_per_second": 1234.5, "time": time.time(), "levels_buffered": 17,
-                     "levels_replay_fraction": 0.25, "levels_evicted": 3, "levels_mean_walls": 25.5,
+                     "levels_replay_fraction": 0.25, "levels_trained_fraction": 0.5, "levels_evicted": 3,
+                     "levels_mean_walls": 25.5,
                      "levels_mean_path_length": 8.5, "levels_unsolvable_fraction": 0.125})
         wait_for(lambda: ray.get(supervisor.status.remote())["progress"].get("env_steps_per_second") == 1234.5, 30)
         # the CLI commands against the same job (in-process: the session's Ray is already connected)
@@ -180,11 +181,13 @@ def test_scale_up_and_down_mid_run_and_status(ray_session, tmp_path, capsys):
         out = json_output(capsys.readouterr().out)
         assert out["env_steps_per_second"] == 1234.5
         assert (out["levels_buffered"], out["levels_replay_fraction"], out["levels_evicted"]) == (17, 0.25, 3)
+        assert out["levels_trained_fraction"] == 0.5
         assert (out["levels_mean_walls"], out["levels_mean_path_length"], out["levels_unsolvable_fraction"]) == (
             25.5, 8.5, 0.125)
         assert control.cmd_status(type("A", (), {"address": "auto", "json": False})()) == 0
         text = capsys.readouterr().out
         assert "levels buffered 17  evicted 3  replayed 25% of recent episodes" in text
+        assert "trained on 50% of recent env steps" in text
         assert "levels mean walls 25.5  mean path 8.5  unsolvable 12%" in text
         for key in ("actors_alive", "actors_desired", "learner_version", "env_steps", "env_steps_per_second",
                     "actors"):

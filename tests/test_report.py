@@ -22,8 +22,10 @@ BIGFISH = [*TINY, "--env", "procgen:bigfish", "--num-levels", "200", "--batch-si
            "--eval-envs", "2"]
 # a level buffer (--num-levels 0, value_l1) of 8 levels: CartPole's ~20-step episodes fill it and evict from it
 # within 640 steps, and replays start once 2 levels are buffered (rho 0.2); checkpoints give the gallery points
+# replay decided per episode (--level-window 0): 640 steps of 2 envs fill and turn over the 8-level buffer
 BUFFER = [*TINY, "--env", "CartPole-v1", "--num-levels", "0", "--level-strategy", "value_l1", "--batch-size", "2",
-          "--level-buffer-size", "8", "--total-steps", "640", "--checkpoint-interval", "8", "--keep-checkpoints", "100"]
+          "--level-buffer-size", "8", "--total-steps", "640", "--checkpoint-interval", "8", "--keep-checkpoints", "100",
+          "--level-window", "0"]
 FIGURES = ("returns", "throughput", "policy_lag", "losses", "level_weights", "level_staleness", "replay_priorities")
 PLR, UNI, CP = "plr (value_l1)", "uni (random)", "cp (unbounded levels)"
 

@@ -85,6 +85,8 @@ def cmd_status(args: argparse.Namespace) -> int:
         print(f"levels buffered {status['levels_buffered']:,}  evicted {status.get('levels_evicted') or 0:,}  "
               f"replayed {'-' if fraction is None else f'{fraction:.0%}'} of recent episodes"
               + ("" if status.get("levels_edited") is None else f"  edited {status['levels_edited']:,}"))
+    if status.get("levels_trained_fraction") is not None:
+        print(f"trained on {status['levels_trained_fraction']:.0%} of recent env steps")
     if status.get("levels_mean_walls") is not None:  # a maze run
         path, unsolvable = status.get("levels_mean_path_length"), status.get("levels_unsolvable_fraction")
         print(f"levels mean walls {status['levels_mean_walls']:.1f}  mean path {_number(path, '.1f')}  "

@@ -62,6 +62,9 @@ METRICS = {
     "levelray_levels_evicted_total": ("counter", "Levels evicted from the level buffer by higher-scoring new ones"),
     "levelray_levels_replay_fraction": (
         "gauge", "Fraction of the episodes since the last report played on a replayed level"),
+    "levelray_levels_trained_fraction": (
+        "gauge", "Fraction of the env steps since the last report that the learner trained on (Robust PLR's level "
+                 "windows: the replay windows' share)"),
     "levelray_levels_edited_total": ("counter", "ACCEL runs: children the level editor made from replayed levels"),
     "levelray_levels_mean_walls": ("gauge", "Maze runs: mean wall count of the scored levels (NaN for other envs)"),
     "levelray_levels_mean_path_length": (
@@ -125,6 +128,7 @@ def _learner_families(s: StatusSnapshot):
         _gauge("levelray_learner_queue_depth", learner.get("queue_depth")),
         _gauge("levelray_test_return", s.get("test_return_mean")),
         _gauge("levelray_levels_replay_fraction", s.get("levels_replay_fraction")),
+        _gauge("levelray_levels_trained_fraction", s.get("levels_trained_fraction")),
         _counter("levelray_learner_restarts_total", s.get("learner_restarts")),
         _counter("levelray_learner_nonfinite_updates_total", learner.get("nonfinite_updates")),
         _labelled("levelray_learner_loss", "kind",

@@ -82,23 +82,24 @@ class Throughput:
         return self.rate
 
 
-class ReplayFraction:
-    """`levels_replay_fraction`: of the episodes that ended since the last report, the fraction played on a
-    replayed level (None when none ended). Counted where the episodes arrive (the learner), from the flag the
-    level service gave each level."""
+class RecentFraction:
+    """A part's share of a total's growth since the last report (None where the total did not grow), from two
+    counters of the learner: `levels_replay_fraction`, of the episodes that ended, those played on a replayed level
+    (the flag the level service gave each level); `levels_trained_fraction`, of the env steps, those trained on
+    (`samples_trained`: with Robust PLR's level windows, the replay windows' share)."""
 
     def __init__(self) -> None:
         self._last: tuple[int, int] | None = None
 
-    def update(self, episodes: int, replayed: int) -> float | None:
-        last, self._last = self._last, (episodes, replayed)
-        if last is None or episodes <= last[0]:
+    def update(self, total: int, part: int) -> float | None:
+        last, self._last = self._last, (total, part)
+        if last is None or total <= last[0]:
             return None
-        return (replayed - last[1]) / (episodes - last[0])
+        return (part - last[1]) / (total - last[0])
 
 
 def build_record(snap: StatusSnapshot, *, steps_per_second: float, elapsed_s: float,
-                 replay_fraction: float | None = None) -> dict[str, Any]:
+                 replay_fraction: float | None = None, trained_fraction: float | None = None) -> dict[str, Any]:
     """The `metrics.jsonl` record of a snapshot (JSON scalars and lists only)."""
     ls, actors = snap["learner"], actor_counts(snap)
     last_actor_error = snap["supervisor"].get("last_actor_error") if "supervisor" in snap else None
@@ -114,6 +115,7 @@ def build_record(snap: StatusSnapshot, *, steps_per_second: float, elapsed_s: fl
         "samples_trained": ls["samples_trained"],
         "learner_samples_received": ls.get("learner_samples_received", 0),
         "levels_replay_fraction": replay_fraction,
+        "levels_trained_fraction": trained_fraction,
         "policy_lag_mean": ls["policy_lag_mean"],
         "queue_depth": ls["queue_depth"],
         "actors_alive": actors["actors_alive"],
@@ -221,7 +223,8 @@ class Reporter:
         self.run_dir, self.backend, self.evaluator = run_dir, backend, evaluator
         self.metrics, self.on_report = metrics, on_report
         self.throughput = Throughput()
-        self.replay_fraction = ReplayFraction()
+        self.replay_fraction = RecentFraction()
+        self.trained_fraction = RecentFraction()
         self.last_test: dict[str, Any] = {}  # the last successful held-out evaluation
         self.tensorboard = None
         if cfg.tensorboard:
@@ -233,8 +236,9 @@ class Reporter:
         ls = snap["learner"]
         rate = self.throughput.update(ls["env_steps"])
         fraction = self.replay_fraction.update(ls["episodes"], ls.get("episodes_replayed", 0))
+        trained = self.trained_fraction.update(ls["env_steps"], ls["samples_trained"])
         rec = build_record(snap, steps_per_second=rate, elapsed_s=time.time() - self.throughput.start,
-                           replay_fraction=fraction)
+                           replay_fraction=fraction, trained_fraction=trained)
         while (result := self.evaluator.poll()) is not None:  # a held-out result is logged once, when it arrives
             rec.update(result)
             if "test_return_mean" in result:  # a failed one (`test_error`) keeps the last good point
@@ -244,7 +248,8 @@ class Reporter:
             self.tensorboard.write(rec)
         self.backend.publish(rec)
         if self.metrics is not None:
-            view: StatusSnapshot = {**snap, "env_steps_per_second": rate, "levels_replay_fraction": fraction}
+            view: StatusSnapshot = {**snap, "env_steps_per_second": rate, "levels_replay_fraction": fraction,
+                                    "levels_trained_fraction": trained}
             if self.last_test:
                 view["test_return_mean"] = self.last_test["test_return_mean"]
             self.metrics.update(view)
@@ -281,6 +286,7 @@ def _train(cfg: RunConfig, run_dir: RunDir, backend: Backend, evaluator: Periodi
     version = start["learner_version"]
     last_checkpoint = version  # a resumed run starts from a checkpoint of this version
     reporter.replay_fraction.update(start["episodes"], start.get("episodes_replayed", 0))
+    reporter.trained_fraction.update(start["env_steps"], start["samples_trained"])
     while not stop.is_set():
         try:
             backend.advance(next_report, _next_due_version(cfg, version, evaluator), stop)

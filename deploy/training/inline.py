@@ -3,7 +3,9 @@
 For a GPU box without Ray, for debugging, and for machines that cannot install Ray. The same config, services,
 learner train step (`LearnerCore`) and rollout code as the Ray backend; only the transport differs: actors are
 `RolloutWorker`s stepped in turn, the level and replay services are their cores called directly (each worker's
-episode results go to the level service after each of its unrolls). `deploy.training.driver.run` drives it like any
+episode results go to the level service after each of its unrolls; with level windows each worker asks it for its
+next window when one ends, and a Robust PLR explore window's unrolls are counted, `LearnerCore.accept_tally`, but
+never given to the update). `deploy.training.driver.run` drives it like any
 other backend.
 """
 
@@ -16,8 +18,9 @@ from typing import TYPE_CHECKING, Any
 from levelray.actors.env_vector import LevelDraws
 from levelray.actors.envs import env_spec, make_env_vector
 from levelray.actors.episode_scorer import EpisodeScorer
+from levelray.actors.level_windows import ExploreTally, LevelWindows, ServiceWindows
 from levelray.actors.rollout import RolloutWorker
-from levelray.contracts.config import RunConfig, uses_level_service, uses_replay
+from levelray.contracts.config import RunConfig, uses_level_service, uses_replay, window_unrolls
 from levelray.contracts.status import StatusSnapshot
 from levelray.deploy.training.components import make_level_service, make_replay
 from levelray.deploy.training.progress import reached_return
@@ -57,7 +60,11 @@ class InlineBackend:
         K = cfg.actors.envs_per_actor
         self.workers = []
         for i in range(max(1, cfg.actors.num_actors)):
-            draws = ServiceDraws(self.levels, K) if self.levels is not None else None
+            windows = None
+            if self.levels is not None and window_unrolls(cfg):
+                windows = LevelWindows(ServiceWindows(self.levels, K), K, window_unrolls(cfg),
+                                       withhold=cfg.levels.robust)
+            draws = windows.levels if windows is not None else ServiceDraws(self.levels, K) if self.levels else None
             self.workers.append(RolloutWorker(
                 make_env_vector(cfg.env, K, draws, seed=cfg.seed * 1000 + i),
                 cfg.actors.unroll_length,
@@ -67,27 +74,40 @@ class InlineBackend:
                 seed=cfg.seed * 1000 + i,
                 level_draws=draws,
                 scorer=EpisodeScorer.for_run(cfg) if self.levels is not None else None,
+                windows=windows,
             ))
         self._broadcast()
         self._next_worker = 0
+        self._fresh: list = []  # unrolls for the next update, collected so far
+        self._tally = ExploreTally()
 
     def _broadcast(self) -> None:
         version, weights = self.core.learner.get_weights()
         for worker in self.workers:
             worker.set_weights(version, weights)
 
-    def train_step(self) -> dict[str, float]:
-        """Collect `num_fresh` unrolls round-robin over the workers, then one `LearnerCore.train`."""
-        fresh = []
-        while len(fresh) < self.core.num_fresh:
+    def train_step(self, until_time: float | None = None) -> dict[str, float]:
+        """Collect unrolls round-robin over the workers until `num_fresh` reach the learner, then one
+        `LearnerCore.train`. Unrolls a worker keeps (explore windows under Robust PLR) are only counted; where
+        they delay the update past `until_time`, or the budget is spent before a batch begins, {} without an update
+        (the unrolls collected wait for the next call)."""
+        while len(self._fresh) < self.core.num_fresh:
+            if self.core.budget_spent and not self._fresh:  # a batch begun (counted as received) is trained
+                return {}
             worker = self.workers[self._next_worker]
             self._next_worker = (self._next_worker + 1) % len(self.workers)
             unroll = worker.unroll()
             results = worker.scorer.take() if worker.scorer is not None else None
             if results is not None:
                 self.levels.report_episodes(results)
-            if self.core.accept(unroll):
-                fresh.append(unroll)
+            if worker.withheld:
+                self._tally.add(unroll)
+                self.core.accept_tally(self._tally.take())
+                if until_time is not None and time.time() >= until_time:
+                    return {}
+            elif self.core.accept(unroll):
+                self._fresh.append(unroll)
+        fresh, self._fresh = self._fresh, []
         metrics = self.core.train(fresh)
         self._broadcast()
         return metrics
@@ -98,7 +118,7 @@ class InlineBackend:
         while not stop.is_set():
             if self.core.budget_spent or reached_return(self.cfg, self.core.stats()):
                 return
-            self.train_step()
+            self.train_step(until_time)
             if time.time() >= until_time or self.core.version >= until_version:
                 return
 
