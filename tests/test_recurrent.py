@@ -11,7 +11,6 @@ import pytest
 import torch
 
 from levelray.actors.envs import env_spec, make_env_vector
-from levelray.actors.episode_scorer import EpisodeScorer
 from levelray.actors.rollout import RolloutWorker
 from levelray.contracts import snapshot
 from levelray.contracts.config import ConfigError, RunConfig, replace_paths
@@ -25,7 +24,7 @@ from levelray.learner.learner import Learner, behaviour_kl
 from levelray.policy.models import build_model
 from levelray.policy.numpy_policy import NumpyPolicy
 from levelray.policy.recurrent import LSTMCore, core_inputs, unroll
-from levelray.policy.weights import weights_to_numpy
+from levelray.policy.weights import load_numpy_weights, weights_to_numpy
 
 N = 16
 
@@ -193,7 +192,7 @@ def test_ray_backend_actor_unrolls_match_the_learner_at_lag_0(ray_session):
         ray.kill(actor)
         ray.kill(learner)
     local = Learner(spec, cfg.learner, seed=0)
-    local.model.load_state_dict({k: torch.from_numpy(v) for k, v in weights.items()})
+    load_numpy_weights(local.model, {k: v.copy() for k, v in weights.items()})
     ends = 0
     for u in unrolls:
         validate_unroll(u, spec, core_size=N)
