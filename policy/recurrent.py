@@ -6,8 +6,10 @@ ones) and the previous reward r_{t-1} clipped to [-1, 1] (the reward the learner
 clipped), `core_inputs` below. At an episode's first step the state (h, c) and those extra inputs are zero.
 
 The core runs in float32 whatever the network's precision: under bf16 autocast the torso and heads compute in
-bf16, the core's products do not (benchmarks/RESULTS.md, "LSTM": a bf16 core's outputs drift from the float32
-ones over an unroll, and the core is a small share of an update's time).
+bf16, the core's products do not. Measured on this project's CPU (LSTM-256, T = 20, B = 8, random inputs, fresh
+weights): with the torso in bf16 and the core in float32 the core's output h stays within 1-3e-4 of an all-float32
+unroll; with the core in bf16 too, within 7-9e-4, 3-9x further, and a recurrence carries its error into every
+later step, where the torso's error stays in its own step.
 
 `core_state` `[2, B, N]` is (h, c) stacked: what an unroll carries at its first step (`contracts.trajectory`).
 """
