@@ -122,6 +122,13 @@ class RolloutWorker:
             self._core_inputs[start] = 0.0
             self._episode_start = np.zeros_like(start)
 
+    def _core_at_start(self) -> dict[str, np.ndarray]:
+        """A recurrent policy's `core_state` and `core_inputs` as the unroll's step 0 reads them ({} without a core)."""
+        if self._core_state is None:
+            return {}
+        self._start_episodes()
+        return {"core_state": self._core_state.copy(), "core_inputs": self._core_inputs.copy()}
+
     def _forward(self, obs: np.ndarray, with_value: bool) -> tuple[np.ndarray, np.ndarray | None]:
         if self._numpy_policy is not None:
             policy = self._numpy_policy
@@ -169,9 +176,7 @@ class RolloutWorker:
         success = np.zeros((T, K), dtype=bool)
         ended_return = np.zeros((T, K), dtype=np.float64)
         version = self.policy_version
-        if self._core_state is not None:  # the state step 0 reads
-            self._start_episodes()
-            core = {"core_state": self._core_state.copy(), "core_inputs": self._core_inputs.copy()}
+        core = self._core_at_start()
         for t in range(T):
             obs[t] = self._obs
             if values is None:
@@ -224,9 +229,8 @@ class RolloutWorker:
             "episode_returns": np.asarray(ep_returns, dtype=np.float64),
             "episode_lengths": np.asarray(ep_lengths, dtype=np.int64),
             "episode_seeds": np.asarray(ep_seeds, dtype=np.int64),
+            **core,
         }
-        if self._core_state is not None:
-            unroll.update(core)
         self.last_values = values
         if scorer is not None:
             scorer.add({**unroll, "episode_success": success, "episode_return": ended_return}, values)
