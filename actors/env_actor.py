@@ -184,7 +184,9 @@ class EnvActor:
         import ray
 
         version, ref_box = receipt
-        if version > self.worker.policy_version and ref_box:
+        # the first receipt is loaded whatever its version: until then the worker's network is its own random one,
+        # not the learner's version 0 that its unrolls are labelled with
+        if (version > self.worker.policy_version or not self.weight_fetches) and ref_box:
             try:
                 weights = ray.get(ref_box[0])
             except ray.exceptions.ObjectLostError:

@@ -4,6 +4,12 @@ Used by the Ray `EnvActor` and by the inline runner alike. Consecutive unrolls o
 observation: `obs[T]` of one unroll (its bootstrap) is `obs[0]` of the next. With level windows
 (`actors.level_windows`) the worker opens the next window at the last step of each, and says of each unroll whether
 it stays on the actor (`withheld`: a Robust PLR explore window's).
+
+A recurrent policy (`learner.lstm_size` > 0) carries each env's core state (h, c) and extra input (previous
+action and reward, `policy.recurrent`) from step to step, and across unrolls. They are zeroed before the first
+step of an episode: a step whose previous step was terminated or truncated (`observe`), or the first step after
+the envs were reset. Every unroll carries them as its step 0 reads them (`core_state`, `core_inputs`). An env a
+window's end restarts begins an episode too: its last step is marked truncated before `observe` reads it.
 """
 
 from __future__ import annotations
@@ -11,7 +17,7 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from levelray.actors.env_vector import EnvVector, LevelDraws
+from levelray.actors.env_vector import EnvVector, LevelDraws, StepResult
 from levelray.actors.episode_scorer import EpisodeScorer
 from levelray.actors.level_windows import LevelWindows
 from levelray.contracts.config import LearnerConfig
@@ -20,6 +26,8 @@ from levelray.policy import distributions
 from levelray.policy.models import build_model, resolve_model_kind
 from levelray.policy.numpy_policy import NumpyPolicy
 from levelray.policy.precision import autocast, compute_dtype
+from levelray.policy.recurrent import core_inputs
+from levelray.policy.recurrent import unroll as recurrent_unroll
 from levelray.policy.weights import load_numpy_weights
 
 
@@ -60,7 +68,7 @@ class RolloutWorker:
         self.T = unroll_length
         self.actor_id = actor_id
         self.env_ids = np.arange(env_id_offset, env_id_offset + envs.num_envs, dtype=np.int64)
-        self.model = build_model(self.spec, learner.model, tuple(learner.hidden_sizes))
+        self.model = build_model(self.spec, learner.model, tuple(learner.hidden_sizes), learner.lstm_size)
         self.model.eval()
         self._numpy_policy = NumpyPolicy(self.model) if NumpyPolicy.supports(self.model) else None
         self._dtype = compute_dtype(learner.precision, torch.device("cpu"),
@@ -74,6 +82,12 @@ class RolloutWorker:
         if windows is not None:
             windows.begin()
         self._obs = envs.reset()
+        core = self.model.core
+        # a recurrent policy's per-env state `[2, K, N]`, next extra input `[K, E]`, and episode starts `[K]`
+        self._core_state = None if core is None else np.zeros((2, K, core.size), dtype=np.float32)
+        self._core_inputs = None if core is None else np.zeros((K, self.spec.core_input_size), dtype=np.float32)
+        self._episode_start = np.ones(K, dtype=bool)
+        self.last_values: np.ndarray | None = None  # [T, K] V(x_t) of the last unroll, where it computed them
         self._ep_return = np.zeros(K, dtype=np.float64)
         self._ep_length = np.zeros(K, dtype=np.int64)
         self.env_steps = 0
@@ -92,7 +106,8 @@ class RolloutWorker:
 
     def act(self, obs: np.ndarray, *, greedy: bool = False) -> tuple[np.ndarray, np.ndarray]:
         """Sample actions for `obs [K, ...]` (or take the most likely ones: argmax / the Gaussian mean);
-        returns (actions, the action distribution's parameters `dist_params [K, P]`)."""
+        returns (actions, the action distribution's parameters `dist_params [K, P]`). A recurrent policy's state
+        moves on by one step: call it (or `act_and_value`) once per env step, and `observe` that step."""
         return self._choose(self._forward(obs, False)[0], greedy)
 
     def act_and_value(self, obs: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -102,12 +117,41 @@ class RolloutWorker:
         actions, dist_params = self._choose(dist_params, False)
         return actions, dist_params, values
 
+    def observe(self, actions: np.ndarray, step: StepResult) -> None:
+        """What a recurrent policy reads from the env step just taken with `actions`: the next step's extra input,
+        and which envs begin an episode there (terminated or truncated), whose state is zeroed before it."""
+        if self._core_state is not None:
+            self._core_inputs = core_inputs(actions, step.rewards, self.spec)
+            self._episode_start = step.terminated | step.truncated
+
+    def _start_episodes(self) -> None:
+        """Zero the core state and extra input of the envs whose next step begins an episode."""
+        start = self._episode_start
+        if start.any():
+            self._core_state[:, start] = 0.0
+            self._core_inputs[start] = 0.0
+            self._episode_start = np.zeros_like(start)
+
+    def _core_at_start(self) -> dict[str, np.ndarray]:
+        """A recurrent policy's `core_state` and `core_inputs` as the unroll's step 0 reads them ({} without a core)."""
+        if self._core_state is None:
+            return {}
+        self._start_episodes()
+        return {"core_state": self._core_state.copy(), "core_inputs": self._core_inputs.copy()}
+
     def _forward(self, obs: np.ndarray, with_value: bool) -> tuple[np.ndarray, np.ndarray | None]:
         if self._numpy_policy is not None:
             policy = self._numpy_policy
             return policy.dist_params(obs), policy.values(obs) if with_value else None
         with torch.inference_mode(), autocast(torch.device("cpu"), self._dtype):
             x = torch.from_numpy(obs)
+            if self._core_state is not None:
+                self._start_episodes()
+                extra, starts = torch.from_numpy(self._core_inputs)[None], torch.zeros(1, len(obs), dtype=torch.bool)
+                dist_params, values, h, c = recurrent_unroll(self.model, x[None], extra, starts,
+                                                             torch.from_numpy(self._core_state))
+                self._core_state = torch.stack([h[0], c[0]]).numpy()
+                return dist_params[0].float().numpy(), values[0].float().numpy()
             if not with_value:
                 return self.model.dist_params(x).float().numpy(), None
             dist_params, values = self.model(x)
@@ -146,6 +190,7 @@ class RolloutWorker:
         success = np.zeros((T, K), dtype=bool)
         ended_return = np.zeros((T, K), dtype=np.float64)
         version = self.policy_version
+        core = self._core_at_start()
         for t in range(T):
             obs[t] = self._obs
             if values is None:
@@ -158,7 +203,8 @@ class RolloutWorker:
                 windows.open_next()
             step = self.envs.step(actions[t])
             if closing and t == T - 1:
-                cut[t] = windows.close(self.envs, step)
+                cut[t] = windows.close(self.envs, step)  # restarted envs: their next step begins an episode
+            self.observe(actions[t], step)
             rewards[t], terminated[t], truncated[t], seeds[t] = (
                 step.rewards,
                 step.terminated,
@@ -194,7 +240,9 @@ class RolloutWorker:
             "episode_lengths": np.asarray(episodes[1], dtype=np.int64),
             "episode_seeds": np.asarray(episodes[2], dtype=np.int64),
             "episode_replayed": np.asarray(episodes[3], dtype=bool),
+            **core,
         }
+        self.last_values = values
         if scorer is not None:
             scorer.add({**unroll, "episode_success": success, "episode_return": ended_return, "episode_cut": cut},
                        values)

@@ -2,7 +2,7 @@
 actors' inference in both.
 
     python -m benchmarks.bench_learner [--device auto|cpu|cuda] [--json PATH] [--quick] [--seconds S]
-        [--threads 1,2] [--precisions fp32,bf16] [--compile]
+        [--threads 1,2] [--precisions fp32,bf16] [--compile] [--lstm-sizes 0,256] [--models impala_cnn,mlp]
 
 Updates: the IMPALA CNN on procgen-shaped uint8 observations at T=20 x B=32 (640 samples: the procgen preset's
 batch of 2 unrolls x 16 envs) and B=128 (2,560), the MiniGrid net on MiniGrid's symbolic view at B=32, and the MLP
@@ -11,8 +11,11 @@ thread count. Inference: the actors' torch forward pass (`dist_params` under `in
 `RolloutWorker.act`) at a batch of 16 observations (an actor's env vector), in obs/s; the MLP's actors use NumPy
 and are not timed here. Adam steps: one step over each network's parameters, PyTorch's `foreach` implementation
 against the `fused` one the learner uses, in µs. On the CPU the CNN update is the ceiling of procgen training on
-this machine (training is learner-bound there). Needs torch and numpy only, no Ray, so it runs on the lent GPU
-machines too.
+this machine (training is learner-bound there). `--lstm-sizes`: each case also with an LSTM core of that size
+(`learner.lstm_size`): the update unrolls it from the batch's `core_state`, and the inference is one recurrent step
+as an actor takes it (`policy.recurrent.unroll`, T = 1, every model, the MLP included: it has no NumPy path then;
+the feed-forward MLP's inference is its NumPy path, `NumpyPolicy`). Needs torch and numpy only, no Ray, so it
+runs on the lent GPU machines too.
 """
 
 from __future__ import annotations
@@ -28,7 +31,9 @@ from levelray.contracts.config import LearnerConfig
 from levelray.contracts.spec import MINIGRID_OBS, EnvSpec
 from levelray.learner.learner import Learner
 from levelray.policy.models import build_model
+from levelray.policy.numpy_policy import NumpyPolicy
 from levelray.policy.precision import autocast, compute_dtype
+from levelray.policy.recurrent import unroll
 
 CASES = {
     "impala_cnn": EnvSpec((64, 64, 3), "uint8", True, num_actions=15),
@@ -39,18 +44,20 @@ OBS_HIGH = {"minigrid_cnn": 6}  # MiniGrid's symbolic view: small object, colour
 UPDATES = [("impala_cnn", 32), ("impala_cnn", 128), ("minigrid_cnn", 32), ("mlp", 32), ("mlp", 256)]
 INFERENCE = ("impala_cnn", "minigrid_cnn")
 INFERENCE_BATCH = 16
-COLUMNS = ["model", "precision", ("torch_threads", "threads"), "T", "B", ("update_ms", "update ms"),
+COLUMNS = ["model", "lstm", "precision", ("torch_threads", "threads"), "T", "B", ("update_ms", "update ms"),
            ("samples_per_s", "samples/s"), ("warmup_s", "first 3 updates s")]
-INFERENCE_COLUMNS = ["model", "precision", ("torch_threads", "threads"), "batch", ("obs_per_s", "obs/s")]
+INFERENCE_COLUMNS = ["model", "lstm", "precision", ("torch_threads", "threads"), "batch", ("obs_per_s", "obs/s")]
 
 
-def make_batch(spec: EnvSpec, T: int, B: int, rng: np.random.Generator, obs_high: int = 256) -> dict:
-    """Random `[T, B, ...]` learner inputs of `spec`'s shapes (uint8 observations below `obs_high`)."""
+def make_batch(spec: EnvSpec, T: int, B: int, rng: np.random.Generator, obs_high: int = 256,
+               lstm_size: int = 0) -> dict:
+    """Random `[T, B, ...]` learner inputs of `spec`'s shapes (uint8 observations below `obs_high`), with a random
+    `core_state [2, B, lstm_size]` and zero `core_inputs` where `lstm_size` > 0."""
     if spec.obs_dtype == "uint8":
         obs = rng.integers(0, obs_high, size=(T + 1, B, *spec.obs_shape), dtype=np.uint8)
     else:
         obs = rng.normal(size=(T + 1, B, *spec.obs_shape)).astype(np.float32)
-    return {
+    batch = {
         "obs": obs,
         "actions": rng.integers(0, spec.num_actions, size=(T, B)),
         "rewards": rng.normal(size=(T, B)).astype(np.float32),
@@ -58,13 +65,18 @@ def make_batch(spec: EnvSpec, T: int, B: int, rng: np.random.Generator, obs_high
         "truncated": np.zeros((T, B), dtype=bool),
         "behaviour_params": rng.normal(size=(T, B, spec.num_actions)).astype(np.float32),
     }
+    if lstm_size:
+        batch["core_state"] = rng.normal(scale=0.1, size=(2, B, lstm_size)).astype(np.float32)
+        batch["core_inputs"] = np.zeros((B, spec.core_input_size), dtype=np.float32)
+    return batch
 
 
 def measure(model: str, device: str, T: int, B: int, seconds: float, precision: str = "fp32",
-            compile_net: bool = False) -> dict:
+            compile_net: bool = False, lstm_size: int = 0) -> dict:
     spec = CASES[model]
-    learner = Learner(spec, LearnerConfig(device=device, precision=precision, compile=compile_net), seed=0)
-    batch = make_batch(spec, T, B, np.random.default_rng(0), OBS_HIGH.get(model, 256))
+    config = LearnerConfig(device=device, precision=precision, compile=compile_net, lstm_size=lstm_size)
+    learner = Learner(spec, config, seed=0)
+    batch = make_batch(spec, T, B, np.random.default_rng(0), OBS_HIGH.get(model, 256), lstm_size)
     warmup = time.perf_counter()
     for _ in range(3):  # with torch.compile, the first call compiles (the backward on the second)
         learner.update(batch)
@@ -77,23 +89,37 @@ def measure(model: str, device: str, T: int, B: int, seconds: float, precision: 
         n += 1
     sync()
     elapsed = time.perf_counter() - start
-    return {"model": model, "precision": precision + ("+compile" if compile_net else ""),
+    return {"model": model, "lstm": lstm_size, "precision": precision + ("+compile" if compile_net else ""),
             "device": str(learner.device), "T": T, "B": B, "updates": n, "warmup_s": warmup_s,
             "update_ms": elapsed / n * 1e3, "samples_per_s": n * T * B / elapsed,
             "torch_threads": torch.get_num_threads()}
 
 
-def measure_inference(model: str, seconds: float, precision: str) -> dict:
-    """Observations per second through the actors' CPU forward pass at a batch of `INFERENCE_BATCH`."""
+def measure_inference(model: str, seconds: float, precision: str, lstm_size: int = 0) -> dict:
+    """Observations per second through the actors' CPU forward pass at a batch of `INFERENCE_BATCH`: the policy head
+    alone (the NumPy path for the feed-forward MLP), or one recurrent step with its state."""
     spec = CASES[model]
-    net = build_model(spec, model).eval()
+    net = build_model(spec, model, lstm_size=lstm_size).eval()
     dtype = compute_dtype(precision, torch.device("cpu"), model, inference=True)
     obs = torch.from_numpy(make_batch(spec, 1, INFERENCE_BATCH, np.random.default_rng(0),
                                       OBS_HIGH.get(model, 256))["obs"][0])
+    state = net.core.initial_state(INFERENCE_BATCH) if lstm_size else None
+    extra = torch.zeros(1, INFERENCE_BATCH, spec.core_input_size)
+    starts = torch.zeros(1, INFERENCE_BATCH, dtype=torch.bool)
+    numpy_policy = NumpyPolicy(net) if NumpyPolicy.supports(net) else None
 
     def forward() -> None:
+        nonlocal state
+        if numpy_policy is not None:
+            numpy_policy.dist_params(obs.numpy())
+            return
         with torch.inference_mode(), autocast(torch.device("cpu"), dtype):
-            net.dist_params(obs).float().numpy()
+            if state is None:
+                net.dist_params(obs).float().numpy()
+                return
+            dist_params, _, h, c = unroll(net, obs[None], extra, starts, state)
+            dist_params.float().numpy()
+            state = torch.stack([h[0], c[0]])
 
     for _ in range(5):
         forward()
@@ -102,8 +128,9 @@ def measure_inference(model: str, seconds: float, precision: str) -> dict:
         forward()
         n += 1
     elapsed = time.perf_counter() - start
-    return {"model": model, "precision": precision, "batch": INFERENCE_BATCH, "calls": n,
-            "obs_per_s": n * INFERENCE_BATCH / elapsed, "torch_threads": torch.get_num_threads()}
+    return {"model": model, "lstm": lstm_size, "precision": "fp32 (numpy)" if numpy_policy else precision,
+            "batch": INFERENCE_BATCH, "calls": n, "obs_per_s": n * INFERENCE_BATCH / elapsed,
+            "torch_threads": torch.get_num_threads()}
 
 
 def measure_adam(model: str, implementation: str, steps: int = 300) -> dict:
@@ -133,18 +160,23 @@ def main() -> None:
     parser.add_argument("--compile", action="store_true",
                         help="also each case with learner.compile (torch.compile; its compile time is in the first 3 "
                              "updates)")
+    parser.add_argument("--lstm-sizes", default="0", help="learner.lstm_size values, comma-separated (0: none)")
+    parser.add_argument("--models", default=",".join(CASES), help="networks to measure, comma-separated")
     args = parser.parse_args()
     seconds = 2.0 if args.quick else args.seconds
     threads = [1] if args.quick else [int(x) for x in args.threads.split(",")]
     precisions = args.precisions.split(",")
-    updates = [(m, b) for m, b in UPDATES if not args.quick or b <= 32]
+    lstm_sizes = [int(x) for x in args.lstm_sizes.split(",")]
+    models = args.models.split(",")
+    updates = [(m, b) for m, b in UPDATES if (not args.quick or b <= 32) and m in models]
     results, inference = [], []
     for n_threads in threads:
         torch.set_num_threads(n_threads)
         for model, B in updates:
-            results += [measure(model, args.device, 20, B, seconds, p, c) for p in precisions
+            results += [measure(model, args.device, 20, B, seconds, p, c, n) for n in lstm_sizes for p in precisions
                         for c in ((False, True) if args.compile else (False,))]
-        inference += [measure_inference(model, seconds, p) for model in INFERENCE for p in precisions]
+        inference += [measure_inference(model, seconds, p, n) for model in models for n in lstm_sizes
+                      for p in precisions if n or model in INFERENCE or p == precisions[0]]
     torch.set_num_threads(threads[0])
     adam = [measure_adam(model, impl) for model in CASES for impl in ("foreach", "fused", "foreach", "fused")]
     print_table(results, COLUMNS)

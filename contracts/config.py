@@ -129,6 +129,13 @@ class LearnerConfig(_Section):
                        choices=("auto", "impala_cnn", "minigrid_cnn", "mlp")),
     )
     hidden_sizes: list[int] = field(default_factory=lambda: [64, 64], metadata=_flag("--hidden-sizes", "MLP sizes"))
+    lstm_size: int = field(
+        default=0,
+        metadata=_flag("--lstm-size", "units of an LSTM core between the network's torso and its policy and value "
+                       "heads, which also reads the previous action and reward (IMPALA's agent); actors carry its "
+                       "state per env and reset it at episode starts, unrolls carry it (core_state). 0: a "
+                       "feed-forward network", min=0),
+    )
     max_policy_lag: int = field(
         default=100, metadata=_flag("--max-policy-lag", "drop unrolls older than this many versions", min=0)
     )

@@ -53,6 +53,12 @@ class EnvSpec:
         """Width of the policy head: logits, or (mean, log-std) pairs."""
         return self.num_actions if self.discrete else 2 * self.action_dim
 
+    @property
+    def core_input_size(self) -> int:
+        """Width of a recurrent core's extra input per step (`policy.recurrent`): the previous action (one-hot
+        `[num_actions]`, or the action vector `[action_dim]`) and the previous reward."""
+        return (self.num_actions if self.discrete else self.action_dim) + 1
+
     def to_dict(self) -> dict:
         return {k: list(v) if isinstance(v, tuple) else v for k, v in self.__dict__.items()}
 

@@ -18,6 +18,13 @@ An unroll of `T` steps from `K` environments is a dict of NumPy arrays (time-maj
     actor_id          int
     episode_returns, episode_lengths, episode_seeds   [E]   episodes that ended in this unroll
     episode_replayed  [E] bool               each of those episodes played a replayed level
+    core_state        [2, K, N] float32      recurrent policies only (`learner.lstm_size` N > 0): the LSTM
+                                             core's (h, c) at step 0, per env column, as step 0 reads it
+                                             (zeros where step 0 begins an episode)
+    core_inputs       [K, E] float32         recurrent policies only: the core's extra input at step 0, the
+                                             previous action (one-hot, or the action vector) then the previous
+                                             reward clipped to [-1, 1] (E = `EnvSpec.core_input_size`); zeros
+                                             where step 0 begins an episode
 
 An episode that a level window's end cut (`actors.level_windows`) ends with a truncated step but is not among the
 unroll's episodes. The env steps and episodes of unrolls that stay on an actor (a Robust PLR explore window) reach
@@ -25,6 +32,11 @@ the learner as a `StepTally` instead, checked by `validate_tally`.
 
 obs[t+1] after a terminated/truncated step is already the first observation of the next episode.
 A batch is the same dict with `K` replaced by `B` (several unrolls stacked along the env axis).
+
+A recurrent policy's state at step t > 0 is not stored: the learner recomputes it from `core_state` and
+`core_inputs`, steps 1..T reading `actions[t-1]` and `rewards[t-1]`, with a reset (zero state and extra input)
+where step t-1 was terminated or truncated (`policy.recurrent`). A feed-forward policy's unrolls have neither
+field, and a feed-forward learner refuses one that has them.
 """
 
 from __future__ import annotations
@@ -59,14 +71,18 @@ class Unroll(TypedDict):
     episode_lengths: NotRequired[np.ndarray]
     episode_seeds: NotRequired[np.ndarray]
     episode_replayed: NotRequired[np.ndarray]
+    core_state: NotRequired[np.ndarray]  # [2, K, N] float32, recurrent policies only: (h, c) at step 0
+    core_inputs: NotRequired[np.ndarray]  # [K, E] float32, recurrent policies only: previous action and reward
     sample_weights: NotRequired[np.ndarray]  # [B], only on a learner batch: replay importance weights
     # final_obs/final_obs_index may be left out when nothing was truncated; the episode keys when no
-    # episode ended (validate_unroll checks each one that is there).
+    # episode ended (validate_unroll checks each one that is there); core_state and core_inputs are there
+    # exactly when the policy has an LSTM core.
 
 
 STEP_KEYS = ("actions", "rewards", "terminated", "truncated", "behaviour_params", "level_seeds", "level_replayed")
 EPISODE_KEYS = ("episode_returns", "episode_lengths", "episode_seeds", "episode_replayed")
 MAX_TALLY_STEPS = 1 << 40  # env steps one tally may carry
+CORE_KEYS = ("core_state", "core_inputs")  # a recurrent policy's unrolls only
 
 
 class TrajectoryError(ValueError):
@@ -95,12 +111,14 @@ def validate_unroll(
     unroll_length: int | None = None,
     level_range: tuple[int, int] | None = None,
     current_version: int | None = None,
+    core_size: int = 0,
 ) -> None:
     """Raise TrajectoryError naming the first field that does not match the contract.
 
     `level_range` is `[start, stop)` of the training level set (None: any non-negative seed);
-    `current_version` rejects versions from the future (a version not yet published). The checks run in
-    the order of the module docstring's table, so the error names the first bad field of it.
+    `current_version` rejects versions from the future (a version not yet published); `core_size` is the
+    policy's `learner.lstm_size` (0: feed-forward, and `core_state`/`core_inputs` must be absent). The checks
+    run in the order of the module docstring's table, so the error names the first bad field of it.
     """
     _expect(isinstance(unroll, dict), "unroll", "a dict of arrays", type(unroll).__name__)
     for key in ("obs", *STEP_KEYS, "env_ids", "policy_version", "actor_id"):
@@ -121,6 +139,7 @@ def validate_unroll(
     if np.issubdtype(obs.dtype, np.floating):
         _expect(bool(np.isfinite(obs).all()), "obs", "finite values", "NaN or inf")
     _check_episodes(unroll)
+    _check_core(unroll, spec, K, core_size)
 
 
 def _array(unroll: Unroll, key: str, shape: tuple[int, ...], kinds: str, dtype_name: str) -> np.ndarray:
@@ -288,16 +307,40 @@ def validate_tally(tally: StepTally) -> None:
         raise TrajectoryError("tally field 'episode_lengths': expected lengths >= 1")
 
 
+def _check_core(unroll: Unroll, spec: EnvSpec, K: int, core_size: int) -> None:
+    """`core_state [2, K, N]` and `core_inputs [K, E]`, finite float32, for a recurrent policy (N = `core_size`);
+    neither for a feed-forward one."""
+    if not core_size:
+        for key in CORE_KEYS:
+            _expect(key not in unroll, key, "absent (a feed-forward policy: learner.lstm_size 0)",
+                    lambda key=key: _describe(unroll[key]))
+        return
+    for key, shape in (("core_state", (2, K, core_size)), ("core_inputs", (K, spec.core_input_size))):
+        _expect(key in unroll, key, f"present (a recurrent policy: learner.lstm_size {core_size})", "missing")
+        a = unroll[key]
+        _expect(isinstance(a, np.ndarray) and a.shape == shape and a.dtype == np.float32, key,
+                f"float32 array of shape {shape}", lambda a=a: _describe(a))
+        _expect(bool(np.isfinite(a).all()), key, "finite values", "NaN or inf")
+
+
 def stack_unrolls(unrolls: Sequence[Unroll]) -> Unroll:
     """Concatenate unrolls along the env axis into one batch `[T(+1), B, ...]`.
 
     `final_obs_index` columns are shifted by each unroll's offset; per-unroll scalars become `[n]`
-    arrays (`policy_version`, `actor_id`) and per-env columns stay per column (`env_ids [B]`).
+    arrays (`policy_version`, `actor_id`) and per-env columns stay per column (`env_ids [B]`, `core_state
+    [2, B, N]`, `core_inputs [B, E]`: every unroll has them, or none).
     """
     if not unrolls:
         raise ValueError("stack_unrolls needs at least one unroll")
     batch = {key: np.concatenate([u[key] for u in unrolls], axis=1) for key in ("obs", *STEP_KEYS)}
     batch["env_ids"] = np.concatenate([u["env_ids"] for u in unrolls])
+    for key, axis in (("core_state", 1), ("core_inputs", 0)):  # each along its env axis
+        have = sum(key in u for u in unrolls)
+        if have not in (0, len(unrolls)):
+            raise ValueError(f"stack_unrolls: {have} of {len(unrolls)} unrolls have {key!r}: a batch is of one "
+                             f"policy, recurrent (all) or feed-forward (none)")
+        if have:
+            batch[key] = np.concatenate([u[key] for u in unrolls], axis=axis)
     widths = [u["obs"].shape[1] for u in unrolls]
     offsets = np.cumsum([0, *widths[:-1]])
     finals = [u["final_obs"] for u in unrolls if u.get("final_obs") is not None and len(u["final_obs"])]

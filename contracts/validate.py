@@ -25,7 +25,8 @@ problem named by the dotted paths of its fields:
   fits only from starts t <= T - K: one start at K = T, none beyond), `model_loss.td_steps` 0, `model_loss.min_td_steps`
   above `model_loss.td_steps` or a dynamic horizon (`model_loss.max_bootstrap_age` > 0) with `model_loss.td_steps` -1,
   `model_loss.target_update_tau` 0 (the target network would never move), the model loss with every term off
-  (`model_loss.loss_weight` 0), and `replay.max_use` too small to serve one model batch.
+  (`model_loss.loss_weight` 0), `replay.max_use` too small to serve one model batch, and an LSTM core
+  (`learner.lstm_size` > 0: see `lstm_model_loss_message`).
   The model loss needs discrete actions (`check_model_loss_actions`): checked by
   `deploy.training.driver.prepare_run_dir` once the env's spec is known.
 - PLR's level buffer (a scored strategy on an unbounded level space) with no room (`levels.buffer_size` 0).
@@ -147,6 +148,9 @@ def _model_problems(cfg: RunConfig) -> list[Problem]:
     m, found = cfg.model_loss, []
     if m.loss == "none":
         return found
+    if cfg.learner.lstm_size:
+        found.append(Problem(("learner.lstm_size", "model_loss.loss"), lstm_model_loss_message(cfg.learner.lstm_size,
+                                                                                               m.loss)))
     if m.num_unroll_steps >= cfg.actors.unroll_length:
         found.append(Problem(
             ("model_loss.num_unroll_steps", "actors.unroll_length"),
@@ -192,6 +196,14 @@ def _model_problems(cfg: RunConfig) -> list[Problem]:
             f"of {needed} unrolls (model_loss.batch_size {m.batch_size}, 4 sequences per unroll)",
         ))
     return found
+
+
+def lstm_model_loss_message(lstm_size: int, loss: str) -> str:
+    """Why the model loss and an LSTM core are refused together (here and by `learner.model_loss`)."""
+    return (f"--lstm-size {lstm_size} (learner.lstm_size) with --model-loss {loss} (model_loss.loss) is not "
+            f"supported: the model loss unrolls its dynamics from the torso's representation of one observation, "
+            f"which for a recurrent policy is not the state its heads read (that needs the core state of every "
+            f"replayed window); use --lstm-size 0 or --model-loss none")
 
 
 def check_model_loss_actions(model_loss: ModelLossConfig, spec: EnvSpec, env_id: str | None = None) -> None:

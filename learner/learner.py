@@ -3,7 +3,9 @@
 `Learner.update(batch)` reads top to bottom as four steps, each a method of one screen:
 
 1. `_forward`: the network on every observation, `dist_params [T+1, B, P]` and `values [T+1, B]` (reward
-   units), plus V(final observation) at truncated steps;
+   units), plus V(final observation) at truncated steps; a recurrent network (`learner.lstm_size` > 0) is
+   unrolled over the T+1 steps from the batch's `core_state`, reset where an episode starts inside the unroll
+   (`_recurrent_inputs`);
 2. `_targets`: V-trace returns and policy-gradient advantages, in float32 whatever the network's precision
    (they are regression targets and importance ratios, where half precision would lose the small differences);
    with PopArt (`value_normalization.PopArt`) its statistics then move onto them;
@@ -46,6 +48,8 @@ from levelray.learner.value_normalization import PopArt, value_output_layer
 from levelray.policy import distributions
 from levelray.policy.models import build_model, resolve_model_kind
 from levelray.policy.precision import autocast, compute_dtype
+from levelray.policy.recurrent import core_inputs
+from levelray.policy.recurrent import unroll as recurrent_unroll
 from levelray.policy.weights import weights_to_numpy
 
 log = logging.getLogger(__name__)
@@ -74,6 +78,17 @@ class UpdateResult(NamedTuple):
     outputs: StepOutputs
 
 
+def behaviour_kl(log_rhos: torch.Tensor, weights: torch.Tensor) -> float:
+    """The mean over the trained steps (`weights [T, B]` > 0) of log mu(a_t) - log pi(a_t) = -log_rhos: a
+    sample estimate of KL(mu || pi), how far the learner's policy pi has moved from the behaviour policy mu that
+    acted (0 at policy lag 0, up to float error). `rho_mean` cannot show it: under mu, E[pi/mu] = 1 whatever
+    the two policies are. 0.0 when no step is trained."""
+    trained = weights > 0
+    if not bool(trained.any()):
+        return 0.0
+    return float(-log_rhos[trained].double().mean())
+
+
 class Learner:
     """The policy network, its gradient step (optimisers) and PopArt statistics, and the auxiliary losses that
     the factories in `auxiliary` build from an `AuxiliarySetup` (`learner.auxiliary`; `LearnerCore` passes the
@@ -90,11 +105,12 @@ class Learner:
             self.device,
             f" ({torch.cuda.get_device_name(self.device)})" if self.device.type == "cuda" else "",
         )
-        self.model = build_model(spec, config.model, tuple(config.hidden_sizes)).to(self.device)
+        self.model = build_model(spec, config.model, tuple(config.hidden_sizes), config.lstm_size).to(self.device)
         # bf16 or fp32 inside the policy network (policy/precision.py); its outputs are float32 either way
         self.compute_dtype = compute_dtype(config.precision, self.device, resolve_model_kind(spec, config.model))
         # `learner.compile`: the update's forward pass through torch.compile; `self.model` (the same parameters)
-        # stays what checkpoints, weights and the auxiliary losses read
+        # stays what checkpoints, weights and the auxiliary losses read. A recurrent network's unroll (torso,
+        # core, heads called apart) runs uncompiled.
         self._net = torch.compile(self.model, dynamic=False) if config.compile else self.model
         if not spec.discrete:  # the box the env clips actions to (`losses.impala_losses`' action_bound term)
             self._action_low = torch.tensor(spec.action_low, dtype=torch.float32, device=self.device)
@@ -183,7 +199,7 @@ class Learner:
             grad_norm, step_metrics = step.grad_norm, step.metrics
         aux_metrics = {k: v for out in aux if out is not None for k, v in out.metrics.items()}
         metrics = {**self._metrics(forward, vt, log_rhos, total, terms, grad_norm), **aux_metrics, **step_metrics,
-                   "trained_steps": trained}
+                   "behaviour_kl": behaviour_kl(log_rhos, weights), "trained_steps": trained}
         priorities = next((out.priorities for loss, out in zip(self.auxiliary, aux, strict=True)
                            if out is not None and loss.sampler is not None), None)
         return UpdateResult(metrics, self._outputs(forward, vt, priorities))
@@ -202,22 +218,65 @@ class Learner:
         final observations (without)."""
         obs = self._tensor(batch["obs"])
         T1, B = obs.shape[:2]
-        dist_params, values = self._network(obs.reshape(T1 * B, *obs.shape[2:]))
-        dist_params, values = dist_params.view(T1, B, -1), values.view(T1, B)
+        core_out = None
+        if self.model.core is not None:
+            extra, starts, state = self._recurrent_inputs(batch)
+            with autocast(self.device, self.compute_dtype):
+                dist_params, values, *core_out = recurrent_unroll(self.model, obs, extra, starts, state)
+            dist_params, values = dist_params.float(), values.float()
+        else:
+            dist_params, values = self._network(obs.reshape(T1 * B, *obs.shape[2:]))
+            dist_params, values = dist_params.view(T1, B, -1), values.view(T1, B)
         if self.value_norm is not None:  # reward units, with the statistics before this update
             values = self.value_norm.unnormalize(values)
         final_values = None
         if batch.get("final_obs") is not None and len(batch["final_obs"]):
+            idx = self._tensor(batch["final_obs_index"], torch.long)
             with torch.no_grad():
-                _, v_final = self._network(self._tensor(batch["final_obs"]), compiled=False)
+                if core_out is None:
+                    _, v_final = self._network(self._tensor(batch["final_obs"]), compiled=False)
+                else:
+                    v_final = self._recurrent_final_values(batch, idx, core_out)
                 if self.value_norm is not None:
                     v_final = self.value_norm.unnormalize(v_final)
-            idx = self._tensor(batch["final_obs_index"], torch.long)
             final_values = torch.zeros(T1 - 1, B, dtype=torch.float32, device=self.device)
             final_values[idx[:, 0], idx[:, 1]] = v_final
         actions = self._tensor(batch["actions"])
         log_probs = distributions.log_prob(dist_params[:-1], actions, self.spec.discrete)
         return Forward(dist_params, values, final_values, actions, log_probs)
+
+    def _recurrent_inputs(self, batch: dict[str, Any]) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """A recurrent network's inputs over the batch's `T+1` steps: the core's extra input `[T+1, B, E]`
+        (step 0's stored `core_inputs`, then each step's previous action and reward), the episode starts
+        `[T+1, B]` (step t > 0 where step t-1 was terminated or truncated; step 0's reset is already in the stored
+        state) and the state before step 0, `core_state [2, B, N]`."""
+        for key in ("core_state", "core_inputs"):
+            if batch.get(key) is None:
+                raise ValueError(f"batch field {key!r} missing: learner.lstm_size {self.config.lstm_size} is a "
+                                 f"recurrent policy, whose unrolls carry their core state")
+        previous = core_inputs(batch["actions"], batch["rewards"], self.spec)  # [T, B, E]
+        extra = np.concatenate([batch["core_inputs"][None], previous])
+        dones = batch["terminated"] | batch["truncated"]
+        starts = np.concatenate([np.zeros_like(dones[:1]), dones])
+        return self._tensor(extra, torch.float32), self._tensor(starts), self._tensor(batch["core_state"],
+                                                                                     torch.float32)
+
+    def _recurrent_final_values(self, batch: dict[str, Any], idx: torch.Tensor,
+                                core_out: list[torch.Tensor]) -> torch.Tensor:
+        """V(final observation) `[M]` of the truncated steps `idx [M, 2]` = (t, b): one more step of the core from
+        the state after step t, reading step t's action and reward (the episode goes on into that observation)."""
+        h, c = core_out  # [T+1, B, N] each: the state after each step
+        t, b = idx[:, 0], idx[:, 1]
+        final_index = batch["final_obs_index"]
+        extra = core_inputs(batch["actions"][final_index[:, 0], final_index[:, 1]],
+                            batch["rewards"][final_index[:, 0], final_index[:, 1]], self.spec)
+        state = torch.stack([h[t, b], c[t, b]])
+        obs = self._tensor(batch["final_obs"])[None]
+        starts = torch.zeros(1, len(final_index), dtype=torch.bool, device=self.device)
+        with autocast(self.device, self.compute_dtype):
+            _, v_final, _, _ = recurrent_unroll(self.model, obs, self._tensor(extra, torch.float32)[None], starts,
+                                                state)
+        return v_final[0].float()
 
     def _targets(self, batch: dict[str, Any], forward: Forward) -> tuple[vtrace.VTraceReturns, torch.Tensor]:
         """V-trace's `vs` and policy-gradient advantages `[T, B]` in reward units, and `log_rhos [T, B]`

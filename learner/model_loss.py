@@ -37,7 +37,7 @@ from torch import nn
 from torch.nn import functional as F
 
 from levelray.contracts.config import MODEL_LOSS_TERMS, ModelLossConfig
-from levelray.contracts.validate import check_model_loss_actions
+from levelray.contracts.validate import check_model_loss_actions, lstm_model_loss_message
 from levelray.learner import vtrace
 from levelray.learner.auxiliary import (
     AuxiliaryFactory,
@@ -153,6 +153,8 @@ class MuZeroLoss:
         if not hasattr(net, "representation"):
             raise ValueError(f"model_loss.loss muzero needs a network with a representation(), "
                              f"got {type(net).__name__}")
+        if getattr(net, "core", None) is not None:
+            raise ValueError(lstm_model_loss_message(net.core.size, "muzero"))
         self.cfg = cfg
         self.discount = discount
         self.device = device

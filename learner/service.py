@@ -208,7 +208,8 @@ class LearnerService:
         for unroll in unrolls:
             try:
                 validate_unroll(unroll, self.spec, unroll_length=self.cfg.actors.unroll_length,
-                                level_range=self.level_range, current_version=version)
+                                level_range=self.level_range, current_version=version,
+                                core_size=self.cfg.learner.lstm_size)
             except TrajectoryError as exc:
                 self.core.count_malformed()
                 log.warning("rejected unroll from actor %s: %s", unroll.get("actor_id") if isinstance(unroll, dict)

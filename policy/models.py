@@ -4,6 +4,12 @@ an MLP for vectors.
 All map observations `[N, *obs_shape]` to `(dist_params [N, P], value [N])`: the action distribution's
 parameters (`policy.distributions`; P is `EnvSpec.policy_params`) and the value. Images arrive as uint8
 `[N, H, W, C]` and are scaled inside the model, so actors ship 1 byte per pixel.
+
+Each network is a torso (`torso(obs) -> [N, latent_dim]`, also its `representation`) and heads
+(`heads(x) -> (dist_params, value)`). With `lstm_size` N > 0 an LSTM core (`policy.recurrent.LSTMCore`, the
+network's `core`) sits between them, the heads read its `[N]` output, and the network runs through
+`policy.recurrent.unroll` with its state; its feed-forward calls (`forward`, `dist_params`) refuse. With 0,
+`core` is None and the network is feed-forward.
 """
 
 from __future__ import annotations
@@ -16,6 +22,7 @@ from torch import nn
 from torch.nn import functional as F
 
 from levelray.contracts.spec import MINIGRID_TABLE_SIZES, EnvSpec
+from levelray.policy.recurrent import LSTMCore
 
 
 class _ResidualBlock(nn.Module):
@@ -40,33 +47,50 @@ class _ConvSequence(nn.Module):
         return self.res1(self.res0(x))
 
 
+def _feed_forward(model: nn.Module) -> None:
+    """ValueError for a feed-forward call of a recurrent network: its outputs depend on its state."""
+    if model.core is not None:
+        raise ValueError(f"{type(model).__name__} has an LSTM core (learner.lstm_size {model.core.size}): run it "
+                         f"with its state through policy.recurrent.unroll, not as a feed-forward network")
+
+
 class _SharedTorso(nn.Module):
-    """A network whose policy and value heads read one feature vector `_features(obs) [N, latent_dim]`:
-    that vector is also the representation the model loss (`learner.model_loss`) unrolls."""
+    """A network whose policy and value heads read one feature vector `_features(obs) [N, latent_dim]` (through
+    the core, where there is one): that vector is also the representation the model loss (`learner.model_loss`)
+    unrolls."""
 
     policy: nn.Module
     value: nn.Module
+    core: LSTMCore | None
 
     def _features(self, obs: torch.Tensor) -> torch.Tensor:
         raise NotImplementedError
 
     def forward(self, obs: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        x = self._features(obs)
-        return self.policy(x), self.value(x).squeeze(-1)
+        _feed_forward(self)
+        return self.heads(self._features(obs))
 
     def dist_params(self, obs: torch.Tensor) -> torch.Tensor:
         """The policy head alone: what an actor needs to act."""
+        _feed_forward(self)
         return self.policy(self._features(obs))
 
     def representation(self, obs: torch.Tensor) -> torch.Tensor:
-        """The features both heads read, `[N, latent_dim]`."""
+        """The torso's features, `[N, latent_dim]` (before the core, where there is one)."""
         return self._features(obs)
+
+    def torso(self, obs: torch.Tensor) -> torch.Tensor:
+        return self._features(obs)
+
+    def heads(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """`(dist_params [N, P], value [N])` of what the heads read, `x [N, latent_dim or lstm_size]`."""
+        return self.policy(x), self.value(x).squeeze(-1)
 
 
 class ImpalaCNN(_SharedTorso):
     """Espeholt et al. 2018 (fig. 3, large network) as used for Procgen: depths 16/32/32, 256 units."""
 
-    def __init__(self, spec: EnvSpec, depths: tuple[int, ...] = (16, 32, 32), hidden: int = 256):
+    def __init__(self, spec: EnvSpec, depths: tuple[int, ...] = (16, 32, 32), hidden: int = 256, lstm_size: int = 0):
         super().__init__()
         h, w, c = spec.obs_shape
         seqs = []
@@ -75,8 +99,10 @@ class ImpalaCNN(_SharedTorso):
             c, h, w = depth, (h + 1) // 2, (w + 1) // 2
         self.trunk = nn.Sequential(*seqs)
         self.fc = nn.Linear(c * h * w, hidden)
-        self.policy = nn.Linear(hidden, spec.policy_params)
-        self.value = nn.Linear(hidden, 1)
+        self.core = LSTMCore(hidden, spec.core_input_size, lstm_size) if lstm_size else None
+        heads_in = lstm_size or hidden
+        self.policy = nn.Linear(heads_in, spec.policy_params)
+        self.value = nn.Linear(heads_in, 1)
         nn.init.orthogonal_(self.policy.weight, gain=0.01)
         nn.init.zeros_(self.policy.bias)
 
@@ -98,12 +124,17 @@ def _hidden(tower: nn.Sequential, x: torch.Tensor) -> torch.Tensor:
 
 
 class MLP(nn.Module):
-    """Separate policy and value towers (tanh), orthogonal init as in most on-policy baselines."""
+    """Separate policy and value towers (tanh), orthogonal init as in most on-policy baselines.
 
-    def __init__(self, spec: EnvSpec, hidden_sizes: tuple[int, ...] = (64, 64)):
+    With an LSTM core, the towers' hidden layers are the torso (both read the observation, their last hidden
+    layers concatenated, as `representation`), the core reads that, and each tower's output layer is a head on
+    the core's output."""
+
+    def __init__(self, spec: EnvSpec, hidden_sizes: tuple[int, ...] = (64, 64), lstm_size: int = 0):
         super().__init__()
         in_dim = int(math.prod(spec.obs_shape))
         self.discrete = spec.discrete
+        self.latent_dim = 2 * (hidden_sizes[-1] if hidden_sizes else in_dim)
 
         def tower(out_dim: int, out_gain: float) -> nn.Sequential:
             layers, d = [], in_dim
@@ -113,12 +144,13 @@ class MLP(nn.Module):
                 nn.init.zeros_(lin.bias)
                 layers += [lin, nn.Tanh()]
                 d = size
-            out = nn.Linear(d, out_dim)
+            out = nn.Linear(lstm_size or d, out_dim)
             nn.init.orthogonal_(out.weight, gain=out_gain)
             nn.init.zeros_(out.bias)
             return nn.Sequential(*layers, out)
 
         policy_width = spec.num_actions if spec.discrete else spec.action_dim
+        self.core = LSTMCore(self.latent_dim, spec.core_input_size, lstm_size) if lstm_size else None
         self.policy = tower(policy_width, 0.01)
         self.value = tower(1, 1.0)
         if not spec.discrete:
@@ -126,7 +158,10 @@ class MLP(nn.Module):
 
     def dist_params(self, obs: torch.Tensor) -> torch.Tensor:
         """The policy tower alone: actors never need the value tower."""
-        dist_params = self.policy(obs.flatten(1).float())
+        _feed_forward(self)
+        return self._with_log_std(self.policy(obs.flatten(1).float()))
+
+    def _with_log_std(self, dist_params: torch.Tensor) -> torch.Tensor:
         if not self.discrete:
             dist_params = torch.cat([dist_params, self.log_std.expand_as(dist_params)], dim=-1)
         return dist_params
@@ -134,15 +169,18 @@ class MLP(nn.Module):
     def forward(self, obs: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         return self.dist_params(obs), self.value(obs.flatten(1).float()).squeeze(-1)
 
-    @property
-    def latent_dim(self) -> int:
-        return self.policy[-1].in_features + self.value[-1].in_features
-
     def representation(self, obs: torch.Tensor) -> torch.Tensor:
         """`[N, latent_dim]`: the last hidden layers of both towers, concatenated. The MLP has no shared
         torso, so the model loss (`learner.model_loss`) shapes both towers' features, policy and value."""
         x = obs.flatten(1).float()
         return torch.cat([_hidden(self.policy, x), _hidden(self.value, x)], dim=1)
+
+    def torso(self, obs: torch.Tensor) -> torch.Tensor:
+        return self.representation(obs)
+
+    def heads(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """The towers' output layers on the core's output `x [N, lstm_size]`."""
+        return self._with_log_std(self.policy[-1](x)), self.value[-1](x).squeeze(-1)
 
 
 class MiniGridNet(_SharedTorso):
@@ -158,7 +196,7 @@ class MiniGridNet(_SharedTorso):
     Indices beyond `MINIGRID_TABLE_SIZES` are clamped to the last row of their table.
     """
 
-    def __init__(self, spec: EnvSpec, embed_dim: int = 8, hidden: int = 64):
+    def __init__(self, spec: EnvSpec, embed_dim: int = 8, hidden: int = 64, lstm_size: int = 0):
         super().__init__()
         if not spec.discrete:
             raise ValueError("model minigrid_cnn supports discrete actions only")
@@ -182,12 +220,14 @@ class MiniGridNet(_SharedTorso):
             except RuntimeError:
                 raise ValueError(f"model minigrid_cnn needs a view of at least 7×7 cells, got {h}×{w}") from None
         features = conv_out + embed_dim
+        self.latent_dim = features
+        self.core = LSTMCore(features, spec.core_input_size, lstm_size) if lstm_size else None
 
         def tower(out_dim: int, out_gain: float) -> nn.Sequential:
             out = nn.Linear(hidden, out_dim)
             nn.init.orthogonal_(out.weight, gain=out_gain)
             nn.init.zeros_(out.bias)
-            return nn.Sequential(nn.Linear(features, hidden), nn.Tanh(), out)
+            return nn.Sequential(nn.Linear(lstm_size or features, hidden), nn.Tanh(), out)
 
         self.policy = tower(spec.num_actions, 0.01)
         self.value = tower(1, 1.0)
@@ -205,10 +245,6 @@ class MiniGridNet(_SharedTorso):
         update is ~20% faster (benchmarks/RESULTS.md, "Fused Adam and the MiniGrid net's embedding")."""
         return self.embed.weight.index_select(0, idx.reshape(-1))
 
-    @property
-    def latent_dim(self) -> int:
-        return self.policy[0].in_features
-
 
 MODEL_KINDS = ("auto", "impala_cnn", "minigrid_cnn", "mlp")
 
@@ -221,9 +257,12 @@ def resolve_model_kind(spec: EnvSpec, kind: str = "auto") -> str:
     return kind
 
 
-def build_model(spec: EnvSpec, kind: str = "auto", hidden_sizes: tuple[int, ...] = (64, 64)) -> nn.Module:
+def build_model(spec: EnvSpec, kind: str = "auto", hidden_sizes: tuple[int, ...] = (64, 64),
+                lstm_size: int = 0) -> nn.Module:
     """`kind`: 'auto' (see `resolve_model_kind`), 'impala_cnn', 'minigrid_cnn' or 'mlp'. `hidden_sizes` is the
-    MLP's alone."""
+    MLP's alone. `lstm_size` > 0: an LSTM core of that many units between torso and heads."""
+    if isinstance(lstm_size, bool) or not isinstance(lstm_size, int) or lstm_size < 0:
+        raise ValueError(f"learner.lstm_size must be an integer >= 0 (0: no LSTM core), got {lstm_size!r}")
     kind = resolve_model_kind(spec, kind)
     if kind == "impala_cnn":
         if not spec.is_image:
@@ -231,12 +270,12 @@ def build_model(spec: EnvSpec, kind: str = "auto", hidden_sizes: tuple[int, ...]
             raise ValueError(f"model impala_cnn needs uint8 [H, W, C] pixel observations, got {what}")
         if not spec.discrete:
             raise ValueError("model impala_cnn supports discrete actions only; use mlp for continuous control")
-        return ImpalaCNN(spec)
+        return ImpalaCNN(spec, lstm_size=lstm_size)
     if kind == "minigrid_cnn":
         if not spec.is_minigrid:
             raise ValueError(f"model minigrid_cnn needs MiniGrid's symbolic observations (--env minigrid:<name> or "
                              f"maze:<W>x<H>), got {spec.obs_dtype} {list(spec.obs_shape)}")
-        return MiniGridNet(spec)
+        return MiniGridNet(spec, lstm_size=lstm_size)
     if kind == "mlp":
-        return MLP(spec, tuple(hidden_sizes))
+        return MLP(spec, tuple(hidden_sizes), lstm_size)
     raise ValueError(f"model must be one of {', '.join(MODEL_KINDS)}; got {kind!r}")

@@ -4,7 +4,8 @@ An actor evaluates the policy on `K` observations per env step (K = 8 or 16). At
 per-call dispatch costs more than the arithmetic: the default (64, 64) tower takes ~60 µs per call
 at K = 8 through `torch.inference_mode`, ~20 µs as NumPy matmuls on the same float32 weights. The
 result is the same function of the same weights (tested against a float64 reference), so this is
-purely an actor-side speed-up; the learner keeps the torch model.
+purely an actor-side speed-up; the learner keeps the torch model. A recurrent MLP (`learner.lstm_size` > 0)
+has no NumPy path: its actors run the torch network with its LSTM core.
 """
 
 from __future__ import annotations
@@ -28,10 +29,11 @@ class NumpyPolicy:
 
     @staticmethod
     def supports(model: nn.Module) -> bool:
-        """The MLP alone: its policy tower reads the flattened observation. Other models' `policy` may also be
-        a Linear/Tanh Sequential (MiniGridNet's), but it reads features that only the torch model computes."""
+        """The feed-forward MLP alone: its policy tower reads the flattened observation. Other models' `policy`
+        may also be a Linear/Tanh Sequential (MiniGridNet's), but it reads features that only the torch model
+        computes; a recurrent MLP's heads read its LSTM core."""
         towers = [getattr(model, "policy", None), getattr(model, "value", None)]
-        return isinstance(model, MLP) and all(
+        return isinstance(model, MLP) and model.core is None and all(
             isinstance(tower, nn.Sequential) and len(tower) > 0 and isinstance(tower[0], nn.Linear)
             and all(isinstance(m, (nn.Linear, nn.Tanh)) for m in tower) for tower in towers)
 

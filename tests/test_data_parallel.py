@@ -66,6 +66,9 @@ def _union(per_rank: list[dict]) -> dict:
                                                                                  "behaviour_params")}
     if "mask" in per_rank[0]:
         batch["mask"] = np.concatenate([b["mask"] for b in per_rank], axis=1)
+    if "core_state" in per_rank[0]:  # a recurrent policy's state at step 0, per column
+        batch["core_state"] = np.concatenate([b["core_state"] for b in per_rank], axis=1)
+        batch["core_inputs"] = np.concatenate([b["core_inputs"] for b in per_rank])
     finals = [(b["final_obs"], b["final_obs_index"]) for b in per_rank if b.get("final_obs") is not None
               and len(b["final_obs"])]
     if finals:
@@ -95,12 +98,14 @@ def _run_ranks(tmp_path: Path, inputs: dict) -> list[dict]:
 
 
 @pytest.mark.timeout(240)
-@pytest.mark.parametrize("masked", [False, True], ids=["all steps", "robust plr masks"])
-def test_two_ranks_stay_identical_and_match_one_learner_on_the_union(tmp_path, masked):
+@pytest.mark.parametrize("masked, lstm_size", [(False, 0), (True, 0), (False, 16)],
+                         ids=["all steps", "robust plr masks", "lstm"])
+def test_two_ranks_stay_identical_and_match_one_learner_on_the_union(tmp_path, masked, lstm_size):
     """After 10 updates both ranks hold bit-identical parameters and PopArt statistics, and match (within 1e-5)
     one learner trained on both ranks' batches side by side, in the same order: the union's mean, with each
-    rank's gradient weighted by its share of the trained steps where masks make the shares differ."""
-    cfg = _cfg()
+    rank's gradient weighted by its share of the trained steps where masks make the shares differ. A recurrent
+    policy's batches carry their core state per column: nothing else differs."""
+    cfg = replace_paths(_cfg(), {"learner.lstm_size": lstm_size})
     spec = env_spec(cfg.env)
     batches = _batches(cfg, masked)
     ranks = _run_ranks(tmp_path, {"spec": spec, "learner": cfg.learner, "model_loss": None, "batches": batches})

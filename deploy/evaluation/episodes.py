@@ -89,7 +89,9 @@ def play_episodes(
         obs = worker.observation
         while finished < episodes:
             playing = env_episode.copy()  # the env vector re-assigns envs whose episode ends in this step
-            step = vec.step(worker.act(obs, greedy=greedy)[0])
+            actions = worker.act(obs, greedy=greedy)[0]
+            step = vec.step(actions)
+            worker.observe(actions, step)  # a recurrent policy's state: reset where an episode starts
             ep_return += step.episode_rewards  # unclipped (Atari trains on clipped rewards)
             ep_length += 1
             for k in np.flatnonzero(step.terminated | step.truncated).tolist():

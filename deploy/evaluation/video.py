@@ -127,7 +127,9 @@ def record_episode(cfg: RunConfig, weights: dict[str, np.ndarray], level_seed: i
         with Mp4Writer(path, vec.render_fps) as out:
             while True:
                 out.write(vec.render(0))
-                step = vec.step(worker.act(obs, greedy=greedy)[0])
+                actions = worker.act(obs, greedy=greedy)[0]
+                step = vec.step(actions)
+                worker.observe(actions, step)
                 total += float(step.episode_rewards[0])  # the game's score (Atari: unclipped)
                 length += 1
                 if step.terminated[0] or step.truncated[0]:

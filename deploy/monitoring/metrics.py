@@ -40,6 +40,9 @@ METRICS = {
     "levelray_learner_entropy": ("gauge", "Mean policy entropy of the last update"),
     "levelray_learner_grad_norm": ("gauge", "Gradient norm before clipping, last update"),
     "levelray_learner_explained_variance": ("gauge", "Explained variance of the value head, last update"),
+    "levelray_learner_behaviour_kl": (
+        "gauge", "Mean over the last update's trained steps of log mu(a) - log pi(a): how far the learner's policy "
+                 "has moved from the behaviour policy that acted (an estimate of KL(mu || pi); 0 at policy lag 0)"),
     "levelray_policy_lag": ("histogram", "Learner version minus the unroll's policy version, in versions"),
     "levelray_learner_queue_depth": ("gauge", "Unrolls waiting in the learner's inbound queue"),
     "levelray_trajectories_dropped_total": ("counter", "Unrolls dropped by the learner, by reason"),
@@ -125,6 +128,7 @@ def _learner_families(s: StatusSnapshot):
         _gauge("levelray_learner_entropy", metrics.get("entropy")),
         _gauge("levelray_learner_grad_norm", metrics.get("grad_norm")),
         _gauge("levelray_learner_explained_variance", metrics.get("explained_variance")),
+        _gauge("levelray_learner_behaviour_kl", metrics.get("behaviour_kl")),
         _gauge("levelray_learner_queue_depth", learner.get("queue_depth")),
         _gauge("levelray_test_return", s.get("test_return_mean")),
         _gauge("levelray_levels_replay_fraction", s.get("levels_replay_fraction")),
