@@ -165,6 +165,28 @@ def test_inline_backend_learner_recomputes_the_actors_outputs_at_lag_0(env_id):
     backend.close()
 
 
+def test_inline_lag_0_holds_across_level_windows_that_restart_envs():
+    """Under Robust PLR with level windows of 2 unrolls, every window's end restarts the envs still playing: those
+    begin an episode for the core as an episode end does, so the learner's recomputation from each unroll's
+    `core_state` still equals the actor's outputs, withheld explore unrolls included."""
+    cfg = _cfg("maze:7x7", **{"env.num_levels": 0, "env.maze_blocks": "0-10", "env.max_episode_steps": 40,
+                              "levels.strategy": "value_l1", "levels.robust": True, "levels.buffer_size": 8,
+                              "levels.rho": 0.25, "levels.window": 24, "learner.value_normalization": False})
+    backend = InlineBackend(cfg)
+    worker, learner = backend.workers[0], backend.core.learner
+    assert worker.windows is not None and worker.windows.withhold
+    cuts = 0
+    for _ in range(8):
+        u = worker.unroll()
+        validate_unroll(u, worker.spec, core_size=N)
+        cuts += int((u["truncated"][-1] & ~u["terminated"][-1]).sum())
+        dist, values = _recomputed(learner, u)
+        np.testing.assert_allclose(dist, u["behaviour_params"], rtol=0, atol=1e-5)
+        np.testing.assert_allclose(values, worker.last_values, rtol=0, atol=1e-5)
+    assert cuts > 0, "no window end cut an episode: the restarts went unchecked"
+    backend.close()
+
+
 @pytest.mark.timeout(180)
 def test_ray_backend_actor_unrolls_match_the_learner_at_lag_0(ray_session):
     """An env actor on Ray, acting with the learner actor's version 0: the unrolls that come back through Ray
