@@ -44,7 +44,7 @@ from levelray.learner.data_parallel import DataParallel
 from levelray.learner.device import host_to_device, pick_device
 from levelray.learner.losses import Forward, impala_losses
 from levelray.learner.optimisation import GradientStep, StepResult, torso_parameters
-from levelray.learner.value_normalization import PopArt, value_output_layer
+from levelray.learner.value_normalization import PopArt, value_output_layer, weights_in_reward_units
 from levelray.policy import distributions
 from levelray.policy.models import build_model, resolve_model_kind
 from levelray.policy.precision import autocast, compute_dtype
@@ -410,7 +410,12 @@ class Learner:
         )
 
     def get_weights(self) -> tuple[int, dict[str, np.ndarray]]:
-        return self.version, weights_to_numpy(self.model)
+        """The version and NumPy weights actors load. With PopArt the value layer is published in reward units
+        (`weights_in_reward_units`): actors score levels with the values V-trace uses, and never normalise."""
+        weights = weights_to_numpy(self.model)
+        if self.value_norm is not None:
+            weights_in_reward_units(self.model, weights, self.value_norm.mu, self.value_norm.sigma)
+        return self.version, weights
 
     def state_dict(self) -> dict[str, Any]:
         return learner_state.state_dict(self)

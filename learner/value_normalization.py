@@ -33,6 +33,7 @@ import math
 from collections.abc import Callable
 from typing import Any
 
+import numpy as np
 import torch
 from torch import nn
 
@@ -139,3 +140,17 @@ def value_output_layer(model: nn.Module) -> nn.Linear:
     if not isinstance(head, nn.Linear) or head.out_features != 1:
         raise ValueError(f"value normalisation needs a model whose value head ends in a Linear(…, 1), got {head!r}")
     return head
+
+
+def weights_in_reward_units(model: nn.Module, weights: dict[str, np.ndarray], mu: float, sigma: float) -> None:
+    """Rewrite, in place, the value layer of `weights` (NumPy copies of `model`'s state dict) so that it outputs
+    `mu + sigma * v`: `W' = sigma W`, `b' = sigma b + mu` (computed in float64, stored in the layer's dtype).
+
+    The weights a learner publishes are what actors act and score levels with: an actor has no PopArt statistics,
+    and a level's score (GAE over the episode's rewards and the acting network's values) needs values in reward
+    units, as the learner's own V-trace uses them."""
+    layer = value_output_layer(model)
+    name = next(n for n, m in model.named_modules() if m is layer)
+    w, b = weights[f"{name}.weight"], weights[f"{name}.bias"]
+    weights[f"{name}.weight"] = (w.astype(np.float64) * sigma).astype(w.dtype)
+    weights[f"{name}.bias"] = (b.astype(np.float64) * sigma + mu).astype(b.dtype)

@@ -123,3 +123,25 @@ def test_results_fold_into_scores_in_the_order_they_ended():
     service = LevelServiceCore(np.arange(4), LevelConfig(strategy="value_l1", alpha=0.5), rng=0)
     service.report_episodes(_results([2, 2], scores=[1.0, 3.0]))
     assert service.state_dict()["scores"][2] == pytest.approx(0.5 * (0.5 * 1.0) + 0.5 * 3.0)
+
+
+def test_actors_score_in_reward_units_under_popart():
+    """With PopArt the value head outputs normalised values; the weights the learner publishes output them in
+    reward units (mu + sigma v), so an actor's values, which its level scores are made of, are the learner's."""
+    from levelray.contracts.config import LearnerConfig
+    from levelray.contracts.trajectory import stack_unrolls
+    from levelray.learner.learner import Learner
+
+    config = LearnerConfig(value_normalization=True, batch_size=1)
+    worker = RolloutWorker(make_env_vector(EnvConfig(id="CartPole-v1"), 3, None, seed=2), 8, learner=config,
+                           seed=2, scorer=EpisodeScorer("value_l1", 3, discount=GAMMA, gae_lambda=LAM))
+    learner = Learner(worker.spec, config)
+    for _ in range(3):  # PopArt's statistics move away from the identity
+        learner.update(stack_unrolls([worker.unroll()]))
+    mu, sigma = learner.value_norm.mu, learner.value_norm.sigma
+    assert abs(mu) > 1e-2 and abs(sigma - 1.0) > 1e-2
+    worker.set_weights(*learner.get_weights())
+    u = worker.unroll()
+    with torch.no_grad():
+        normalised = learner.model(torch.from_numpy(u["obs"][:-1].reshape(-1, 4)))[1].numpy().reshape(8, 3)
+    np.testing.assert_allclose(worker.last_values, mu + sigma * normalised, rtol=1e-5, atol=1e-4)
