@@ -46,16 +46,15 @@ from typing import Any
 import numpy as np
 
 from levelray.contracts.config import LevelConfig
-from levelray.contracts.levels import MAX_SEED, EpisodeResults, LevelFeedback
-from levelray.contracts.rng import make_rng
+from levelray.contracts.levels import MAX_SEED, LevelFeedback
 from levelray.contracts.validate import level_buffer_problems
 from levelray.level_service import episodes
 from levelray.level_service.buffer_state import BUFFER_STATE_VERSION, read_buffer_state
-from levelray.level_service.checks import check_real, checked_config, episode_columns
-from levelray.level_service.editor import MazeEditor
+from levelray.level_service.checks import checked_config
+from levelray.level_service.curriculum import LevelEditor
 from levelray.level_service.sampler_state import config_state, pending_state
 from levelray.level_service.scores import step_scores
-from levelray.level_service.transforms import transform_weights
+from levelray.level_service.slots import LevelSlots, check_draw_request
 
 __all__ = ["LevelBuffer"]
 
@@ -75,43 +74,40 @@ def new_level_permutation(rng: np.random.Generator, size: int) -> tuple[int, int
     return a, int(rng.integers(size))
 
 
-class LevelBuffer:
+class LevelBuffer(LevelSlots):
     """PLR's level buffer over the seeds `[start_level, MAX_SEED)`; see the module docstring.
 
     `config` is the run's `levels` section (`buffer_size`, `replay_prob` and PLR's settings); `discount` is the
     learner's (for `one_step_td_error`); `rng` seeds the draws, the new-level permutation and the edits; `editor`
-    makes children of replayed levels (ACCEL; None: no editing).
+    makes children of replayed levels (ACCEL, `level_service.curriculum.LevelEditor`; None: no editing).
     """
 
+    COUNT_KEYS = BUFFER_COUNT_KEYS
+
     def __init__(self, start_level: int, config: LevelConfig | None = None, *, discount: float = 0.99, rng=None,
-                 editor: MazeEditor | None = None):
+                 editor: LevelEditor | None = None):
         if isinstance(start_level, bool) or not isinstance(start_level, int | np.integer) or not (
             0 <= start_level < MAX_SEED
         ):
             raise ValueError(f"start_level must be an int in [0, {MAX_SEED}), got {start_level!r}")
-        self.config = checked_config(LevelConfig() if config is None else config)
-        found = level_buffer_problems(self.config)
+        config = checked_config(LevelConfig() if config is None else config)
+        found = level_buffer_problems(config)
         if found:
             raise ValueError(found[0].message)
-        cap = self.config.buffer_size
-        self.discount = check_real("discount", discount, 0.0, 1.0)
-        self._rng = make_rng(rng)
+        self._init_slots(config, discount, rng, config.buffer_size, tree=False)
         self.start_level = int(start_level)
         self._space = MAX_SEED - self.start_level
         self._perm = new_level_permutation(self._rng, self._space)
-        self._seeds = np.full(cap, -1, dtype=np.int64)  # slot -> seed; the first `_size` slots are filled
-        self._scores = np.zeros(cap, dtype=np.float64)
-        self._last = np.zeros(cap, dtype=np.int64)  # value of _counter when last drawn (or inserted)
         self._slot_of: dict[int, int] = {}
-        self._counter = 0
-        self._pending: episodes.Pending = {}  # actor id -> (seed, score sum, steps)
-        self._counts = dict.fromkeys(BUFFER_COUNT_KEYS, 0)
-        # power at temperature 1: P_staleness is staleness itself, normalised (no transform call needed)
-        self._fast_staleness = self.config.staleness_transform == "power" and self.config.staleness_temperature == 1.0
-        self._score_cache: tuple[np.ndarray, np.ndarray] | None = None  # (probs, cdf) over the filled slots
         self.editor = editor
 
     # ------------------------------------------------------------------ reading
+    def _held(self) -> slice:
+        return slice(0, len(self._slot_of))
+
+    def _num_held(self) -> int:
+        return len(self._slot_of)
+
     @property
     def capacity(self) -> int:
         return int(self._seeds.size)
@@ -131,22 +127,9 @@ class LevelBuffer:
     def staleness(self) -> np.ndarray:
         return self._counter - self._last[: self.size]
 
-    def counters(self) -> dict[str, int]:
-        return {**self._counts, "num_pending": len(self._pending)}
-
     def sample_weights(self) -> np.ndarray:
         """The replay distribution over the buffered levels `[size]` (slot order; empty before any level)."""
-        n = self.size
-        if n == 0:
-            return np.zeros(0)
-        probs, _ = self._get_score_cache()
-        c = self.config.staleness_coef
-        if c == 0.0:
-            return probs.copy()
-        cfg = self.config
-        stale = transform_weights(cfg.staleness_transform, cfg.staleness_temperature, cfg.eps,
-                                  self.staleness().astype(np.float64))
-        return (1.0 - c) * probs + c * stale
+        return np.zeros(0) if self.size == 0 else self._held_weights()
 
     # ------------------------------------------------------------------ drawing
     def sample(self) -> int:
@@ -157,17 +140,13 @@ class LevelBuffer:
         """One level for an episode start: `(level id, replayed)`; advances staleness."""
         self._counter += 1
         self._counts["num_samples"] += 1
-        if self.editor is not None and self.editor.queue:
+        children = self.editor.take(1) if self.editor is not None else []
+        if children:
             self._counts["num_new"] += 1
-            return self.editor.take(1)[0], False
+            return children[0], False
         p = self._replay_prob()
         if p > 0.0 and self._rng.random() < p:
-            c = self.config.staleness_coef
-            if c > 0.0 and self._rng.random() < c:
-                i = self._staleness_slot(self._counter)
-            else:
-                _, cdf = self._get_score_cache()
-                i = min(int(np.searchsorted(cdf, self._rng.random() * cdf[-1], side="right")), self.size - 1)
+            i = self._replay_slot(self._counter)
             self._last[i] = self._counter
             self._counts["num_replays"] += 1
             return int(self._seeds[i]), True
@@ -175,29 +154,33 @@ class LevelBuffer:
         self._counts["num_new"] += 1
         return int(self._new_level(k)), False
 
-    def draw_many(self, n: int) -> tuple[np.ndarray, np.ndarray]:
-        """`n` draws in a row: `(seeds [n] int64, replayed [n] bool)`, distributed as `n` calls of `draw()`
-        (the same distribution, not the same random numbers).
+    def draw_many(self, n: int, kind: str = "any") -> tuple[np.ndarray, np.ndarray]:
+        """`n` draws in a row: `(seeds [n] int64, replayed [n] bool)`. `kind` "any" is distributed as `n` calls of
+        `draw()` (the same distribution, not the same random numbers); "replay" draws buffered levels only (while
+        the buffer is empty, new levels, flagged False); "new" new levels only. Queued children come first for
+        "any" and "new".
 
         Within the `n` draws the buffered levels and their scores stay put (only commits change them), so the
         replay decisions and the score-proportional slots are independent draws from fixed distributions,
         made in one NumPy call each. A staleness-proportional draw depends on the draws before it: the
         replays before it are applied to `last` first.
         """
-        if n == 1:  # one level at a time (the inline backend): the scalar path, without NumPy's per-call cost
+        check_draw_request(n, kind)
+        if kind == "replay" and self.size == 0:
+            kind = "new"
+        if n == 1 and kind == "any":  # one level at a time (the inline backend): the scalar path, without NumPy's cost
             seed, replayed = self.draw()
             return np.array([seed], dtype=np.int64), np.array([replayed])
-        children = self.editor.take(n) if self.editor is not None else []
+        children = self.editor.take(n) if self.editor is not None and kind != "replay" else []
         if children:  # played first (see the module doc); each is a draw that advances staleness
             self._counter += len(children)
             self._counts["num_samples"] += len(children)
             self._counts["num_new"] += len(children)
-            seeds, replayed = self.draw_many(n - len(children))
+            seeds, replayed = self.draw_many(n - len(children), kind)
             return np.concatenate([np.array(children, dtype=np.int64), seeds]), np.concatenate(
                 [np.zeros(len(children), dtype=bool), replayed])
         counters = self._counter + 1 + np.arange(n, dtype=np.int64)  # [n] the staleness counter at each draw
-        p = self._replay_prob()
-        replayed = self._rng.random(n) < p if p > 0.0 else np.zeros(n, dtype=bool)
+        replayed = self._replay_mask(n, kind)
         at = np.flatnonzero(replayed)  # [m] the draws that replay
         c = self.config.staleness_coef
         by_staleness = self._rng.random(at.size) < c if c > 0.0 else np.zeros(at.size, dtype=bool)
@@ -217,8 +200,19 @@ class LevelBuffer:
         self._counts["num_replays"] += int(at.size)
         return seeds, replayed
 
+    def _replay_mask(self, n: int, kind: str) -> np.ndarray:
+        """`[n] bool`: which of `n` draws of `kind` replay."""
+        if kind != "any":
+            return np.full(n, kind == "replay")
+        p = self._replay_prob()
+        return self._rng.random(n) < p if p > 0.0 else np.zeros(n, dtype=bool)
+
+    def replay_probability(self) -> float:
+        """The probability that the next `draw()` replays a buffered level: 0 until `rho` of the buffer is filled,
+        then `replay_prob` (schedule `fixed`) or `min(fill, replay_prob)` (`proportionate`)."""
+        return self._replay_prob()
+
     def _replay_prob(self) -> float:
-        """The probability that the next draw replays: 0 until `rho` of the buffer is filled."""
         n, cfg = self.size, self.config
         fill = n / self.capacity
         if n == 0 or fill < cfg.rho:
@@ -243,44 +237,12 @@ class LevelBuffer:
         if slots.size:
             np.maximum.at(self._last, slots, counters)
 
-    def _get_score_cache(self) -> tuple[np.ndarray, np.ndarray]:
-        if self._score_cache is None:
-            c = self.config
-            probs = transform_weights(c.score_transform, c.temperature, c.eps, self._scores[: self.size])
-            self._score_cache = (probs, np.cumsum(probs))
-        return self._score_cache
-
-    def _score_slots(self, m: int) -> np.ndarray:
-        """`m` independent slots `[m]` from P_score."""
-        if m == 0:
-            return np.zeros(0, dtype=np.int64)
-        _, cdf = self._get_score_cache()
-        u = self._rng.random(m) * cdf[-1]
-        return np.minimum(np.searchsorted(cdf, u, side="right"), self.size - 1)
-
-    def _staleness_slot(self, counter: int) -> int:
-        """One slot from P_staleness at staleness counter `counter` (`last` holds every earlier draw)."""
-        rng, n, cfg = self._rng, self.size, self.config
-        if cfg.staleness_transform == "constant":
-            return int(rng.integers(n))
-        stale = counter - self._last[:n]  # [n] >= 0
-        if not self._fast_staleness:
-            stale = transform_weights(cfg.staleness_transform, cfg.staleness_temperature, cfg.eps,
-                                      stale.astype(np.float64))
-        cdf = np.cumsum(stale)
-        if cdf[-1] <= 0:  # every buffered level has staleness 0: uniform
-            return int(rng.integers(n))
-        return min(int(np.searchsorted(cdf, rng.random() * cdf[-1], side="right")), n - 1)
-
     # ------------------------------------------------------------------ scores
     def update_with_rollouts(self, feedback: LevelFeedback) -> None:
         """Score the episodes of a time-major rollout batch (`LevelFeedback`), stitching episodes across calls
         by actor id, and let each complete episode's level into the buffer by the buffer's rule."""
         seeds, dones, ids = episodes.feedback_columns(feedback)
-        unknown = self._unknown_ids(seeds)
-        if unknown.any():
-            raise ValueError(f"seeds holds level id {int(seeds[unknown][0])}, outside the level space "
-                             f"[{self.start_level}, {MAX_SEED}){self._edited_note()}")
+        self._level_keys("seeds", seeds)
         episodes.check_constant_levels(seeds, dones)
         seg = episodes.segment(step_scores(self.config.strategy, feedback, dones, self.discount), dones, seeds)
         dropped = episodes.merge_pending(self._pending, seg, ids)
@@ -297,24 +259,20 @@ class LevelBuffer:
         self._commit_all(seg.levels[chrono].tolist(), (seg.sums[chrono] / seg.lengths[chrono]).tolist())
         self._counts["num_episodes"] += int(chrono.size)
 
-    def update_with_episodes(self, results: EpisodeResults) -> None:
-        """Commit finished episodes scored where they were played (`EpisodeResults`, in the order they ended) by the
-        buffer's rule. Every field, and every level id, is checked before anything changes."""
-        levels, scores = episode_columns(results)
-        unknown = self._unknown_ids(levels)
-        if unknown.any():
-            raise ValueError(f"levels holds level id {int(levels[unknown][0])}, outside the level space "
-                             f"[{self.start_level}, {MAX_SEED}){self._edited_note()}")
-        self._counts["num_update_calls"] += 1
-        self._commit_all(levels.tolist(), scores.tolist())
-        self._counts["num_episodes"] += int(levels.size)
-
-    def _unknown_ids(self, ids: np.ndarray) -> np.ndarray:
-        """`[...] bool`: the level ids of `ids` that are neither a seed of the space nor an edited level held."""
+    def _level_keys(self, name: str, ids: np.ndarray) -> np.ndarray:
+        """`ids` themselves: a level is committed under its id; ValueError naming `name` for an id that is neither a
+        seed of the space nor an edited level the editor holds."""
         unknown = (ids < self.start_level) | (ids >= MAX_SEED)
         if self.editor is not None and unknown.any():
             unknown[unknown] = ~self.editor.knows(ids[unknown])
-        return unknown
+        if unknown.any():
+            raise ValueError(f"{name} holds level id {int(ids[unknown][0])}, outside the level space "
+                             f"[{self.start_level}, {MAX_SEED}){self._edited_note()}")
+        return ids
+
+    def _commit(self, keys: np.ndarray, scores: np.ndarray) -> None:
+        self._commit_all(keys.tolist(), scores.tolist())
+        self._counts["num_episodes"] += int(keys.size)
 
     def _edited_note(self) -> str:
         return "" if self.editor is None else " and not an edited level this service holds"

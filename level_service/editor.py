@@ -97,6 +97,7 @@ class MazeEditor:
         if isinstance(num_edits, bool) or not isinstance(num_edits, int | np.integer) or num_edits < 1:
             raise ValueError(f"levels.num_edits must be a positive int, got {num_edits!r}")
         self.width, self.height, self.blocks = width, height, blocks
+        self.family = (width, height, blocks)  # a saved state resumes only with an editor of the same family
         self.num_edits = int(num_edits)
         self.queue_limit = max(1, int(queue_limit))
         self.drop_unsolvable = bool(drop_unsolvable)
@@ -131,6 +132,10 @@ class MazeEditor:
         if self.is_edited(level_id):
             raise ValueError(f"unknown level id {level_id}: an edited level id this level service does not hold")
         return _generated(int(level_id), self.width, self.height, self.blocks)
+
+    def counters(self) -> dict[str, int]:
+        """`EDITOR_COUNT_KEYS`, the children waiting (`queued`) and the edited levels held (`held`)."""
+        return {**self.counts, "queued": len(self.queue), "held": len(self.encodings)}
 
     def encodings_of(self, ids) -> dict[int, bytes]:
         """`{id: encoding}` for the edited levels among `ids` (what an actor needs to play them)."""
