@@ -51,7 +51,7 @@ from levelray.contracts.validate import level_buffer_problems
 from levelray.level_service import episodes
 from levelray.level_service.buffer_state import BUFFER_STATE_VERSION, read_buffer_state
 from levelray.level_service.checks import checked_config
-from levelray.level_service.curriculum import LevelEditor
+from levelray.level_service.curriculum import LevelEditor, LevelView
 from levelray.level_service.sampler_state import config_state, pending_state
 from levelray.level_service.scores import step_scores
 from levelray.level_service.slots import LevelSlots, check_draw_request
@@ -130,6 +130,11 @@ class LevelBuffer(LevelSlots):
     def sample_weights(self) -> np.ndarray:
         """The replay distribution over the buffered levels `[size]` (slot order; empty before any level)."""
         return np.zeros(0) if self.size == 0 else self._held_weights()
+
+    def view(self) -> LevelView:
+        """The buffered levels, in slot order, all scored."""
+        return LevelView(self.buffered_seeds(), np.ones(self.size, dtype=bool), self.scores(), self.staleness(),
+                         self.sample_weights(), self.capacity, True)
 
     # ------------------------------------------------------------------ drawing
     def sample(self) -> int:

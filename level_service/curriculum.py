@@ -15,19 +15,32 @@ a source from a run's config and reads its state back; the level service (`level
 through `LevelSource` and `levels_view`.
 
 An **editor** (ACCEL's) makes children of levels and holds the levels it made, so that they can be played, scored
-and saved with the buffer; one per env family (`level_service.editors`, a registration each).
+and saved with the buffer; one per env family, each registered by one line of `contracts.levels.EDITORS`
+(`level_service.editors` imports it).
 """
 
 from __future__ import annotations
 
-from typing import Any, Protocol
+from typing import Any, NamedTuple, Protocol
 
 import numpy as np
 
-from levelray.contracts.config import LevelConfig
+from levelray.contracts.config import EnvConfig, LevelConfig
 from levelray.contracts.levels import EpisodeResults
 
-__all__ = ["LevelEditor", "LevelSource"]
+__all__ = ["LevelEditor", "LevelSource", "LevelView"]
+
+
+class LevelView(NamedTuple):
+    """The levels a source holds, as arrays in one order: every seed of a fixed set, the filled slots of a buffer."""
+
+    seeds: np.ndarray  # [n] int64
+    scored: np.ndarray  # [n] bool: the level has a committed score
+    scores: np.ndarray  # [n] float64
+    staleness: np.ndarray  # [n] int64
+    weights: np.ndarray  # [n] the replay distribution
+    capacity: int  # what `scored.sum()` is a fraction of: the set's size, or the buffer's
+    buffered: bool  # a level buffer (unbounded space)
 
 
 class LevelEditor(Protocol):
@@ -37,7 +50,15 @@ class LevelEditor(Protocol):
     (`knows`) is not a level of the run.
     """
 
-    family: tuple  # what a saved state must match to resume with this editor (e.g. a maze's size and wall range)
+    family: str  # the levels it edits, in words ("13x13 mazes with (0, 60) walls"): a saved state resumes only with it
+
+    @classmethod
+    def for_run(cls, env: EnvConfig, levels: LevelConfig) -> LevelEditor:
+        """The editor of a run's `env` and `levels` sections (the env is of the editor's family: checked before)."""
+
+    @classmethod
+    def from_state_dict(cls, d: dict[str, Any]) -> LevelEditor:
+        """An editor rebuilt from `state_dict()` output; ValueError naming the bad field."""
 
     def make_child(self, parent: int, rng: np.random.Generator) -> int | None:
         """Edit level `parent` and queue the child to be played; its id, or None where the child is dropped."""
@@ -65,7 +86,7 @@ class LevelEditor(Protocol):
         """The level `level_id` names, as the env family's level object (for the service's level statistics)."""
 
     def counters(self) -> dict[str, int]:
-        """Children made, dropped, handed out, waiting (`queued`) and held (`held`)."""
+        """Its counts: at least the children made (`num_children`), waiting (`queued`) and the levels held (`held`)."""
 
     def state_dict(self) -> dict[str, Any]:
         """Everything the editor holds, as plain values for `contracts.snapshot.packb`."""
@@ -97,6 +118,9 @@ class LevelSource(Protocol):
 
     def counters(self) -> dict[str, int]:
         """Draws, replays, episodes, update calls and the source's own counts."""
+
+    def view(self) -> LevelView:
+        """The levels it holds, with their scores, staleness and replay weights (what the service's stats read)."""
 
     def state_dict(self) -> dict[str, Any]:
         """Everything, as plain values for `contracts.snapshot.packb`; `from_state_dict` reads it back."""

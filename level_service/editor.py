@@ -97,7 +97,7 @@ class MazeEditor:
         if isinstance(num_edits, bool) or not isinstance(num_edits, int | np.integer) or num_edits < 1:
             raise ValueError(f"levels.num_edits must be a positive int, got {num_edits!r}")
         self.width, self.height, self.blocks = width, height, blocks
-        self.family = (width, height, blocks)  # a saved state resumes only with an editor of the same family
+        self.family = f"{width}x{height} mazes with {blocks} walls"  # a saved state resumes only with the same family
         self.num_edits = int(num_edits)
         self.queue_limit = max(1, int(queue_limit))
         self.drop_unsolvable = bool(drop_unsolvable)

@@ -72,6 +72,7 @@ import numpy as np
 from levelray.contracts.levels import SCHEDULES, STRATEGIES, TRANSFORMS, UNSCORED_STRATEGIES, LevelFeedback
 from levelray.level_service import episodes
 from levelray.level_service.checks import as_int_array
+from levelray.level_service.curriculum import LevelView
 from levelray.level_service.sampler_state import STATE_VERSION, config_state, pending_state, read_state
 from levelray.level_service.scores import step_scores
 from levelray.level_service.slots import LevelSlots, check_draw_request
@@ -217,6 +218,11 @@ class LevelSampler(LevelSlots):
     def seen(self) -> np.ndarray:
         """Boolean mask of levels with at least one committed episode score."""
         return self._seen.copy()
+
+    def view(self) -> LevelView:
+        """Every seed of the set; the seen ones are scored."""
+        return LevelView(self.seeds, self.seen(), self.scores(), self.staleness(), self.sample_weights(), self._n,
+                         False)
 
     @property
     def seeds(self) -> np.ndarray:

@@ -42,11 +42,11 @@ import numpy as np
 from levelray.contracts import snapshot
 from levelray.contracts.config import EnvConfig, LevelConfig
 from levelray.contracts.levels import EpisodeResults, LevelFeedback
-from levelray.contracts.maze import EDITED_ID_BASE, MazeLevel, level_for_id
+from levelray.contracts.maze import MazeLevel, level_for_id
 from levelray.level_service.maze_stats import MazeComplexity
 from levelray.level_service.spaces import (
+    LevelSource,
     LevelView,
-    Sampler,
     check_same_space,
     level_encodings,
     levels_view,
@@ -108,7 +108,7 @@ class LevelServiceCore:
         self._schedule.written()  # the first periodic snapshot is one interval after the start
 
     # ------------------------------------------------------------------ snapshots
-    def _restore(self, path: str, fresh: Sampler) -> Sampler:
+    def _restore(self, path: str, fresh: LevelSource) -> LevelSource:
         data = snapshot.load(path)
         if not isinstance(data, dict) or data.get("format") != SNAPSHOT_FORMAT:
             raise snapshot.SnapshotError(f"{path} is not a level-service snapshot ({SNAPSHOT_FORMAT})")
@@ -263,9 +263,8 @@ class LevelServiceCore:
         out["levels_evicted"] = counts.get("num_evicted", 0)
         editor = s.editor
         if editor is not None:  # ACCEL: children made (levels_edited), dropped, waiting, edited levels buffered
-            out["levels_edited"] = editor.counts["num_children"]
-            out["editor"] = {**editor.counts, "queued": len(editor.queue), "held": len(editor.encodings),
-                             "buffered": int((view.seeds >= EDITED_ID_BASE).sum())}
+            out["editor"] = {**editor.counters(), "buffered": int(editor.knows(view.seeds).sum())}
+            out["levels_edited"] = out["editor"]["num_children"]
         out.update(_distribution_stats(view, not view.buffered if vectors is None else vectors))
         if self._complexity is not None:  # a maze run: how complex the scored levels are
             out.update(self._complexity.summary(view.seeds[view.scored]))
