@@ -70,32 +70,6 @@ def training_seeds(env: LevelRange) -> np.ndarray | None:
 
 
 @dataclass(frozen=True)
-class LevelFeedback:
-    """What the learner tells the level service after an update: PLR's per-step inputs for the columns of
-    one batch whose episodes the service stitches (`N` env columns, each appearing once).
-
-    seeds       [T, N] int64    the level each column played at step t
-    dones       [T, N] bool     the episode ended after step t (terminated or truncated)
-    actor_ids   [N] int64       the columns' env ids (`Unroll.env_ids`): fragments are stitched by them
-    advantages  [T, N] float    v_s - V(x_s) (gae, value_l1, positive_value_loss)
-    logits      [T, N, A] float the learner's policy logits (policy_entropy, least_confidence, min_margin)
-    rewards     [T, N] float    with `values`: one_step_td_error
-    values      [T+1, N] float  V(x_t), row T the bootstrap
-
-    Only the inputs the configured strategy reads are set; the others are None. The level service
-    validates every field before it changes anything.
-    """
-
-    seeds: np.ndarray
-    dones: np.ndarray
-    actor_ids: np.ndarray | None = None
-    advantages: np.ndarray | None = None
-    logits: np.ndarray | None = None
-    rewards: np.ndarray | None = None
-    values: np.ndarray | None = None
-
-
-@dataclass(frozen=True)
 class EpisodeResults:
     """What an actor tells the level service: its finished episodes (`E` of them), in the order they ended.
 

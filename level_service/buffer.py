@@ -3,22 +3,24 @@
 Jiang, Dennis, Parker-Holder, Foerster, Grefenstette, Rocktaschel, "Replay-Guided Adversarial Environment
 Design" (NeurIPS 2021), as `facebookresearch/dcd`'s `LevelSampler(sample_full_distribution=True)` runs it:
 levels are seeds from `[start_level, MAX_SEED)`, far too many to score them all, so PLR keeps at most
-`buffer_size` of them with their scores and staleness. Pure NumPy; `level_service.service` wraps it.
+`buffer_size` of them with their scores and staleness. Pure NumPy; a `level_service.curriculum.LevelSource`
+whose draws, staleness and scores are `level_service.slots`'s, as the fixed set's are; `level_service.service`
+wraps it. At `replay_prob = 0` it is domain randomisation: every draw a new level, none twice.
 
 Each draw (`draw()`, once per episode start; `draw_many(n)` for n in a row, as an actor prefetches them):
 
 * **replay** with probability `replay_prob` (schedule `fixed`) or `min(fill, replay_prob)` (`proportionate`,
   `fill` = buffered / buffer_size), once at least `rho x buffer_size` levels are buffered: a buffered level
-  from P = (1 - staleness_coef) P_score + staleness_coef P_staleness, the fixed-set sampler's distribution
-  over the buffered levels (same transforms): a score-proportional slot is one search in a cached CDF, a
-  staleness-proportional one an O(buffer_size) pass over `last` (NumPy, ~10 us at 4,000 levels; made for a
-  `staleness_coef` share of the replays only, where a Fenwick tree's upkeep would cost every draw and commit);
+  from P = (1 - staleness_coef) P_score + staleness_coef P_staleness over the buffered levels (`slots`): a
+  score-proportional slot is one search in a cached CDF, a staleness-proportional one an O(buffer_size) pass
+  over `last` (NumPy, ~10 us at 4,000 levels; made for a `staleness_coef` share of the replays only, where a
+  Fenwick tree's upkeep would cost every draw and commit);
 * else a **new** level: the k-th new level is `start + (a k + c) mod R` with `R = MAX_SEED - start` and `a`
   coprime to `R` (drawn once from the run's seed), a permutation of the space: no seed is handed out as new
   twice within R draws, with O(1) state (a counter), where a set of played seeds would grow without bound.
 
-Scores (`update_with_rollouts`, the fixed-set sampler's strategies, partial-episode stitching and chronological
-commit order) are committed per complete episode. A buffered level's score is updated by the EWA with `alpha`.
+Scores arrive per finished episode (`update_with_episodes`, scored where the episode was played), in the order
+the episodes ended. A buffered level's score is updated by the EWA with `alpha`.
 Any other level is a candidate: it enters the buffer while the buffer is not full; in a full buffer it replaces
 the level of the lowest replay weight (`sample_weights`: score rank mixed with staleness; the first slot on
 ties) when its score is >= that level's score, else it is dropped (DCD's `seed_buffer_priority
@@ -27,13 +29,14 @@ low-ranked leave, so the buffer keeps turning over. A level evicted while an env
 candidate when that episode ends. A level entering the buffer has staleness 0. Every draw advances the
 staleness counter, as in the fixed-set sampler.
 
-With ACCEL's editor (`levels.editor accel`, a maze run; `level_service.editor`), every complete episode of a
+With an editor (ACCEL's, `levels.editor accel` on a maze run: `level_service.editor`; any editor is a plug-in
+behind `level_service.curriculum.LevelEditor`, registered in `contracts.levels.EDITORS`), every episode of a
 buffered level (a replay) makes a child with `num_edits` edits, and each draw plays a queued child before
 anything else: children are as many as replays, as DCD and JaxUED follow each replay step with an edit step,
 so the episodes split replay : child : fresh level as `p : p : 1 - p` for the replay probability `p`. A child
 is a new level (never a replay) and enters the buffer by the rule above once its episode is scored.
 
-Any seed of the space is a valid level id, and so is an edited level the editor holds: feedback for any other
+Any seed of the space is a valid level id, and so is an edited level the editor holds: a result for any other
 id is rejected.
 Every public mutator validates all of its input before changing anything (ValueError naming the field).
 """
@@ -46,14 +49,12 @@ from typing import Any
 import numpy as np
 
 from levelray.contracts.config import LevelConfig
-from levelray.contracts.levels import MAX_SEED, LevelFeedback
+from levelray.contracts.levels import MAX_SEED
 from levelray.contracts.validate import level_buffer_problems
-from levelray.level_service import episodes
 from levelray.level_service.buffer_state import BUFFER_STATE_VERSION, read_buffer_state
 from levelray.level_service.checks import checked_config
 from levelray.level_service.curriculum import LevelEditor, LevelView
 from levelray.level_service.sampler_state import config_state, pending_state
-from levelray.level_service.scores import step_scores
 from levelray.level_service.slots import LevelSlots, check_draw_request
 
 __all__ = ["LevelBuffer"]
@@ -243,27 +244,6 @@ class LevelBuffer(LevelSlots):
             np.maximum.at(self._last, slots, counters)
 
     # ------------------------------------------------------------------ scores
-    def update_with_rollouts(self, feedback: LevelFeedback) -> None:
-        """Score the episodes of a time-major rollout batch (`LevelFeedback`), stitching episodes across calls
-        by actor id, and let each complete episode's level into the buffer by the buffer's rule."""
-        seeds, dones, ids = episodes.feedback_columns(feedback)
-        self._level_keys("seeds", seeds)
-        episodes.check_constant_levels(seeds, dones)
-        seg = episodes.segment(step_scores(self.config.strategy, feedback, dones, self.discount), dones, seeds)
-        dropped = episodes.merge_pending(self._pending, seg, ids)
-        if not np.isfinite(seg.sums).all():
-            raise ValueError("episode score sums overflow (non-finite); check the magnitude of the inputs")
-        chrono = episodes.chronological_ends(seg, seeds.shape[0])
-        tails = episodes.open_tails(seg, ids)
-        # ---- validated: mutate
-        for a in ids:
-            self._pending.pop(a, None)
-        self._pending.update(tails)
-        self._counts["num_dropped_fragments"] += dropped
-        self._counts["num_update_calls"] += 1
-        self._commit_all(seg.levels[chrono].tolist(), (seg.sums[chrono] / seg.lengths[chrono]).tolist())
-        self._counts["num_episodes"] += int(chrono.size)
-
     def _level_keys(self, name: str, ids: np.ndarray) -> np.ndarray:
         """`ids` themselves: a level is committed under its id; ValueError naming `name` for an id that is neither a
         seed of the space nor an edited level the editor holds."""
@@ -326,7 +306,7 @@ class LevelBuffer(LevelSlots):
 
     # ------------------------------------------------------------------ state
     def state_dict(self) -> dict[str, Any]:
-        """Everything (config, buffered levels, scores, staleness, pending fragments, counters, the new-level
+        """Everything (config, buffered levels, scores, staleness, counters, the new-level
         permutation and its position, RNG state) as plain values and arrays for `contracts.snapshot.packb`."""
         return {
             "version": BUFFER_STATE_VERSION,
@@ -339,7 +319,7 @@ class LevelBuffer(LevelSlots):
             "size": self.size,
             "counter": int(self._counter),
             "permutation": list(self._perm),
-            "pending": pending_state(self._pending),
+            "pending": pending_state({}),
             "counts": dict(self._counts),
             "rng": self._rng.bit_generator.state,
             "editor": None if self.editor is None else self.editor.state_dict(),
@@ -355,6 +335,6 @@ class LevelBuffer(LevelSlots):
         obj._seeds, obj._scores, obj._last = st.seeds, st.scores, st.last
         obj._slot_of = {int(s): i for i, s in enumerate(st.seeds[: st.size].tolist())}
         obj._counter = st.counter
-        obj._pending = st.pending
         obj._counts = st.counts
+        obj._counts["num_dropped_fragments"] += len(st.pending)  # see `sampler_state`: nothing can finish them
         return obj

@@ -1,11 +1,9 @@
-"""Prioritized Level Replay (PLR) level sampler, pure NumPy (no Ray, no torch).
+"""Prioritized Level Replay (PLR) level sampler over a fixed set of seeds, pure NumPy (no Ray, no torch).
 
 Algorithm: Jiang, Grefenstette, Rocktaschel, "Prioritized Level Replay" (2021), as implemented by the
 authors' `level-replay` code and DI-engine's `LevelSampler`.  Semantics and defaults follow those, with
 the reference bugs fixed:
 
-* one_step_td_error is |r_t + discount * V(s_{t+1}) * (1 - done_t) - V(s_t)|, using the bootstrap row of
-  `values` for the last step of an unroll and never bootstrapping past a terminal step.
 * No transform ever writes into the stored scores; `power` clips signed scores (gae) at 0; every
   transform is computed in log space / with max-subtraction so that temperatures near 0 give no NaN;
   `rank` gives tied scores the same (best, "1224" competition) rank, so ties do not depend on sort order.
@@ -14,23 +12,20 @@ the reference bugs fixed:
 * A mixture component whose weights are all zero (e.g. all staleness 0 right after the first replay) is
   uniform over seen levels; the reference left it unnormalised, so its mixture summed to
   1 - staleness_coef and `np.random.choice` raised.
-* An episode that spans several `update_with_rollouts` calls is scored as the step-weighted mean of all
-  its steps and committed only when it ends (`dones[t, n]` is True on the LAST step of an episode).
-* No Python loop over levels or over (actor, level) pairs: partial episodes live in a dict keyed by actor
-  id (O(columns)), and rollouts are segmented with `np.add.reduceat`.
+* Episodes are scored whole, where they were played (the actors, `actors.episode_scorer`, with the score
+  functions of `policy.level_scores`): an episode that spans several unrolls is one score, never its last
+  fragment's.
 
-The maths lives in pure functions: the score of each strategy in `level_service.scores`, the transforms and
-the EWA in `level_service.transforms`, the episode segmentation in `level_service.episodes`, the staleness
-trees in `level_service.staleness`. The draws, staleness and scores are `level_service.slots`'s, which the
-level buffer shares; this class holds what a fixed set adds: its seeds, the seen set and the replay schedule.
+The draws, staleness and scores are `level_service.slots`'s, which the level buffer shares (the transforms and
+the EWA in `level_service.transforms`, the staleness trees in `level_service.staleness`); this class holds what
+a fixed set adds: its seeds, the seen set and the replay schedule. It is a `level_service.curriculum.LevelSource`.
 
 Design decisions
 ----------------
 Seen levels.  As in the reference, a level leaves the unseen set when a score is committed for it; being
-*sampled* does not make it seen.  A level is seen once the score of its first complete episode is committed
-(an episode end inside `update_with_rollouts`).  A pending fragment does not make a level seen.  Both the
-score part and the staleness part of the replay distribution are over seen levels only (the reference
-ranked unseen levels too, which let an unseen 0 outrank a seen negative score).
+*sampled* does not make it seen.  A level is seen once the score of its first finished episode is committed
+(`update_with_episodes`).  Both the score part and the staleness part of the replay distribution are over seen
+levels only (the reference ranked unseen levels too, which let an unseen 0 outrank a seen negative score).
 
 Replay distribution.  P = (1 - staleness_coef) * P_score + staleness_coef * P_staleness.  A component whose
 transformed weights are all zero (e.g. `power` of all-zero scores, or all-zero staleness) is taken as
@@ -52,12 +47,8 @@ Sampling cost.  `sample()` never rebuilds P (`level_service.slots`).  It draws t
 Staleness is kept as a global sample counter minus a per-level "last sampled at" counter; every `sample()`
 (any strategy) advances it, and a draw weighs the staleness as it stood before it.
 
-Multiple episodes of the same level committed in one call are applied as successive EWA updates in
-chronological order (episode end step, then column), in closed form (`transforms.ewa_update`).
-
-If a column's seed changes across calls while an episode fragment is pending for that actor (an actor
-restarted mid-episode), the stale fragment is dropped (counted in `num_dropped_fragments`), never
-committed.  Inside one call a seed change without a `done` is rejected as malformed input.
+Multiple episodes of the same level committed in one call are applied as successive EWA updates in the order
+they ended, in closed form (`transforms.ewa_update`).
 
 Every public mutator validates all of its input before mutating anything and raises ValueError naming the
 bad field and the expected form; on error the sampler is unchanged.
@@ -69,12 +60,10 @@ from typing import Any
 
 import numpy as np
 
-from levelray.contracts.levels import SCHEDULES, STRATEGIES, TRANSFORMS, UNSCORED_STRATEGIES, LevelFeedback
-from levelray.level_service import episodes
+from levelray.contracts.levels import SCHEDULES, STRATEGIES, TRANSFORMS, UNSCORED_STRATEGIES
 from levelray.level_service.checks import as_int_array
 from levelray.level_service.curriculum import LevelView
 from levelray.level_service.sampler_state import STATE_VERSION, config_state, pending_state, read_state
-from levelray.level_service.scores import step_scores
 from levelray.level_service.slots import LevelSlots, check_draw_request
 from levelray.level_service.transforms import ewa_update
 
@@ -253,36 +242,6 @@ class LevelSampler(LevelSlots):
         return idx
 
     # ------------------------------------------------------------------ score updates
-    def update_with_rollouts(self, feedback: LevelFeedback) -> None:
-        """Score the episodes in a time-major rollout batch (see `LevelFeedback` for the fields and shapes).
-
-        `feedback.actor_ids [N]` identify the env columns across calls (default 0..N-1). Episodes that end
-        in this batch are committed; the unfinished tail of each column is kept as a pending fragment and
-        merged with that column's next call.
-        """
-        seeds, dones, ids = episodes.feedback_columns(feedback)
-        lvl = self._level_keys("seeds", seeds)
-        episodes.check_constant_levels(lvl, dones)
-        if self.config.strategy in UNSCORED_STRATEGIES:
-            self._counts["num_update_calls"] += 1
-            return
-        seg = episodes.segment(step_scores(self.config.strategy, feedback, dones, self.discount), dones, lvl)
-        dropped = episodes.merge_pending(self._pending, seg, ids)
-        if not np.isfinite(seg.sums).all():
-            raise ValueError("episode score sums overflow (non-finite); check the magnitude of the inputs")
-        chrono = episodes.chronological_ends(seg, seeds.shape[0])
-        uniq, new_scores = ewa_update(
-            self._scores, seg.levels[chrono], seg.sums[chrono] / seg.lengths[chrono], self.config.alpha
-        )
-        tails = episodes.open_tails(seg, ids)
-        # ---- validated: mutate
-        for a in ids:
-            self._pending.pop(a, None)
-        self._pending.update(tails)
-        self._counts["num_dropped_fragments"] += dropped
-        self._counts["num_update_calls"] += 1
-        self._apply_commit(uniq, new_scores, int(chrono.size))
-
     def _commit(self, keys: np.ndarray, scores: np.ndarray) -> None:
         uniq, new_scores = ewa_update(self._scores, keys, scores, self.config.alpha)
         self._apply_commit(uniq, new_scores, int(keys.size))
@@ -303,7 +262,7 @@ class LevelSampler(LevelSlots):
 
     # ------------------------------------------------------------------ state
     def state_dict(self) -> dict[str, Any]:
-        """Everything (config, seeds, scores, staleness, pending fragments, counters, RNG state) as plain
+        """Everything (config, seeds, scores, staleness, counters, RNG state) as plain
         dicts/lists/ints/floats/strings/NumPy arrays, serialisable by `contracts.snapshot.packb`."""
         return {
             "version": STATE_VERSION,
@@ -314,7 +273,7 @@ class LevelSampler(LevelSlots):
             "last_sampled": self._last.copy(),
             "counter": int(self._counter),
             "next_seed_index": int(self._next_seed_index),
-            "pending": pending_state(self._pending),
+            "pending": pending_state({}),
             "counts": dict(self._counts),
             "rng": self._rng.bit_generator.state,
         }
@@ -330,8 +289,8 @@ class LevelSampler(LevelSlots):
         obj._last = st.last
         obj._counter = st.counter
         obj._next_seed_index = st.next_seed_index
-        obj._pending = st.pending
         obj._counts = {k: st.counts.get(k, 0) for k in cls.COUNT_KEYS}  # a version 1 state holds no num_replays
+        obj._counts["num_dropped_fragments"] += len(st.pending)  # see `sampler_state`: nothing can finish them
         return obj
 
     def load_state_dict(self, d: dict[str, Any]) -> None:

@@ -16,7 +16,9 @@ replaces levels in place). Either indexes the slot arrays the same way, so one i
     makes one NumPy pass over its at most `buffer_size` levels (~10 us at 4,000), which only the staleness share of
     replays pays, where the trees' upkeep would cost every draw and every eviction;
   - staleness, `constant`: uniform over the held slots; any other transform: the weights recomputed for that draw.
-* counters in one dict (`COUNT_KEYS`, the source's), and the pending fragments of `level_service.episodes`.
+* scores: finished episodes, scored where they were played (`update_with_episodes`), fold into their levels' scores
+  by the EWA with `alpha`, the source deciding what a level it does not hold yet does;
+* counters in one dict (`COUNT_KEYS`, the source's).
 
 Whether a draw counts itself in the staleness it weighs is the source's (the `counter` it passes): a fixed set
 weighs the staleness as it stood before the draw, a buffer counts the draw being made, so that a level just let in
@@ -35,7 +37,6 @@ import numpy as np
 from levelray.contracts.config import LevelConfig
 from levelray.contracts.levels import UNSCORED_STRATEGIES, EpisodeResults
 from levelray.contracts.rng import make_rng
-from levelray.level_service import episodes
 from levelray.level_service.checks import check_real, checked_config, episode_columns
 from levelray.level_service.staleness import StalenessTree
 from levelray.level_service.transforms import transform_weights
@@ -74,7 +75,6 @@ class LevelSlots:
         self._scores = np.zeros(capacity, dtype=np.float64)
         self._last = np.zeros(capacity, dtype=np.int64)  # value of _counter when last drawn (or let in)
         self._counter = 0
-        self._pending: episodes.Pending = {}  # actor id -> (level key, score sum, steps) of an unfinished episode
         self._counts = dict.fromkeys(self.COUNT_KEYS, 0)
         # power at temperature 1: P_staleness is staleness itself, normalised (no transform call needed)
         self._fast_staleness = self.config.staleness_transform == "power" and self.config.staleness_temperature == 1.0
@@ -100,7 +100,7 @@ class LevelSlots:
 
     # ------------------------------------------------------------------ reading
     def counters(self) -> dict[str, int]:
-        return {**self._counts, "num_pending": len(self._pending)}
+        return dict(self._counts)
 
     def _get_score_cache(self) -> tuple[Held, np.ndarray, np.ndarray]:
         if self._score_cache is None:
