@@ -142,10 +142,15 @@ class MazeEditor:
         return {i: self.encodings[i] for i in ids if i >= EDITED_ID_BASE and i in self.encodings}
 
     # ------------------------------------------------------------------ children
+    def edit(self, level: MazeLevel, rng: np.random.Generator) -> MazeLevel:
+        """A child of `level`: DCD's edit (`edit_maze`). An editor of other children overrides only this; the
+        queue, the encodings held and the state stay the same."""
+        return edit_maze(level, self.num_edits, rng)
+
     def make_child(self, parent_id: int, rng: np.random.Generator) -> int | None:
-        """Edit level `parent_id` and queue the child; its id, or None where its goal is unreachable and
+        """Edit level `parent_id` (`edit`) and queue the child; its id, or None where its goal is unreachable and
         `drop_unsolvable` drops it."""
-        child = edit_maze(self.level(parent_id), self.num_edits, rng)
+        child = self.edit(self.level(parent_id), rng)
         self.counts["num_children"] += 1
         if shortest_path_length(child) is None:
             self.counts["num_unsolvable"] += 1
