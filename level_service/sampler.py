@@ -128,10 +128,13 @@ class LevelSampler(LevelSlots):
         """Draw one level: `(seed, replayed)`, `replayed` False for an unseen level (and for every draw of `random`
         and `sequential`); advances staleness. `kind` as in `draw_many`."""
         i, replayed = self._sample_index(kind)
-        self._counter += 1
-        self._drawn(i, self._counter)
-        self._counts["num_samples"] += 1
-        self._counts["num_replays"] += replayed
+        self._counter = counter = self._counter + 1
+        if self._tree is not None and self._seen[i]:  # the trees follow the drawn level's staleness
+            self._tree.add(i, 0, counter - int(self._last[i]))
+        self._last[i] = counter
+        counts = self._counts
+        counts["num_samples"] += 1
+        counts["num_replays"] += replayed
         return self._seed_list[i], replayed
 
     def draw_many(self, n: int, kind: str = "any") -> tuple[np.ndarray, np.ndarray]:

@@ -127,8 +127,8 @@ class LevelSlots:
         if c > 0.0 and self._rng.random() < c:
             return self._staleness_slot(counter)
         held, _, cdf = self._get_score_cache()
-        k = int(np.searchsorted(cdf, self._rng.random() * cdf[-1], side="right"))
-        return _slot(held, min(k, cdf.size - 1))
+        k = min(int(np.searchsorted(cdf, self._rng.random() * cdf[-1], side="right")), cdf.size - 1)
+        return k if isinstance(held, slice) else int(held[k])
 
     def _score_slots(self, m: int) -> np.ndarray:
         """`m` independent slots `[m]` from P_score."""
@@ -140,12 +140,12 @@ class LevelSlots:
 
     def _staleness_slot(self, counter: int) -> int:
         """One slot from P_staleness at staleness counter `counter` (`last` holds every earlier draw)."""
+        if self._use_tree:
+            return self._tree_slot(counter)
         rng, cfg, held = self._rng, self.config, self._held()
         m = self._num_held()
         if cfg.staleness_transform == "constant":
             return _slot(held, int(rng.integers(m)))
-        if self._use_tree:
-            return self._tree_slot(counter)
         stale = counter - self._last[held]  # [m] >= 0
         if not self._fast_staleness:
             stale = transform_weights(cfg.staleness_transform, cfg.staleness_temperature, cfg.eps,
@@ -157,27 +157,22 @@ class LevelSlots:
 
     def _tree_slot(self, counter: int) -> int:
         """`_staleness_slot` by the Fenwick trees (a fixed set, power staleness at temperature 1)."""
-        rng = self._rng
-        if self._tree is None:
-            self._tree = StalenessTree(self._held_mask(), self._last)
-        held = self._held()
-        total = counter * self._num_held() - self._tree.sum_last
+        rng, tree = self._rng, self._tree
+        if tree is None:
+            tree = self._tree = StalenessTree(self._held_mask(), self._last)
+        total = counter * self._num_held() - tree.sum_last
         if total <= 0:  # all held levels have staleness 0: uniform
+            held = self._held()
             return int(held[rng.integers(held.size)])
-        pos = self._tree.find(rng.random() * total, counter)
+        pos = tree.find(rng.random() * total, counter)
         if pos >= self._seeds.size or not self._held_mask()[pos]:  # float round-off at the very top
+            held = self._held()
             return int(held[int(np.argmax(counter - self._last[held]))])
         return pos
 
     def _held_mask(self) -> np.ndarray:
         """`[capacity] bool`: the held slots (the trees are built over it)."""
         raise NotImplementedError
-
-    def _drawn(self, slot: int, counter: int) -> None:
-        """Slot `slot` was drawn at staleness counter `counter`: its staleness restarts (the trees follow)."""
-        if self._tree is not None and self._held_mask()[slot]:
-            self._tree.add(slot, 0, counter - int(self._last[slot]))
-        self._last[slot] = counter
 
     def _new_held(self, slots: np.ndarray) -> None:
         """Slots `slots` joined the held set (their `last` set): the caches follow. The trees take a few as point
