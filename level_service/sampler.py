@@ -65,6 +65,7 @@ from levelray.level_service.checks import as_int_array
 from levelray.level_service.curriculum import LevelView
 from levelray.level_service.sampler_state import STATE_VERSION, config_state, pending_state, read_state
 from levelray.level_service.slots import LevelSlots, check_draw_request
+from levelray.level_service.staleness import StalenessTree
 from levelray.level_service.transforms import ewa_update
 
 __all__ = ["LevelSampler", "STRATEGIES", "TRANSFORMS", "SCHEDULES"]
@@ -110,9 +111,6 @@ class LevelSampler(LevelSlots):
 
     def _num_held(self) -> int:
         return self._num_seen
-
-    def _held_mask(self) -> np.ndarray:
-        return self._seen
 
     def _get_unseen_idx(self) -> np.ndarray:
         if self._unseen_idx is None:
@@ -167,20 +165,35 @@ class LevelSampler(LevelSlots):
             self._next_seed_index = (i + 1) % self._n
             return i, False
         ns = self._num_seen
+        frac = ns / self._n
         if kind != "any":
             replay = kind == "replay" and ns > 0
-        elif ns == 0 or ns / self._n < cfg.rho:
+        elif ns == 0 or frac < cfg.rho:
             replay = False
         elif cfg.replay_schedule == "fixed":
             replay = ns == self._n or self._rng.random() > cfg.nu
         else:
-            replay = self._rng.random() < ns / self._n
+            replay = self._rng.random() < frac
         if not replay:
             if ns < self._n:
                 unseen = self._get_unseen_idx()
                 return int(unseen[self._rng.integers(unseen.size)]), False
             return int(self._rng.integers(self._n)), False  # a "new" draw with every level seen
         return self._replay_slot(self._counter), True
+
+    def _tree_slot(self, counter: int) -> int:
+        rng, tree = self._rng, self._tree
+        if tree is None:
+            tree = self._tree = StalenessTree(self._seen, self._last)
+        total = counter * self._num_seen - tree.sum_last
+        if total <= 0:  # all seen levels have staleness 0: uniform
+            held = self._held()
+            return int(held[rng.integers(held.size)])
+        pos = tree.find(rng.random() * total, counter)
+        if pos >= self._n or not self._seen[pos]:  # float round-off at the very top; practically unreachable
+            held = self._held()
+            return int(held[int(np.argmax(counter - self._last[held]))])
+        return pos
 
     def sample_weights(self) -> np.ndarray:
         """The distribution the next `sample()` draws a *replay* level from, over `seeds` (same order).

@@ -62,7 +62,8 @@ def _slot(held: Held, k: int) -> int:
 
 class LevelSlots:
     """The shared part of `LevelSampler` and `LevelBuffer` (see the module doc). A subclass sets `COUNT_KEYS`, calls
-    `_init_slots` and implements `_held`, `_num_held`, `_held_mask`, `_level_keys` and `_commit`."""
+    `_init_slots` and implements `_held`, `_num_held`, `_level_keys` and `_commit` (and `_tree_slot` where it is
+    built with `tree`)."""
 
     COUNT_KEYS: ClassVar[tuple[str, ...]]
     editor = None  # a source with ACCEL's editor sets one (`level_service.curriculum.LevelEditor`)
@@ -156,22 +157,7 @@ class LevelSlots:
         return _slot(held, min(int(np.searchsorted(cdf, rng.random() * cdf[-1], side="right")), m - 1))
 
     def _tree_slot(self, counter: int) -> int:
-        """`_staleness_slot` by the Fenwick trees (a fixed set, power staleness at temperature 1)."""
-        rng, tree = self._rng, self._tree
-        if tree is None:
-            tree = self._tree = StalenessTree(self._held_mask(), self._last)
-        total = counter * self._num_held() - tree.sum_last
-        if total <= 0:  # all held levels have staleness 0: uniform
-            held = self._held()
-            return int(held[rng.integers(held.size)])
-        pos = tree.find(rng.random() * total, counter)
-        if pos >= self._seeds.size or not self._held_mask()[pos]:  # float round-off at the very top
-            held = self._held()
-            return int(held[int(np.argmax(counter - self._last[held]))])
-        return pos
-
-    def _held_mask(self) -> np.ndarray:
-        """`[capacity] bool`: the held slots (the trees are built over it)."""
+        """`_staleness_slot` by the Fenwick trees (a source built with `tree`, at power staleness, temperature 1)."""
         raise NotImplementedError
 
     def _new_held(self, slots: np.ndarray) -> None:
