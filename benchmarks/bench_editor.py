@@ -7,8 +7,8 @@ per scored replay, one child (`edit_maze`, then BFS to find an unreachable goal,
 draw the encodings of the edited levels handed out. Measured in one process, no Ray:
 
 - `child_us`: `MazeEditor.make_child` on 13x13 levels (a generated parent with 0-60 walls), median per call;
-- `round_us`: one service round as an actor and the learner make it, on a full buffer: `draw_levels(16)` and
-  `update_with_rollouts` of 16 one-episode columns (80 steps each, `positive_value_loss`), with `levels.editor`
+- `round_us`: one service round as actors make it, on a full buffer: `draw_levels(16)` and `report_episodes` of
+  the 16 episodes played on them (80 steps each, `positive_value_loss`, scored on the actors), with `levels.editor`
   `accel` and `none` (the same Robust PLR settings otherwise), alternated in blocks so that both see the same
   machine load; and that cost per env step of the round (16 x 80 steps).
 """
@@ -24,7 +24,7 @@ import numpy as np
 
 from benchmarks.common import ROOT, print_table, write_json
 from levelray.contracts.config import EnvConfig, LevelConfig
-from levelray.contracts.levels import LevelFeedback
+from levelray.contracts.levels import EpisodeResults
 from levelray.level_service.editor import MazeEditor
 from levelray.level_service.service import LevelServiceCore
 
@@ -52,11 +52,8 @@ def service(editor: str, buffer_size: int) -> LevelServiceCore:
 def one_round(core: LevelServiceCore, rng: np.random.Generator) -> float:
     start = time.perf_counter()
     ids, _, _ = core.draw_levels(COLUMNS)
-    seeds = np.tile(np.asarray(ids, dtype=np.int64), (STEPS, 1))  # [T, N]
-    dones = np.zeros((STEPS, COLUMNS), dtype=bool)
-    dones[-1] = True
-    core.update_with_rollouts(LevelFeedback(seeds, dones, actor_ids=np.arange(COLUMNS),
-                                            advantages=rng.normal(size=(STEPS, COLUMNS))))
+    core.report_episodes(EpisodeResults(np.asarray(ids, dtype=np.int64), np.abs(rng.normal(size=COLUMNS)),
+                                        np.full(COLUMNS, STEPS), np.zeros(COLUMNS), np.zeros(COLUMNS, dtype=bool)))
     return time.perf_counter() - start
 
 
@@ -84,8 +81,8 @@ def main(argv: list[str] | None = None) -> int:
     child = child_us(2000)
     print(f"one child (edit, BFS, encode), 13x13, 0-60 walls: {child:.1f} us (median of 2000)")
     print_table(rows, ["editor", "round_us", "us_per_env_step", "levels_edited"],
-                title=f"service round: draw_levels({COLUMNS}) + scores of {COLUMNS} x {STEPS} steps, full buffer "
-                      f"of {args.buffer_size}, median of {len(times['none'])}")
+                title=f"service round: draw_levels({COLUMNS}) + the results of {COLUMNS} episodes of {STEPS} steps, "
+                      f"full buffer of {args.buffer_size}, median of {len(times['none'])}")
     write_json(args.json, {"results": {"child_us": child, "rounds": rows, "buffer_size": args.buffer_size}},
                benchmark="bench_editor")
     return 0

@@ -4,9 +4,12 @@
     .venv/bin/python -m benchmarks.bench_plr [--quick] [--json benchmarks/out/bench_plr.json] [--no-ray]
 
 Measured per level count (200, 10,000, 100,000):
-* update: `update_with_rollouts` for 64 env columns x 256 steps, strategy value_l1 with advantages, episodes
-  ending with probability 1/100 per step, consecutive unrolls of continuous episode streams (so episodes
-  span unrolls).  Ours is also timed including the first `sample()` after the update, which pays the
+* update: the level service's work for 64 env columns x 256 steps, strategy value_l1, episodes ending with
+  probability 1/100 per step, consecutive unrolls of continuous episode streams (so episodes span unrolls).
+  Ours takes the unroll's finished episodes as the actors report them (`update_with_episodes` of their
+  `EpisodeResults`, each scored where it was played; the score here is the |advantage| of its last step, which
+  the timing does not depend on); the reference scores the unroll's steps itself (`update_with_rollouts`, the
+  learner-side path).  Ours is also timed including the first `sample()` after the update, which pays the
   lazy rebuild of the cached score distribution (rank transform, O(n log n)).
 * sample: one `sample()` in the default configuration (proportionate, rank T=0.1, staleness_coef 0.1,
   power staleness T=1) with every level seen.
@@ -38,7 +41,7 @@ import numpy as np
 
 from benchmarks.common import print_table, write_json
 from levelray.contracts.config import LevelConfig
-from levelray.contracts.levels import LevelFeedback
+from levelray.contracts.levels import EpisodeResults
 from levelray.level_service.buffer import LevelBuffer
 from levelray.level_service.sampler import LevelSampler
 
@@ -284,27 +287,36 @@ def to_ref(seeds, dones, adv):
 
 
 # --------------------------------------------------------------------------- timings
-def every_level_seen(n_levels: int, rng: np.random.Generator, seeds=None) -> LevelFeedback:
-    """One column of one-step episodes, one per level (`seeds`, default 0..n-1), with random value_l1 scores
-    in [0, 1)."""
+def results(levels: np.ndarray, scores: np.ndarray) -> EpisodeResults:
+    """`EpisodeResults` of finished episodes on `levels [E]` with `scores [E]` (1 step, return 0, unsolved)."""
+    n = levels.size
+    return EpisodeResults(levels.astype(np.int64), scores.astype(np.float64), np.ones(n, dtype=np.int64),
+                          np.zeros(n), np.zeros(n, dtype=bool))
+
+
+def unroll_results(seeds: np.ndarray, dones: np.ndarray, adv: np.ndarray) -> EpisodeResults:
+    """The episodes that end in a `[T, N]` unroll, in the order they ended (step, then column), as its actors
+    report them; scored |adv| of the last step."""
+    t, n = np.nonzero(dones)  # row-major: by step, then column
+    return results(seeds[t, n], np.abs(adv[t, n]))
+
+
+def every_level_seen(n_levels: int, rng: np.random.Generator, seeds=None) -> EpisodeResults:
+    """One finished episode per level (`seeds`, default 0..n-1), with random value_l1 scores in [0, 1)."""
     seeds = np.arange(n_levels) if seeds is None else np.asarray(seeds, dtype=np.int64)
-    return LevelFeedback(
-        seeds.reshape(n_levels, 1),
-        np.ones((n_levels, 1), dtype=bool),
-        advantages=rng.random(n_levels).reshape(n_levels, 1),
-    )
+    return results(seeds, rng.random(n_levels))
 
 
 def time_ours_update(n_levels, reps):
     stream = make_stream(n_levels, reps + 2)
     s = LevelSampler(range(n_levels), rng=0)
-    s.update_with_rollouts(LevelFeedback(*stream[0][:2], advantages=stream[0][2]))  # warm-up
+    s.update_with_episodes(unroll_results(*stream[0]))  # warm-up
     s.sample()
     t_upd, t_upd_sample = [], []
     for seeds, dones, adv in stream[1 : reps + 1]:
-        feedback = LevelFeedback(seeds, dones, advantages=adv)
+        feedback = unroll_results(seeds, dones, adv)
         t0 = time.perf_counter()
-        s.update_with_rollouts(feedback)
+        s.update_with_episodes(feedback)
         t1 = time.perf_counter()
         s.sample()
         t2 = time.perf_counter()
@@ -329,7 +341,7 @@ def time_ref_update(n_levels, reps):
 def time_ours_sample(n_levels, k):
     rng = np.random.default_rng(1)
     s = LevelSampler(range(n_levels), rng=0)
-    s.update_with_rollouts(every_level_seen(n_levels, rng))
+    s.update_with_episodes(every_level_seen(n_levels, rng))
     for _ in range(1000):
         s.sample()  # warm-up: builds caches, spreads staleness
     t0 = time.perf_counter()
@@ -357,9 +369,9 @@ def time_ref_sample(n_levels, k):
 
 # --------------------------------------------------------------------------- level buffer
 def buffer_stream(buf: LevelBuffer, seed: int = 0):
-    """Endless [T, N] unrolls (as `LevelFeedback`) of continuous episode streams whose levels `buf` draws: each
-    episode start takes `buf.draw()` (before the unroll is yielded), as an env does; episodes end with
-    probability 1/100 per step and span unrolls; advantages N(0, 1)."""
+    """Endless [T, N] unrolls of continuous episode streams whose levels `buf` draws, as the `EpisodeResults` of
+    the episodes that end in each: each episode start takes `buf.draw()` (before the unroll is yielded), as an
+    env does; episodes end with probability 1/100 per step and span unrolls; advantages N(0, 1)."""
     rng = np.random.default_rng(seed)
     cur = np.array([buf.draw()[0] for _ in range(N_COLS)], dtype=np.int64)  # [N] level of the open episode
     ended = np.zeros(N_COLS, dtype=bool)  # [N] the episode ended at the previous unroll's last step
@@ -372,7 +384,7 @@ def buffer_stream(buf: LevelBuffer, seed: int = 0):
             levels[:, j] = col[ep[:, j]]
             cur[j] = col[-1]
         ended = dones[-1].copy()
-        yield LevelFeedback(levels.copy(), dones, advantages=rng.normal(size=(T_STEPS, N_COLS)).astype(np.float32))
+        yield unroll_results(levels.copy(), dones, rng.normal(size=(T_STEPS, N_COLS)).astype(np.float32))
 
 
 def time_buffer(cfg: LevelConfig, reps: int, k: int) -> dict:
@@ -382,16 +394,16 @@ def time_buffer(cfg: LevelConfig, reps: int, k: int) -> dict:
     stream = buffer_stream(buf)
     for _ in range(5):  # fill the buffer, then 5 more unrolls
         while buf.size < buf.capacity:
-            buf.update_with_rollouts(next(stream))
-        buf.update_with_rollouts(next(stream))
+            buf.update_with_episodes(next(stream))
+        buf.update_with_episodes(next(stream))
     before = buf.counters()
     t_upd, t_rebuild = [], []
     for _ in range(reps):
         feedback = next(stream)
         t0 = time.perf_counter()
-        buf.update_with_rollouts(feedback)
+        buf.update_with_episodes(feedback)
         t1 = time.perf_counter()
-        # `_score_cache` is what update_with_rollouts invalidates; the first draw that reads it rebuilds it
+        # `_score_cache` is what update_with_episodes invalidates; the first draw that reads it rebuilds it
         while buf._score_cache is None:
             buf.draw()
         t_upd.append(t1 - t0)
@@ -441,13 +453,13 @@ def time_ray(n_levels: int, reps: int) -> dict:
         started = True
     try:
         svc = LevelService.remote(list(range(n_levels)), rng=0)
-        ray.get(svc.update_with_rollouts.remote(every_level_seen(n_levels, np.random.default_rng(2))))
+        ray.get(svc.report_episodes.remote(every_level_seen(n_levels, np.random.default_rng(2))))
         out = {f"sample_seeds_{n}": _round_trip_s(lambda n=n: svc.sample_seeds.remote(n), reps) for n in (1, 32)}
         out["sample_levels_32"] = _round_trip_s(lambda: svc.sample_levels.remote(32), reps)
         ray.kill(svc)
         buf = LevelService.remote(None, BUFFER_CONFIGS["value_l1"], start_level=0, rng=0)
         seeds, _ = ray.get(buf.sample_levels.remote(BUFFER_SIZE))  # all new: the buffer is empty
-        ray.get(buf.update_with_rollouts.remote(every_level_seen(BUFFER_SIZE, np.random.default_rng(2), seeds)))
+        ray.get(buf.report_episodes.remote(every_level_seen(BUFFER_SIZE, np.random.default_rng(2), seeds)))
         for n in (1, 32):
             out[f"buffer_sample_levels_{n}"] = _round_trip_s(lambda n=n: buf.sample_levels.remote(n), reps)
         ray.kill(buf)
@@ -458,7 +470,8 @@ def time_ray(n_levels: int, reps: int) -> dict:
 
 
 def print_results(rows: list[dict], buffer_rows: list[dict], ray_res: dict | None) -> None:
-    title = f"update_with_rollouts: {N_COLS} columns x {T_STEPS} steps, value_l1; sample(): default config"
+    title = (f"update: the finished episodes of {N_COLS} columns x {T_STEPS} steps (reference: their steps), value_l1; "
+             "sample(): default config")
     print_table(rows, COLUMNS, title=title)
     print_table(buffer_rows, BUFFER_COLUMNS, title=f"\nLevelBuffer, {BUFFER_SIZE:,} levels, fixed schedule, "
                 f"replay_prob 0.5; update: {N_COLS} x {T_STEPS} steps, half the episodes on new levels")

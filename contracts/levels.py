@@ -9,7 +9,7 @@ buffer of the best levels it has found (`level_service.buffer`).
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Protocol
+from typing import NamedTuple, Protocol
 
 import numpy as np
 
@@ -32,7 +32,21 @@ LOGIT_STRATEGIES = ("policy_entropy", "least_confidence", "min_margin")
 ADVANTAGE_STRATEGIES = ("gae", "value_l1", "positive_value_loss")
 TRANSFORMS = ("constant", "max", "eps_greedy", "rank", "power", "softmax")
 SCHEDULES = ("fixed", "proportionate")
-EDITORS = ("none", "accel")  # levels.editor: ACCEL's editor makes children of replayed levels (maze runs)
+
+
+class EditorEntry(NamedTuple):
+    """One level editor `levels.editor` may name (ACCEL's: it makes children of replayed levels)."""
+
+    editor: str  # "module:Class" of its `level_service.curriculum.LevelEditor`, imported where the service runs
+    env_prefix: str  # it edits the env family whose ids start with this
+    family: str  # that family, in the words of the config's refusal: "levels.editor X needs <family>, not <env>"
+
+
+# levels.editor: the editors a run may name, "none" for no editing. Adding an editor is its module and one line here.
+EDITORS: dict[str, EditorEntry | None] = {
+    "none": None,
+    "accel": EditorEntry("levelray.level_service.editor:MazeEditor", "maze:", "a maze family (--env maze:<W>x<H>)"),
+}
 
 
 class LevelRange(Protocol):
@@ -53,32 +67,6 @@ def training_seeds(env: LevelRange) -> np.ndarray | None:
     """The training level set as an int64 array; None when unbounded."""
     bounds = training_range(env)
     return None if bounds is None else np.arange(*bounds, dtype=np.int64)
-
-
-@dataclass(frozen=True)
-class LevelFeedback:
-    """What the learner tells the level service after an update: PLR's per-step inputs for the columns of
-    one batch whose episodes the service stitches (`N` env columns, each appearing once).
-
-    seeds       [T, N] int64    the level each column played at step t
-    dones       [T, N] bool     the episode ended after step t (terminated or truncated)
-    actor_ids   [N] int64       the columns' env ids (`Unroll.env_ids`): fragments are stitched by them
-    advantages  [T, N] float    v_s - V(x_s) (gae, value_l1, positive_value_loss)
-    logits      [T, N, A] float the learner's policy logits (policy_entropy, least_confidence, min_margin)
-    rewards     [T, N] float    with `values`: one_step_td_error
-    values      [T+1, N] float  V(x_t), row T the bootstrap
-
-    Only the inputs the configured strategy reads are set; the others are None. The level service
-    validates every field before it changes anything.
-    """
-
-    seeds: np.ndarray
-    dones: np.ndarray
-    actor_ids: np.ndarray | None = None
-    advantages: np.ndarray | None = None
-    logits: np.ndarray | None = None
-    rewards: np.ndarray | None = None
-    values: np.ndarray | None = None
 
 
 @dataclass(frozen=True)

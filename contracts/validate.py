@@ -63,8 +63,7 @@ from levelray.contracts.config import (
     leaves,
     uses_replay,
 )
-from levelray.contracts.levels import UNSCORED_STRATEGIES
-from levelray.contracts.maze import ENV_PREFIX as MAZE_PREFIX
+from levelray.contracts.levels import EDITORS, UNSCORED_STRATEGIES
 from levelray.contracts.spec import EnvSpec
 
 # The Ray driver never polls the job more often than this (`deploy.training.ray_backend` waits at least this long
@@ -404,16 +403,17 @@ def _editor_problems(cfg: RunConfig) -> list[Problem]:
 
 
 def editor_space_problems(editor: str, env: EnvConfig | None, *, unbounded: bool) -> list[Problem]:
-    """What ACCEL's editor (`levels.editor`) needs of the level space it edits: a maze family (its levels are
-    edited as data) and an unbounded space (`unbounded`: its children are levels outside any fixed set). The run
-    config is checked with it, and so is the level service where it makes the editor
-    (`level_service.spaces.make_sampler`, whose level space is the seeds it was given)."""
-    if editor == "none":
+    """What an editor (`levels.editor`, an entry of `contracts.levels.EDITORS`) needs of the level space it edits:
+    the env family it edits (its levels are edited as data) and an unbounded space (`unbounded`: its children are
+    levels outside any fixed set). The run config is checked with it, and so is the level service where it makes
+    the editor (`level_service.spaces.make_sampler`, whose level space is the seeds it was given)."""
+    entry = EDITORS.get(editor)
+    if entry is None:
         return []
     env_id = None if env is None else env.id
     found = []
-    if not str(env_id).startswith(MAZE_PREFIX):
-        found.append(_editor_needs(editor, "env.id", f"a maze family (--env maze:<W>x<H>), not {env_id}"))
+    if not str(env_id).startswith(entry.env_prefix):
+        found.append(_editor_needs(editor, "env.id", f"{entry.family}, not {env_id}"))
     if not unbounded:
         found.append(_editor_needs(editor, "env.num_levels", "an unbounded level space (--num-levels 0): its "
                                                              "children are levels outside any fixed set"))

@@ -1,9 +1,11 @@
-"""Prioritized Level Replay: the pure sampler (`LevelSampler`) and the level service around it.
+"""Level curricula: the level sources (`LevelSampler` over a fixed set, `LevelBuffer` over an unbounded space), the
+editors, and the level service around them.
 
-`scores` (one pure function per strategy), `transforms` (score/staleness transforms, the EWA), `episodes`
-(cutting a batch into episodes) and `staleness` (the Fenwick trees) hold the maths; `sampler` the state and
-bookkeeping; `service` the service: `LevelServiceCore`, its Ray-free core, and `LevelService`, the Ray actor.
-Those two are imported lazily so that importing the sampler never imports Ray.
+`curriculum` holds the interface a source and an editor implement; `slots` the draws, staleness and scores both
+sources share; `transforms` (score/staleness transforms, the EWA) and `staleness` (the Fenwick trees) the maths;
+`sampler` and `buffer` the sources, `editor` ACCEL's maze editor and `editors` an editor from its registration;
+`service` the service: `LevelServiceCore`, its Ray-free core, and `LevelService`, the Ray actor. Those two are
+imported lazily so that importing the sampler never imports Ray.
 """
 
 from levelray.level_service.sampler import LevelSampler

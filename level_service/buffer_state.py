@@ -11,7 +11,8 @@ import numpy as np
 from levelray.contracts.config import LevelConfig
 from levelray.contracts.levels import MAX_SEED
 from levelray.contracts.rng import rng_from_state
-from levelray.level_service.editor import MazeEditor
+from levelray.level_service.curriculum import LevelEditor
+from levelray.level_service.editors import editor_class
 from levelray.level_service.sampler_state import read_config, read_pending_rows
 
 __all__ = ["BUFFER_STATE_VERSION", "BufferState", "read_buffer_state"]
@@ -34,7 +35,7 @@ class BufferState(NamedTuple):
     permutation: tuple[int, int]
     pending: dict[int, tuple[int, float, int]]  # actor id -> (seed, score sum, steps)
     counts: dict[str, int]
-    editor: MazeEditor | None
+    editor: LevelEditor | None
 
 
 def read_buffer_state(d: Any, count_keys: Sequence[str]) -> BufferState:
@@ -65,7 +66,7 @@ def _read(d: Any, count_keys: Sequence[str]) -> BufferState:
     last = _array(d, "last_sampled", np.int64, cap)
     size, counter = int(d["size"]), int(d["counter"])
     filled = seeds[:size]
-    editor = None if d.get("editor") is None else MazeEditor.from_state_dict(d["editor"])
+    editor = None if d.get("editor") is None else editor_class(config.editor).from_state_dict(d["editor"])
 
     def unknown(ids: np.ndarray) -> np.ndarray:  # neither a seed of the space nor an edited level held
         out = (ids < start) | (ids >= MAX_SEED)

@@ -97,6 +97,7 @@ class MazeEditor:
         if isinstance(num_edits, bool) or not isinstance(num_edits, int | np.integer) or num_edits < 1:
             raise ValueError(f"levels.num_edits must be a positive int, got {num_edits!r}")
         self.width, self.height, self.blocks = width, height, blocks
+        self.family = f"{width}x{height} mazes with {blocks} walls"  # a saved state resumes only with the same family
         self.num_edits = int(num_edits)
         self.queue_limit = max(1, int(queue_limit))
         self.drop_unsolvable = bool(drop_unsolvable)
@@ -132,15 +133,24 @@ class MazeEditor:
             raise ValueError(f"unknown level id {level_id}: an edited level id this level service does not hold")
         return _generated(int(level_id), self.width, self.height, self.blocks)
 
+    def counters(self) -> dict[str, int]:
+        """`EDITOR_COUNT_KEYS`, the children waiting (`queued`) and the edited levels held (`held`)."""
+        return {**self.counts, "queued": len(self.queue), "held": len(self.encodings)}
+
     def encodings_of(self, ids) -> dict[int, bytes]:
         """`{id: encoding}` for the edited levels among `ids` (what an actor needs to play them)."""
         return {i: self.encodings[i] for i in ids if i >= EDITED_ID_BASE and i in self.encodings}
 
     # ------------------------------------------------------------------ children
+    def edit(self, level: MazeLevel, rng: np.random.Generator) -> MazeLevel:
+        """A child of `level`: DCD's edit (`edit_maze`). An editor of other children overrides only this; the
+        queue, the encodings held and the state stay the same."""
+        return edit_maze(level, self.num_edits, rng)
+
     def make_child(self, parent_id: int, rng: np.random.Generator) -> int | None:
-        """Edit level `parent_id` and queue the child; its id, or None where its goal is unreachable and
+        """Edit level `parent_id` (`edit`) and queue the child; its id, or None where its goal is unreachable and
         `drop_unsolvable` drops it."""
-        child = edit_maze(self.level(parent_id), self.num_edits, rng)
+        child = self.edit(self.level(parent_id), rng)
         self.counts["num_children"] += 1
         if shortest_path_length(child) is None:
             self.counts["num_unsolvable"] += 1

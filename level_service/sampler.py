@@ -1,11 +1,9 @@
-"""Prioritized Level Replay (PLR) level sampler, pure NumPy (no Ray, no torch).
+"""Prioritized Level Replay (PLR) level sampler over a fixed set of seeds, pure NumPy (no Ray, no torch).
 
 Algorithm: Jiang, Grefenstette, Rocktaschel, "Prioritized Level Replay" (2021), as implemented by the
 authors' `level-replay` code and DI-engine's `LevelSampler`.  Semantics and defaults follow those, with
 the reference bugs fixed:
 
-* one_step_td_error is |r_t + discount * V(s_{t+1}) * (1 - done_t) - V(s_t)|, using the bootstrap row of
-  `values` for the last step of an unroll and never bootstrapping past a terminal step.
 * No transform ever writes into the stored scores; `power` clips signed scores (gae) at 0; every
   transform is computed in log space / with max-subtraction so that temperatures near 0 give no NaN;
   `rank` gives tied scores the same (best, "1224" competition) rank, so ties do not depend on sort order.
@@ -14,30 +12,28 @@ the reference bugs fixed:
 * A mixture component whose weights are all zero (e.g. all staleness 0 right after the first replay) is
   uniform over seen levels; the reference left it unnormalised, so its mixture summed to
   1 - staleness_coef and `np.random.choice` raised.
-* An episode that spans several `update_with_rollouts` calls is scored as the step-weighted mean of all
-  its steps and committed only when it ends (`dones[t, n]` is True on the LAST step of an episode).
-* No Python loop over levels or over (actor, level) pairs: partial episodes live in a dict keyed by actor
-  id (O(columns)), and rollouts are segmented with `np.add.reduceat`.
+* Episodes are scored whole, where they were played (the actors, `actors.episode_scorer`, with the score
+  functions of `policy.level_scores`): an episode that spans several unrolls is one score, never its last
+  fragment's.
 
-The maths lives in pure functions: the score of each strategy in `level_service.scores`, the transforms and
-the EWA in `level_service.transforms`, the episode segmentation in `level_service.episodes`, the staleness
-trees in `level_service.staleness`. This class holds the state and the bookkeeping.
+The draws, staleness and scores are `level_service.slots`'s, which the level buffer shares (the transforms and
+the EWA in `level_service.transforms`, the staleness trees in `level_service.staleness`); this class holds what
+a fixed set adds: its seeds, the seen set and the replay schedule. It is a `level_service.curriculum.LevelSource`.
 
 Design decisions
 ----------------
 Seen levels.  As in the reference, a level leaves the unseen set when a score is committed for it; being
-*sampled* does not make it seen.  A level is seen once the score of its first complete episode is committed
-(an episode end inside `update_with_rollouts`).  A pending fragment does not make a level seen.  Both the
-score part and the staleness part of the replay distribution are over seen levels only (the reference
-ranked unseen levels too, which let an unseen 0 outrank a seen negative score).
+*sampled* does not make it seen.  A level is seen once the score of its first finished episode is committed
+(`update_with_episodes`).  Both the score part and the staleness part of the replay distribution are over seen
+levels only (the reference ranked unseen levels too, which let an unseen 0 outrank a seen negative score).
 
 Replay distribution.  P = (1 - staleness_coef) * P_score + staleness_coef * P_staleness.  A component whose
 transformed weights are all zero (e.g. `power` of all-zero scores, or all-zero staleness) is taken as
 uniform over the seen levels, so P always sums to 1 once a level is seen (before that, `sample_weights()`
 is all zeros and `sample()` draws an unseen level).
 
-Sampling cost.  `sample()` never rebuilds P.  It draws the mixture component first (probability
-staleness_coef for staleness), then:
+Sampling cost.  `sample()` never rebuilds P (`level_service.slots`).  It draws the mixture component first
+(probability staleness_coef for staleness), then:
   * score component: a CDF over the seen levels is cached and rebuilt lazily (O(n log n) for rank) only
     after scores or the seen set changed; a draw is one `searchsorted`, O(log n).
   * staleness component, `power` transform with staleness_temperature == 1 (the default): an O(log n)
@@ -49,14 +45,10 @@ staleness_coef for staleness), then:
     that draw only, i.e. expected cost staleness_coef * O(n) per sample.  Documented, not the default.
   * unseen draw: uniform over a cached index array of unseen levels, O(1).
 Staleness is kept as a global sample counter minus a per-level "last sampled at" counter; every `sample()`
-(any strategy) advances it.
+(any strategy) advances it, and a draw weighs the staleness as it stood before it.
 
-Multiple episodes of the same level committed in one call are applied as successive EWA updates in
-chronological order (episode end step, then column), in closed form (`transforms.ewa_update`).
-
-If a column's seed changes across calls while an episode fragment is pending for that actor (an actor
-restarted mid-episode), the stale fragment is dropped (counted in `num_dropped_fragments`), never
-committed.  Inside one call a seed change without a `done` is rejected as malformed input.
+Multiple episodes of the same level committed in one call are applied as successive EWA updates in the order
+they ended, in closed form (`transforms.ewa_update`).
 
 Every public mutator validates all of its input before mutating anything and raises ValueError naming the
 bad field and the expected form; on error the sampler is unchanged.
@@ -68,46 +60,35 @@ from typing import Any
 
 import numpy as np
 
-from levelray.contracts.config import LevelConfig
-from levelray.contracts.levels import (
-    SCHEDULES,
-    STRATEGIES,
-    TRANSFORMS,
-    UNSCORED_STRATEGIES,
-    EpisodeResults,
-    LevelFeedback,
-)
-from levelray.contracts.rng import make_rng
-from levelray.level_service import episodes
-from levelray.level_service.checks import as_int_array, check_real, checked_config, episode_columns
+from levelray.contracts.levels import SCHEDULES, STRATEGIES, TRANSFORMS, UNSCORED_STRATEGIES
+from levelray.level_service.checks import as_int_array
+from levelray.level_service.curriculum import LevelView
 from levelray.level_service.sampler_state import STATE_VERSION, config_state, pending_state, read_state
-from levelray.level_service.scores import step_scores
+from levelray.level_service.slots import LevelSlots, check_draw_request
 from levelray.level_service.staleness import StalenessTree
-from levelray.level_service.transforms import ewa_update, transform_weights
+from levelray.level_service.transforms import ewa_update
 
 __all__ = ["LevelSampler", "STRATEGIES", "TRANSFORMS", "SCHEDULES"]
 
 
-class LevelSampler:
+class LevelSampler(LevelSlots):
     """Prioritized Level Replay sampler over a fixed set of integer level seeds.  See module docstring.
 
     `config` is the run's `levels` section (its `snapshot_interval_s` belongs to the service and is only
-    carried along); `discount` is the learner's, read by `one_step_td_error`.
+    carried along); `discount` is the learner's, read by `one_step_td_error`. A fixed set has no editor: ACCEL
+    edits only a level buffer's levels.
     """
 
-    editor = None  # ACCEL edits only a level buffer's levels (`LevelBuffer.editor`): a fixed set stays as given
+    COUNT_KEYS = ("num_samples", "num_replays", "num_episodes", "num_update_calls", "num_dropped_fragments")
 
-    def __init__(self, seeds, config: LevelConfig | None = None, *, discount: float = 0.99, rng=None):
+    def __init__(self, seeds, config=None, *, discount: float = 0.99, rng=None):
         seeds_arr = as_int_array("seeds", seeds, 1)
         n = seeds_arr.size
         if n == 0:
             raise ValueError("seeds must be a non-empty 1-D sequence of distinct integers")
         if np.unique(seeds_arr).size != n:
             raise ValueError("seeds must be distinct integers; got duplicates")
-        self.config = checked_config(LevelConfig() if config is None else config)
-        self.discount = check_real("discount", discount, 0.0, 1.0)
-        self._rng = make_rng(rng)
-
+        self._init_slots(config, discount, rng, n, tree=True)
         self._n = n
         self._seeds = seeds_arr.copy()
         self._seed_list = self._seeds.tolist()
@@ -116,97 +97,65 @@ class LevelSampler:
         self._sorted_pos = order.astype(np.int64)
         self._seed_lo = int(self._sorted_seeds[0])
         self._contiguous = bool(np.array_equal(self._seeds, np.arange(self._seed_lo, self._seed_lo + n)))
-
-        self._scores = np.zeros(n, dtype=np.float64)
         self._seen = np.zeros(n, dtype=bool)
         self._num_seen = 0
-        self._last = np.zeros(n, dtype=np.int64)  # value of _counter when last sampled
-        self._counter = 0
         self._next_seed_index = 0
-        self._pending: dict[int, tuple[int, float, int]] = {}  # actor id -> (level index, score sum, steps)
-        self._num_samples = 0
-        self._num_replays = 0  # draws from the replay distribution (the rest were unseen levels)
-        self._num_episodes = 0  # committed episode scores
-        self._num_update_calls = 0
-        self._num_dropped_fragments = 0
+        self._seen_idx: np.ndarray | None = None
+        self._unseen_idx: np.ndarray | None = None
 
-        self._fast_staleness = self.config.staleness_transform == "power" and self.config.staleness_temperature == 1.0
-        self._fen: StalenessTree | None = None
-        self._invalidate(seen_changed=True)
-
-    # ------------------------------------------------------------------ caches
-    def _invalidate(self, *, seen_changed: bool, new_seen: np.ndarray | None = None) -> None:
-        self._score_cache = None  # (seen_idx, probs over seen, cdf over seen)
-        if seen_changed:
-            self._seen_idx = None
-            self._unseen_idx = None
-            if self._fen is not None and new_seen is not None and new_seen.size * 32 < self._n:
-                for i in new_seen.tolist():
-                    self._fen.add(i, 1, int(self._last[i]))
-            else:
-                self._fen = None
-
-    def _get_seen_idx(self) -> np.ndarray:
+    # ------------------------------------------------------------------ the held set: the seen levels
+    def _held(self) -> np.ndarray:
         if self._seen_idx is None:
             self._seen_idx = np.flatnonzero(self._seen)
         return self._seen_idx
+
+    def _num_held(self) -> int:
+        return self._num_seen
 
     def _get_unseen_idx(self) -> np.ndarray:
         if self._unseen_idx is None:
             self._unseen_idx = np.flatnonzero(~self._seen)
         return self._unseen_idx
 
-    def _get_score_cache(self):
-        if self._score_cache is None:
-            si = self._get_seen_idx()
-            c = self.config
-            probs = transform_weights(c.score_transform, c.temperature, c.eps, self._scores[si])
-            cdf = np.cumsum(probs)
-            self._score_cache = (si, probs, cdf)
-        return self._score_cache
-
-    def _staleness_values(self, idx: np.ndarray) -> np.ndarray:
-        return (self._counter - self._last[idx]).astype(np.float64)
-
-    def _staleness_weights(self, idx: np.ndarray) -> np.ndarray:
-        c = self.config
-        return transform_weights(c.staleness_transform, c.staleness_temperature, c.eps, self._staleness_values(idx))
-
     # ------------------------------------------------------------------ sampling
     def sample(self) -> int:
         """The seed of `draw()`."""
         return self.draw()[0]
 
-    def draw(self) -> tuple[int, bool]:
-        """Draw one level by the replay schedule: `(seed, replayed)`, `replayed` False for an unseen level
-        (and for every draw of `random` and `sequential`); advances staleness."""
-        return self._draw_index(*self._sample_index())
-
-    def _draw_index(self, i: int, replayed: bool) -> tuple[int, bool]:
-        """Level `i` drawn: advances staleness; `(seed, replayed)`."""
-        self._counter += 1
-        if self._fen is not None and self._seen[i]:
-            self._fen.add(i, 0, self._counter - int(self._last[i]))
-        self._last[i] = self._counter
-        self._num_samples += 1
-        self._num_replays += replayed
+    def draw(self, kind: str = "any") -> tuple[int, bool]:
+        """Draw one level: `(seed, replayed)`, `replayed` False for an unseen level (and for every draw of `random`
+        and `sequential`); advances staleness. `kind` as in `draw_many`."""
+        i, replayed = self._sample_index(kind)
+        self._counter = counter = self._counter + 1
+        if self._tree is not None and self._seen[i]:  # the trees follow the drawn level's staleness
+            self._tree.add(i, 0, counter - int(self._last[i]))
+        self._last[i] = counter
+        counts = self._counts
+        counts["num_samples"] += 1
+        counts["num_replays"] += replayed
         return self._seed_list[i], replayed
 
     def draw_many(self, n: int, kind: str = "any") -> tuple[np.ndarray, np.ndarray]:
-        """`n` calls of `draw()`: `(seeds [n] int64, replayed [n] bool)`. `kind` as the level buffer's
-        (`LevelBuffer.draw_many`): "any" by the replay schedule, "replay" replayed levels only (unseen ones, flagged
-        False, while none is seen or the strategy never replays), "new" unseen levels only (replays, flagged True,
-        once every level is seen)."""
-        if kind not in ("any", "replay", "new"):
-            raise ValueError(f"kind must be one of ('any', 'replay', 'new'), got {kind!r}")
-        if kind == "any":
-            pairs = [self.draw() for _ in range(n)]
-        else:
-            pairs = [self._draw_index(*self._index_of_kind(kind)) for _ in range(n)]
+        """`n` calls of `draw(kind)`: `(seeds [n] int64, replayed [n] bool)`. `kind` "any" follows the replay
+        schedule; "replay" draws from the replay distribution only (while no level is seen, unseen levels, flagged
+        False); "new" draws unseen levels only (once all are seen, uniformly from the set, flagged False).
+        `random` and `sequential` follow their own order for every kind."""
+        check_draw_request(n, kind)
+        pairs = [self.draw(kind) for _ in range(n)]
         return (np.fromiter((seed for seed, _ in pairs), dtype=np.int64, count=n),
                 np.fromiter((replayed for _, replayed in pairs), dtype=bool, count=n))
 
-    def _sample_index(self) -> tuple[int, bool]:
+    def replay_probability(self) -> float:
+        """The probability that the next `draw()` replays a seen level under the schedule (0 for `random` and
+        `sequential`, and before `rho` of the levels are seen)."""
+        cfg, ns = self.config, self._num_seen
+        if cfg.strategy in UNSCORED_STRATEGIES or ns == 0 or ns / self._n < cfg.rho:
+            return 0.0
+        if cfg.replay_schedule == "fixed":
+            return 1.0 if ns == self._n else 1.0 - cfg.nu
+        return ns / self._n
+
+    def _sample_index(self, kind: str) -> tuple[int, bool]:
         cfg = self.config
         strategy = cfg.strategy
         if strategy == "random":
@@ -217,70 +166,33 @@ class LevelSampler:
             return i, False
         ns = self._num_seen
         frac = ns / self._n
-        if ns == 0 or frac < cfg.rho:
+        if kind != "any":
+            replay = kind == "replay" and ns > 0
+        elif ns == 0 or frac < cfg.rho:
             replay = False
         elif cfg.replay_schedule == "fixed":
             replay = ns == self._n or self._rng.random() > cfg.nu
         else:
             replay = self._rng.random() < frac
-        if not replay and ns < self._n:
-            unseen = self._get_unseen_idx()
-            return int(unseen[self._rng.integers(unseen.size)]), False
-        return self._sample_replay_index(), True
+        if not replay:
+            if ns < self._n:
+                unseen = self._get_unseen_idx()
+                return int(unseen[self._rng.integers(unseen.size)]), False
+            return int(self._rng.integers(self._n)), False  # a "new" draw with every level seen
+        return self._replay_slot(self._counter), True
 
-    def _index_of_kind(self, kind: str) -> tuple[int, bool]:
-        """One level of `kind` ("replay" or "new"), where the set has one; else one of the other kind."""
-        ns = self._num_seen
-        scored = self.config.strategy not in ("random", "sequential")
-        if (kind == "replay" and ns > 0 and scored) or (kind == "new" and ns == self._n):
-            return self._sample_replay_index(), True
-        if ns == self._n:  # nothing unseen, and the strategy never replays
-            return self._sample_index()
-        unseen = self._get_unseen_idx()
-        return int(unseen[self._rng.integers(unseen.size)]), False
-
-    def replay_probability(self) -> float:
-        """The probability that the next draw replays (`draw`): 0 before `rho` of the levels are seen, and for the
-        unscored strategies."""
-        cfg, ns = self.config, self._num_seen
-        frac = ns / self._n
-        if cfg.strategy in ("random", "sequential") or ns == 0 or frac < cfg.rho:
-            return 0.0
-        if cfg.replay_schedule == "fixed":
-            return 1.0 if ns == self._n else 1.0 - cfg.nu
-        return 1.0 if ns == self._n else frac
-
-    def _sample_replay_index(self) -> int:
-        rng = self._rng
-        c = self.config.staleness_coef
-        if c > 0.0 and rng.random() < c:
-            return self._sample_staleness_index()
-        si, _, cdf = self._get_score_cache()
-        k = int(np.searchsorted(cdf, rng.random() * cdf[-1], side="right"))
-        return int(si[min(k, si.size - 1)])
-
-    def _sample_staleness_index(self) -> int:
-        rng = self._rng
-        if self.config.staleness_transform == "constant":
-            si = self._get_seen_idx()
-            return int(si[rng.integers(si.size)])
-        if not self._fast_staleness:
-            si = self._get_seen_idx()
-            cdf = np.cumsum(self._staleness_weights(si))
-            k = int(np.searchsorted(cdf, rng.random() * cdf[-1], side="right"))
-            return int(si[min(k, si.size - 1)])
-        if self._fen is None:
-            self._fen = StalenessTree(self._seen, self._last)
-        cnt = self._counter
-        total = cnt * self._num_seen - self._fen.sum_last
-        if total <= 0:  # all seen levels have staleness 0: uniform over seen
-            si = self._get_seen_idx()
-            return int(si[rng.integers(si.size)])
-        pos = self._fen.find(rng.random() * total, cnt)
+    def _tree_slot(self, counter: int) -> int:
+        rng, tree = self._rng, self._tree
+        if tree is None:
+            tree = self._tree = StalenessTree(self._seen, self._last)
+        total = counter * self._num_seen - tree.sum_last
+        if total <= 0:  # all seen levels have staleness 0: uniform
+            held = self._held()
+            return int(held[rng.integers(held.size)])
+        pos = tree.find(rng.random() * total, counter)
         if pos >= self._n or not self._seen[pos]:  # float round-off at the very top; practically unreachable
-            si = self._get_seen_idx()
-            st = self._staleness_values(si)
-            return int(si[int(np.argmax(st))])
+            held = self._held()
+            return int(held[int(np.argmax(counter - self._last[held]))])
         return pos
 
     def sample_weights(self) -> np.ndarray:
@@ -292,19 +204,12 @@ class LevelSampler:
         n = self._n
         if self.config.strategy == "random":
             return np.full(n, 1.0 / n)
+        w = np.zeros(n)
         if self.config.strategy == "sequential":
-            w = np.zeros(n)
             w[self._next_seed_index] = 1.0
             return w
-        w = np.zeros(n)
-        if self._num_seen == 0:
-            return w
-        si, probs, _ = self._get_score_cache()
-        c = self.config.staleness_coef
-        p = (1.0 - c) * probs
-        if c > 0.0:
-            p = p + c * self._staleness_weights(si)
-        w[si] = p
+        if self._num_seen:
+            w[self._held()] = self._held_weights()
         return w
 
     def scores(self) -> np.ndarray:
@@ -319,6 +224,11 @@ class LevelSampler:
         """Boolean mask of levels with at least one committed episode score."""
         return self._seen.copy()
 
+    def view(self) -> LevelView:
+        """Every seed of the set; the seen ones are scored."""
+        return LevelView(self.seeds, self.seen(), self.scores(), self.staleness(), self.sample_weights(), self._n,
+                         False)
+
     @property
     def seeds(self) -> np.ndarray:
         return self._seeds.copy()
@@ -331,19 +241,8 @@ class LevelSampler:
     def num_seen(self) -> int:
         return self._num_seen
 
-    def counters(self) -> dict[str, int]:
-        return {
-            "num_samples": self._num_samples,
-            "num_replays": self._num_replays,
-            "num_episodes": self._num_episodes,
-            "num_update_calls": self._num_update_calls,
-            "num_dropped_fragments": self._num_dropped_fragments,
-            "num_pending": len(self._pending),
-        }
-
-
     # ------------------------------------------------------------------ seed lookup
-    def _seed_indices(self, name: str, arr: np.ndarray) -> np.ndarray:
+    def _level_keys(self, name: str, arr: np.ndarray) -> np.ndarray:
         """Map an int64 array of seeds to level indices; ValueError naming an unknown seed."""
         if self._contiguous:
             idx = arr - self._seed_lo
@@ -359,63 +258,27 @@ class LevelSampler:
         return idx
 
     # ------------------------------------------------------------------ score updates
-    def update_with_rollouts(self, feedback: LevelFeedback) -> None:
-        """Score the episodes in a time-major rollout batch (see `LevelFeedback` for the fields and shapes).
-
-        `feedback.actor_ids [N]` identify the env columns across calls (default 0..N-1). Episodes that end
-        in this batch are committed; the unfinished tail of each column is kept as a pending fragment and
-        merged with that column's next call.
-        """
-        seeds, dones, ids = episodes.feedback_columns(feedback)
-        lvl = self._seed_indices("seeds", seeds)
-        episodes.check_constant_levels(lvl, dones)
-        if self.config.strategy in UNSCORED_STRATEGIES:
-            self._num_update_calls += 1
-            return
-        seg = episodes.segment(step_scores(self.config.strategy, feedback, dones, self.discount), dones, lvl)
-        dropped = episodes.merge_pending(self._pending, seg, ids)
-        if not np.isfinite(seg.sums).all():
-            raise ValueError("episode score sums overflow (non-finite); check the magnitude of the inputs")
-        chrono = episodes.chronological_ends(seg, seeds.shape[0])
-        uniq, new_scores = ewa_update(
-            self._scores, seg.levels[chrono], seg.sums[chrono] / seg.lengths[chrono], self.config.alpha
-        )
-        tails = episodes.open_tails(seg, ids)
-        # ---- validated: mutate
-        for a in ids:
-            self._pending.pop(a, None)
-        self._pending.update(tails)
-        self._num_dropped_fragments += dropped
-        self._num_update_calls += 1
-        self._apply_commit(uniq, new_scores, int(chrono.size))
-
-    def update_with_episodes(self, results: EpisodeResults) -> None:
-        """Commit finished episodes scored where they were played (`EpisodeResults`, in the order they ended):
-        each folds into its level's score by the EWA. Every field is checked before anything changes."""
-        levels, scores = episode_columns(results)
-        idx = self._seed_indices("levels", levels)
-        self._num_update_calls += 1
-        if self.config.strategy in UNSCORED_STRATEGIES:
-            return
-        uniq, new_scores = ewa_update(self._scores, idx, scores, self.config.alpha)
-        self._apply_commit(uniq, new_scores, int(idx.size))
+    def _commit(self, keys: np.ndarray, scores: np.ndarray) -> None:
+        uniq, new_scores = ewa_update(self._scores, keys, scores, self.config.alpha)
+        self._apply_commit(uniq, new_scores, int(keys.size))
 
     def _apply_commit(self, uniq: np.ndarray, new_scores: np.ndarray, num_episodes: int) -> None:
         if uniq.size == 0:
             return
         self._scores[uniq] = new_scores
         fresh = uniq[~self._seen[uniq]]
-        self._num_episodes += num_episodes
+        self._counts["num_episodes"] += num_episodes
         if fresh.size:
             self._seen[fresh] = True
             self._num_seen += int(fresh.size)
-            self._invalidate(seen_changed=True, new_seen=fresh)
+            self._seen_idx = self._unseen_idx = None
+            self._new_held(fresh)
         else:
-            self._invalidate(seen_changed=False)
+            self._score_cache = None
 
     # ------------------------------------------------------------------ state
     def state_dict(self) -> dict[str, Any]:
-        """Everything (config, seeds, scores, staleness, pending fragments, counters, RNG state) as plain
+        """Everything (config, seeds, scores, staleness, counters, RNG state) as plain
         dicts/lists/ints/floats/strings/NumPy arrays, serialisable by `contracts.snapshot.packb`."""
         return {
             "version": STATE_VERSION,
@@ -426,14 +289,8 @@ class LevelSampler:
             "last_sampled": self._last.copy(),
             "counter": int(self._counter),
             "next_seed_index": int(self._next_seed_index),
-            "pending": pending_state(self._pending),
-            "counts": {
-                "num_samples": self._num_samples,
-                "num_replays": self._num_replays,
-                "num_episodes": self._num_episodes,
-                "num_update_calls": self._num_update_calls,
-                "num_dropped_fragments": self._num_dropped_fragments,
-            },
+            "pending": pending_state({}),
+            "counts": dict(self._counts),
             "rng": self._rng.bit_generator.state,
         }
 
@@ -448,14 +305,8 @@ class LevelSampler:
         obj._last = st.last
         obj._counter = st.counter
         obj._next_seed_index = st.next_seed_index
-        obj._pending = st.pending
-        obj._num_samples = st.counts["num_samples"]
-        obj._num_replays = st.counts.get("num_replays", 0)
-        obj._num_episodes = st.counts["num_episodes"]
-        obj._num_update_calls = st.counts["num_update_calls"]
-        obj._num_dropped_fragments = st.counts["num_dropped_fragments"]
-        obj._fen = None
-        obj._invalidate(seen_changed=True)
+        obj._counts = {k: st.counts.get(k, 0) for k in cls.COUNT_KEYS}  # a version 1 state holds no num_replays
+        obj._counts["num_dropped_fragments"] += len(st.pending)  # see `sampler_state`: nothing can finish them
         return obj
 
     def load_state_dict(self, d: dict[str, Any]) -> None:

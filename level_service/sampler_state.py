@@ -4,6 +4,11 @@ Version 2 (what `state_dict` writes) saves the config as `dataclasses.asdict` of
 `discount`; a field missing from a saved config takes the section's default. Version 1 states hold the
 sampler's twelve settings as flat keys (no `snapshot_interval_s`): they load the same way, so checkpoints
 and service snapshots in that format resume.
+
+`pending` holds unfinished episodes scored step by step (`{actor id: (level, score sum, steps)}`). Scores arrive
+as finished episodes (`update_with_episodes`), so nothing can finish such a fragment: a state is written with none,
+and a state holding some loads with them checked, then dropped and counted in `num_dropped_fragments`. The key
+stays so that every state of either version reads alike.
 """
 
 from __future__ import annotations
@@ -42,7 +47,7 @@ class SamplerState(NamedTuple):
     last: np.ndarray  # int64 in [0, counter]
     counter: int
     next_seed_index: int
-    pending: dict[int, tuple[int, float, int]]  # actor id -> (level index, score sum, steps)
+    pending: dict[int, tuple[int, float, int]]  # actor id -> (level index, score sum, steps): dropped on load
     counts: dict[str, int]  # COUNT_KEYS
 
 

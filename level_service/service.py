@@ -1,7 +1,9 @@
-"""Level service: a thin Ray actor around PLR's sampler, shared by the env actors and the learner.
+"""Level service: a thin Ray actor around a level source, which the env actors draw levels from and report their
+episodes to.
 
 It runs over one of two level spaces (`level_service.spaces`): a fixed training set (`LevelSampler`), or an
-unbounded space from `start_level` on, where PLR keeps a buffer of its best levels (`LevelBuffer`).
+unbounded space from `start_level` on, where PLR keeps a buffer of its best levels (`LevelBuffer`); it uses either
+only through the level source protocol (`level_service.curriculum.LevelSource`).
 
 `LevelServiceCore` is the Ray-free core of the service (a `*ServiceCore` always is): it holds all the logic,
 and tests and the Ray-free `inline` backend use it directly; `LevelService` is the same class wrapped by
@@ -16,8 +18,8 @@ prefetch a small buffer of levels per env (e.g. n = 32 for a vector env) and tak
 every episode start, so an episode never waits on the service; the buffer is refilled in the background.
 Each level comes with whether it is a replay (Robust PLR trains on replays only), and actors call `draw_levels(n)`,
 which adds the encodings of the edited levels among them (ACCEL's children exist only as data, held here), so
-an episode on an edited level needs no extra round trip either. The learner's scores arrive the same way,
-several updates per call (`update_with_rollouts_batch`).
+an episode on an edited level needs no extra round trip either. The actors' results arrive the same way, many
+finished episodes per call (`report_episodes`).
 Slightly stale priorities (a seed drawn a few episodes before it is played) are harmless: scores change
 slowly and the staleness term only needs approximate counts.  `benchmarks/bench_plr.py` measures one call
 through Ray for n = 1 and n = 32 and the amortised cost per seed.
@@ -41,13 +43,13 @@ import numpy as np
 
 from levelray.contracts import snapshot
 from levelray.contracts.config import EnvConfig, LevelConfig
-from levelray.contracts.levels import EpisodeResults, LevelFeedback
-from levelray.contracts.maze import EDITED_ID_BASE, MazeLevel, level_for_id
+from levelray.contracts.levels import EpisodeResults
+from levelray.contracts.maze import MazeLevel, level_for_id
 from levelray.level_service.buffer import LevelBuffer
 from levelray.level_service.maze_stats import MazeComplexity
 from levelray.level_service.spaces import (
+    LevelSource,
     LevelView,
-    Sampler,
     check_same_space,
     level_encodings,
     levels_view,
@@ -116,7 +118,7 @@ class LevelServiceCore:
         self._set_window_mode()
 
     # ------------------------------------------------------------------ snapshots
-    def _restore(self, path: str, fresh: Sampler) -> Sampler:
+    def _restore(self, path: str, fresh: LevelSource) -> LevelSource:
         data = snapshot.load(path)
         if not isinstance(data, dict) or data.get("format") != SNAPSHOT_FORMAT:
             raise snapshot.SnapshotError(f"{path} is not a level-service snapshot ({SNAPSHOT_FORMAT})")
@@ -216,31 +218,6 @@ class LevelServiceCore:
         finally:
             self._maybe_snapshot()
 
-    def update_with_rollouts(self, feedback: LevelFeedback) -> None:
-        """Batched scores from the learner; see `LevelSampler.update_with_rollouts`."""
-        try:
-            self._sampler.update_with_rollouts(feedback)
-            self._num_update_calls += 1
-        finally:
-            self._maybe_snapshot()
-
-    def update_with_rollouts_batch(self, feedbacks: list[LevelFeedback]) -> None:
-        """Several `update_with_rollouts` in one call, in order (one Ray call for many learner updates). Each is
-        validated before it changes anything; a bad one is skipped and, after the rest, raised naming its
-        position."""
-        errors: list[str] = []
-        try:
-            for i, feedback in enumerate(feedbacks):
-                try:
-                    self._sampler.update_with_rollouts(feedback)
-                    self._num_update_calls += 1
-                except ValueError as exc:
-                    errors.append(f"feedback {i} of {len(feedbacks)}: {exc}")
-        finally:
-            self._maybe_snapshot()
-        if errors:
-            raise ValueError("; ".join(errors))
-
     def sample_weights(self) -> np.ndarray:
         """The sampler's replay distribution over its seeds (see `LevelSampler.sample_weights`)."""
         try:
@@ -295,7 +272,7 @@ class LevelServiceCore:
             "snapshot_errors": self._schedule.errors,
             "last_snapshot_error": self._schedule.last_error,
         }
-        # num_samples, num_replays, num_episodes (committed scores), pending/dropped fragments; a buffer's
+        # num_samples, num_replays, num_episodes (committed scores), dropped fragments; a buffer's
         # num_new, num_inserted, num_evicted, num_rejected
         counts = s.counters()
         counts["num_rollout_batches"] = counts.pop("num_update_calls")
@@ -303,9 +280,8 @@ class LevelServiceCore:
         out["levels_evicted"] = counts.get("num_evicted", 0)
         editor = s.editor
         if editor is not None:  # ACCEL: children made (levels_edited), dropped, waiting, edited levels buffered
-            out["levels_edited"] = editor.counts["num_children"]
-            out["editor"] = {**editor.counts, "queued": len(editor.queue), "held": len(editor.encodings),
-                             "buffered": int((view.seeds >= EDITED_ID_BASE).sum())}
+            out["editor"] = {**editor.counters(), "buffered": int(editor.knows(view.seeds).sum())}
+            out["levels_edited"] = out["editor"]["num_children"]
         out.update(_distribution_stats(view, not view.buffered if vectors is None else vectors))
         if self._complexity is not None:  # a maze run: how complex the scored levels are
             out.update(self._complexity.summary(view.seeds[view.scored]))

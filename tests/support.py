@@ -71,3 +71,17 @@ def json_output(stdout: str):
                 pass
         offset += len(line)
     raise AssertionError(f"no JSON document in the output: {stdout[-2000:]!r}")
+
+
+def episode_results(levels, scores):
+    """`contracts.levels.EpisodeResults` of finished episodes on `levels [E]` with `scores [E]` (in that order),
+    each 1 step long, return 0, unsolved: what an actor reports, with only the fields the level service folds in
+    chosen."""
+    import numpy as np
+
+    from levelray.contracts.levels import EpisodeResults
+
+    levels = np.asarray(levels, dtype=np.int64).reshape(-1)
+    n = levels.size
+    return EpisodeResults(levels, np.asarray(scores, dtype=np.float64).reshape(-1), np.ones(n, dtype=np.int64),
+                          np.zeros(n), np.zeros(n, dtype=bool))

@@ -256,7 +256,7 @@ def _level_core():
 
 
 @FUZZ
-@given(method=st.sampled_from(["sample_seeds", "update_with_rollouts"]),
+@given(method=st.sampled_from(["sample_seeds", "report_episodes"]),
        args=st.lists(GARBAGE, min_size=1, max_size=4))
 def test_level_service_refuses_bad_calls_without_damage(method, args):
     core = _level_core()

@@ -12,10 +12,11 @@ import pytest
 from scipy import stats
 
 from levelray.contracts.config import LevelConfig
-from levelray.contracts.levels import MAX_SEED, LevelFeedback
+from levelray.contracts.levels import MAX_SEED
 from levelray.contracts.snapshot import SnapshotError, packb, unpackb
 from levelray.level_service.buffer import LevelBuffer
 from levelray.level_service.service import LevelServiceCore
+from tests.support import episode_results
 
 START = 1000  # the level space is [START, MAX_SEED); MAX_SEED - START is divisible by 3 (a bad permutation)
 
@@ -29,22 +30,9 @@ def make_buffer(start_level: int = START, *, rng=0, discount: float = 0.99, **le
     return LevelBuffer(start_level, LevelConfig(**levels), discount=discount, rng=rng)
 
 
-def episodes(seeds, scores, actor_id: int = 0) -> LevelFeedback:
-    """One column of complete one-step episodes whose value_l1 scores are `scores` (>= 0)."""
-    k = len(seeds)
-    return LevelFeedback(np.asarray(seeds, dtype=np.int64).reshape(k, 1), np.ones((k, 1), dtype=bool),
-                         actor_ids=np.array([actor_id]), advantages=np.asarray(scores, dtype=float).reshape(k, 1))
-
-
-def columns(seeds, advantages, steps: int, *, done: bool = True, actor_ids=None) -> LevelFeedback:
-    """One episode per column `[steps, N]`: column n plays `seeds[n]` with the constant advantage
-    `advantages[n]` (value_l1 score |advantages[n]|), done on the last step when `done`."""
-    n = len(seeds)
-    dones = np.zeros((steps, n), dtype=bool)
-    dones[-1] = done
-    return LevelFeedback(np.tile(np.asarray(seeds, dtype=np.int64), (steps, 1)), dones,
-                         actor_ids=None if actor_ids is None else np.asarray(actor_ids),
-                         advantages=np.tile(np.asarray(advantages, dtype=float), (steps, 1)))
+def episodes(seeds, scores):
+    """Finished episodes on `seeds` with (value_l1) scores `scores` (>= 0), in that order."""
+    return episode_results(seeds, scores)
 
 
 def state_bytes(b) -> bytes:
@@ -62,16 +50,15 @@ def band(k: int, n: int, p: float) -> bool:
 
 
 def busy_buffer() -> LevelBuffer:
-    """A full buffer (6 slots) after evictions, EWA updates, pending fragments and staleness draws."""
+    """A full buffer (6 slots) after evictions, EWA updates and staleness draws."""
     b = make_buffer(buffer_size=6, alpha=0.7, staleness_coef=0.3, replay_schedule="fixed", replay_prob=0.6,
                     rho=0.0, rng=5)
     rng = np.random.default_rng(1)
     drawn = [b.sample() for _ in range(9)]
-    b.update_with_rollouts(episodes(drawn, rng.random(9) + 0.1))
+    b.update_with_episodes(episodes(drawn, rng.random(9) + 0.1))
     for _ in range(40):
         b.sample()
-    b.update_with_rollouts(LevelFeedback([drawn[:3]] * 2, [[False, False, True]] * 2, actor_ids=[4, 5, 6],
-                                         advantages=rng.normal(size=(2, 3))))
+    b.update_with_episodes(episodes(drawn[:3], np.abs(rng.normal(size=3))))
     for _ in range(15):
         b.sample()
     return b
@@ -83,19 +70,19 @@ def busy_buffer() -> LevelBuffer:
 def test_fill_then_replace_the_lowest_weight_unless_lower():
     """With no draws every staleness is 0, so the lowest replay weight is the lowest score's (rank transform)."""
     b = make_buffer()
-    b.update_with_rollouts(columns([1000, 1001], [0.5, -0.25], 3))  # |adv|: scores 0.5, 0.25
-    b.update_with_rollouts(columns([1002], [0.125], 2))  # below every buffered score: not full, so it enters
-    b.update_with_rollouts(columns([1003], [0.375], 4, actor_ids=[9]))
+    b.update_with_episodes(episodes([1000, 1001], [0.5, 0.25]))
+    b.update_with_episodes(episodes([1002], [0.125]))  # below every buffered score: not full, so it enters
+    b.update_with_episodes(episodes([1003], [0.375]))
     assert contents(b)[:2] == ([1000, 1001, 1002, 1003], [0.5, 0.25, 0.125, 0.375])
     assert b.counters()["num_inserted"] == 4 and b.counters()["num_evicted"] == 0
-    b.update_with_rollouts(columns([2000], [0.1875], 2))  # above the lowest-weight level's 0.125 (slot 2)
+    b.update_with_episodes(episodes([2000], [0.1875]))  # above the lowest-weight level's 0.125 (slot 2)
     assert contents(b)[:2] == ([1000, 1001, 2000, 1003], [0.5, 0.25, 0.1875, 0.375])
     c = b.counters()
     assert (c["num_evicted"], c["num_inserted"], c["num_rejected"]) == (1, 5, 0)
-    b.update_with_rollouts(columns([2001], [-0.1875], 3))  # equal to slot 2's score: it replaces it
+    b.update_with_episodes(episodes([2001], [0.1875]))  # equal to slot 2's score: it replaces it
     assert contents(b)[:2] == ([1000, 1001, 2001, 1003], [0.5, 0.25, 0.1875, 0.375])
     before = contents(b)
-    b.update_with_rollouts(columns([2002], [0.0625], 1))  # below: dropped
+    b.update_with_episodes(episodes([2002], [0.0625]))  # below: dropped
     assert contents(b) == before
     c = b.counters()
     assert (c["num_evicted"], c["num_inserted"], c["num_rejected"], c["num_episodes"]) == (2, 6, 1, 7)
@@ -104,10 +91,10 @@ def test_fill_then_replace_the_lowest_weight_unless_lower():
 
 def test_tied_lowest_weight_replaces_the_lowest_slot():
     b = make_buffer()
-    b.update_with_rollouts(episodes([1000, 1001, 1002, 1003], [0.5, 0.25, 0.75, 0.25]))
+    b.update_with_episodes(episodes([1000, 1001, 1002, 1003], [0.5, 0.25, 0.75, 0.25]))
     w = b.sample_weights()
     assert w[1] == w[3] == w.min() and b.lowest_weight_slot() == 1  # tied ranks share a weight
-    b.update_with_rollouts(episodes([3000], [0.25]))  # equal score, tied weight: the first slot goes
+    b.update_with_episodes(episodes([3000], [0.25]))  # equal score, tied weight: the first slot goes
     assert b.buffered_seeds().tolist() == [1000, 3000, 1002, 1003]
 
 
@@ -124,36 +111,35 @@ def test_staleness_decides_which_level_a_candidate_weighs_against():
     Staleness [0, 4, 0] gives P_staleness = [0, 1, 0]; at staleness_coef 0.5 the replay weights are
     [3/11, 1/11 + 1/2, 3/22]: the lowest is slot 2 (score 2), not slot 1 (score 1)."""
     b = make_buffer(buffer_size=3, score_transform="rank", temperature=1.0, staleness_coef=0.5)
-    b.update_with_rollouts(episodes([1000, 1001, 1002], [3.0, 1.0, 2.0]))
+    b.update_with_episodes(episodes([1000, 1001, 1002], [3.0, 1.0, 2.0]))
     b = with_staleness(b, [4, 0, 4], 4)
     assert b.staleness().tolist() == [0, 4, 0]
     assert np.allclose(b.sample_weights(), [3 / 11, 1 / 11 + 1 / 2, 3 / 22], rtol=1e-12, atol=0)
     assert b.lowest_weight_slot() == 2
-    b.update_with_rollouts(episodes([2000], [1.5]))  # above the lowest score 1, below slot 2's 2: dropped
+    b.update_with_episodes(episodes([2000], [1.5]))  # above the lowest score 1, below slot 2's 2: dropped
     assert b.buffered_seeds().tolist() == [1000, 1001, 1002] and b.counters()["num_rejected"] == 1
-    b.update_with_rollouts(episodes([2001], [2.0]))  # equal to slot 2's score: replaces it, staleness 0
+    b.update_with_episodes(episodes([2001], [2.0]))  # equal to slot 2's score: replaces it, staleness 0
     assert contents(b) == ([1000, 1001, 2001], [3.0, 1.0, 2.0], [0, 4, 0])
     # with the new level in slot 2 (rank 2 of [3, 1, 2] again) the weights are as before: 1.75 >= 2 fails
-    b.update_with_rollouts(episodes([2002], [1.75]))
+    b.update_with_episodes(episodes([2002], [1.75]))
     assert b.buffered_seeds().tolist() == [1000, 1001, 2001] and b.counters()["num_evicted"] == 1
 
 
 def test_buffered_level_repeat_episodes_update_by_ewa():
     alpha = 0.3
     b = make_buffer(alpha=alpha)
-    b.update_with_rollouts(episodes([1000, 1001], [2.0, 1.0]))
+    b.update_with_episodes(episodes([1000, 1001], [2.0, 1.0]))
     want = 2.0
     for x in (5.0, 0.5, 3.25):  # repeat episodes of a buffered level are EWA updates, not candidates
-        b.update_with_rollouts(episodes([1000], [x]))
+        b.update_with_episodes(episodes([1000], [x]))
         want = (1.0 - alpha) * want + alpha * x
         assert b.scores()[0] == pytest.approx(want, rel=1e-12, abs=0)
-    # two episodes of one buffered level in one call fold in chronologically
-    b.update_with_rollouts(columns([1001], [4.0], 2, done=False, actor_ids=[3]))  # actor 3's fragment: score 4
-    b.update_with_rollouts(LevelFeedback([[1001, 1001]], [[True, True]], actor_ids=[3, 7], advantages=[[4.0, 8.0]]))
+    # two episodes of one buffered level in one call fold in in the order they ended
+    b.update_with_episodes(episodes([1001, 1001], [4.0, 8.0]))
     one = (1.0 - alpha) * 1.0 + alpha * 4.0
     assert b.scores()[1] == pytest.approx((1.0 - alpha) * one + alpha * 8.0, rel=1e-12, abs=0)
     # a new level's first episode enters at its score; its second in the same call is an EWA update
-    b.update_with_rollouts(episodes([1005, 1005], [1.0, 2.0]))
+    b.update_with_episodes(episodes([1005, 1005], [1.0, 2.0]))
     assert b.scores()[2] == pytest.approx((1.0 - alpha) * 1.0 + alpha * 2.0, rel=1e-12, abs=0)
     c = b.counters()
     assert (c["num_inserted"], c["num_evicted"], c["num_rejected"], c["num_episodes"]) == (3, 0, 0, 9)
@@ -162,34 +148,13 @@ def test_buffered_level_repeat_episodes_update_by_ewa():
 # ----------------------------------------------------------------------------- episodes across calls
 
 
-def test_episodes_spanning_calls_and_dropped_fragments():
-    b = make_buffer()
-    seeds = [[1000, 1001, 1002], [1000, 1001, 1002], [1000, 1001, 1003]]
-    dones = [[False, False, False], [False, False, True], [False, False, False]]
-    adv = [[1.0, 0.5, 0.25]] * 3
-    b.update_with_rollouts(LevelFeedback(seeds, dones, actor_ids=[7, 8, 9], advantages=adv))
-    assert contents(b)[:2] == ([1002], [0.25])  # the only complete episode
-    assert b.counters()["num_pending"] == 3
-    # columns in another order; actor 8 restarted on another level (no done): its fragment of 1001 is dropped
-    b.update_with_rollouts(LevelFeedback([[1003, 1000, 1005], [1004, 1000, 1005]], [[True, False, False],
-                                          [False, True, True]], actor_ids=[9, 7, 8],
-                                         advantages=[[0.75, 4.0, 2.0]] * 2))
-    # chronological commits: 1003 ends at t=0, then 1000 and 1005 at t=1 (column order)
-    assert b.buffered_seeds().tolist() == [1002, 1003, 1000, 1005]
-    want = [0.25, (0.25 + 0.75) / 2, (3 * 1.0 + 2 * 4.0) / 5, 2.0]  # step-weighted means over both calls
-    assert np.allclose(b.scores(), want, rtol=1e-12, atol=0)
-    c = b.counters()
-    assert c["num_dropped_fragments"] == 1 and c["num_pending"] == 1 and c["num_episodes"] == 4
-
-
 def test_level_evicted_while_played_comes_back_as_candidate():
     b = make_buffer(buffer_size=2)
-    b.update_with_rollouts(episodes([1000, 1001], [1.0, 2.0]))
-    b.update_with_rollouts(columns([1000], [3.0], 2, done=False, actor_ids=[5]))
-    b.update_with_rollouts(episodes([1002], [1.5], actor_id=6))  # evicts 1000 while actor 5 plays it
+    b.update_with_episodes(episodes([1000, 1001], [1.0, 2.0]))
+    b.update_with_episodes(episodes([1002], [1.5]))  # evicts 1000 while an env still plays it
     assert b.buffered_seeds().tolist() == [1002, 1001]
-    b.update_with_rollouts(LevelFeedback([[1000]], [[True]], actor_ids=[5], advantages=[[0.0]]))
-    assert contents(b)[:2] == ([1000, 1001], [2.0, 2.0])  # (3 + 3 + 0) / 3 = 2 > 1.5: it evicts 1002 (slot 0)
+    b.update_with_episodes(episodes([1000], [2.0]))  # that episode ends: 1000 is a candidate again
+    assert contents(b)[:2] == ([1000, 1001], [2.0, 2.0])  # 2 > 1.5: it evicts 1002 (slot 0)
     assert b.counters()["num_evicted"] == 2
 
 
@@ -215,7 +180,7 @@ def half_full(schedule: str, p: float, rng: int) -> tuple[LevelBuffer, list[int]
     """A buffer of 8 slots holding 4 levels that were themselves drawn as new levels."""
     b = make_buffer(buffer_size=8, replay_schedule=schedule, replay_prob=p, rho=0.0, rng=rng)
     first = [b.sample() for _ in range(4)]
-    b.update_with_rollouts(episodes(first, [0.5, 1.0, 1.5, 2.0]))
+    b.update_with_episodes(episodes(first, [0.5, 1.0, 1.5, 2.0]))
     return b, first
 
 
@@ -235,16 +200,16 @@ def test_replay_probability(schedule, p, want):
 
 def test_no_replay_below_rho():
     b = make_buffer(buffer_size=8, replay_schedule="fixed", replay_prob=1.0, rho=0.5, rng=1)
-    b.update_with_rollouts(episodes([1000, 1001, 1002], [1.0, 2.0, 3.0]))
+    b.update_with_episodes(episodes([1000, 1001, 1002], [1.0, 2.0, 3.0]))
     assert not any(b.draw()[1] for _ in range(500))  # 3/8 < rho
-    b.update_with_rollouts(episodes([1003], [4.0]))
+    b.update_with_episodes(episodes([1003], [4.0]))
     assert all(b.draw()[1] for _ in range(500))  # 4/8 = rho, replay_prob 1
 
 
 def test_score_only_draw_frequencies_chi_square():
     b = make_buffer(buffer_size=8, replay_schedule="fixed", replay_prob=1.0, rho=0.0, staleness_coef=0.0,
                     score_transform="rank", temperature=0.5, rng=2)
-    b.update_with_rollouts(episodes(range(1000, 1008), np.random.default_rng(0).random(8)))
+    b.update_with_episodes(episodes(range(1000, 1008), np.random.default_rng(0).random(8)))
     w = b.sample_weights()
     assert w.sum() == pytest.approx(1.0, abs=1e-12)
     n = 50_000
@@ -262,7 +227,7 @@ def test_draw_frequencies_follow_sample_weights(coef, transform, temp):
                     staleness_transform=transform, staleness_temperature=temp, score_transform="rank",
                     temperature=0.7, rng=11)
     rng = np.random.default_rng(2)
-    b.update_with_rollouts(episodes(range(1000, 1008), rng.random(8) + 0.5))
+    b.update_with_episodes(episodes(range(1000, 1008), rng.random(8) + 0.5))
     universe = {s: i for i, s in enumerate(range(1000, 1011))}
     expect, var, counts = np.zeros(11), np.zeros(11), np.zeros(11)
     for phase in range(2):
@@ -274,7 +239,7 @@ def test_draw_frequencies_follow_sample_weights(coef, transform, temp):
             seed, replayed = b.draw()
             counts[universe[seed]] += replayed
         if phase == 0:  # two levels fill the buffer, a third evicts the lowest one
-            b.update_with_rollouts(episodes([1008, 1009, 1010], [1.2, 0.9, 2.0]))
+            b.update_with_episodes(episodes([1008, 1009, 1010], [1.2, 0.9, 2.0]))
             assert b.size == 10 and b.counters()["num_evicted"] == 1
             assert b.sample_weights().sum() == pytest.approx(1.0, abs=1e-12)
     assert counts.sum() == 40_000
@@ -287,7 +252,7 @@ def test_draw_many_is_distributed_as_draws_in_a_row():
     (coefficient 0.8) depend on the draws before them: a chi-square test of homogeneity over the outcome
     sequences. New levels are the same permutation's next ones either way."""
     base = make_buffer(buffer_size=3, replay_schedule="fixed", replay_prob=0.7, rho=0.0, staleness_coef=0.8, rng=3)
-    base.update_with_rollouts(episodes([1000, 1001, 1002], [0.5, 1.0, 2.0]))
+    base.update_with_episodes(episodes([1000, 1001, 1002], [0.5, 1.0, 2.0]))
     for _ in range(5):  # unequal staleness
         base.draw()
     state = base.state_dict()
@@ -316,7 +281,7 @@ def test_draw_many_leaves_the_state_draws_in_a_row_would():
     """After `draw_many(n)`: each buffered level's staleness counts the draws since its last replay within the
     call (or since before it), the counters moved by n, and the next new level follows the ones handed out."""
     b = make_buffer(buffer_size=5, replay_schedule="fixed", replay_prob=0.8, rho=0.0, staleness_coef=0.5, rng=8)
-    b.update_with_rollouts(episodes(range(1000, 1005), [0.5, 1.0, 2.0, 0.2, 3.0]))
+    b.update_with_episodes(episodes(range(1000, 1005), [0.5, 1.0, 2.0, 0.2, 3.0]))
     start_state, handed_out = b.state_dict(), []
     for n in (0, 1, 2, 17, 64):
         before, counts = b.staleness().copy(), b.counters()
@@ -348,7 +313,7 @@ def test_commits_match_a_plain_reference_with_ties():
     for _ in range(100):
         seeds = (1000 + rng.integers(14, size=30)).tolist()
         scores = rng.choice([0.5, 1.0, 1.5, 2.0], size=30).tolist()
-        b.update_with_rollouts(episodes(seeds, scores))
+        b.update_with_episodes(episodes(seeds, scores))
         for seed, score in zip(seeds, scores, strict=True):
             if seed in ref_seeds:
                 i = ref_seeds.index(seed)
@@ -376,7 +341,7 @@ def test_sample_weights_sum_to_one_over_buffered_levels():
 
 def test_staleness_zero_on_entry_and_advanced_by_every_draw():
     b = make_buffer(buffer_size=4, replay_schedule="fixed", replay_prob=0.5, rho=0.0, staleness_coef=0.5, rng=6)
-    b.update_with_rollouts(episodes([1000, 1001], [1.0, 2.0]))
+    b.update_with_episodes(episodes([1000, 1001], [1.0, 2.0]))
     assert b.staleness().tolist() == [0, 0]
 
     def draws(k: int) -> None:
@@ -390,12 +355,12 @@ def test_staleness_zero_on_entry_and_advanced_by_every_draw():
 
     draws(30)
     old = b.staleness().tolist()
-    b.update_with_rollouts(episodes([1002, 1003], [3.0, 0.5]))
+    b.update_with_episodes(episodes([1002, 1003], [3.0, 0.5]))
     assert b.staleness().tolist() == old + [0, 0]
     draws(30)
     old = b.staleness().tolist()
     slot = b.lowest_weight_slot()
-    b.update_with_rollouts(episodes([1004], [4.0]))  # above every score: replaces the lowest replay weight
+    b.update_with_episodes(episodes([1004], [4.0]))  # above every score: replaces the lowest replay weight
     assert b.buffered_seeds().tolist()[slot] == 1004
     old[slot] = 0
     assert b.staleness().tolist() == old
@@ -407,15 +372,14 @@ def test_staleness_zero_on_entry_and_advanced_by_every_draw():
 
 def test_state_round_trip_same_draws_and_same_response():
     b = busy_buffer()
-    assert b.counters()["num_pending"] > 0 and b.counters()["num_evicted"] > 0
+    assert b.counters()["num_evicted"] > 0
     c = LevelBuffer.from_state_dict(unpackb(packb(b.state_dict())))
     assert state_bytes(c) == state_bytes(b)
     assert [b.draw() for _ in range(200)] == [c.draw() for _ in range(200)]
     seeds = b.buffered_seeds()[:3].tolist()
-    fb = LevelFeedback([seeds] * 2, [[True, False, True]] * 2, actor_ids=[4, 5, 6], advantages=[[3.0, 0.2, 9.0]] * 2)
     for x in (b, c):
-        x.update_with_rollouts(fb)
-        x.update_with_rollouts(episodes([START + 10**9], [50.0]))
+        x.update_with_episodes(episodes([*seeds, seeds[0], seeds[2]], [3.0, 0.2, 9.0, 3.0, 9.0]))
+        x.update_with_episodes(episodes([START + 10**9], [50.0]))
     assert state_bytes(c) == state_bytes(b)
     assert [b.draw() for _ in range(200)] == [c.draw() for _ in range(200)]
     assert state_bytes(c) == state_bytes(b)
@@ -465,28 +429,24 @@ def test_malformed_state_raises_and_core_is_unchanged(name):
 # ----------------------------------------------------------------------------- bad input
 
 
-def test_bad_feedback_leaves_the_buffer_unchanged():
+def test_bad_results_leave_the_buffer_unchanged():
     b = busy_buffer()
     before = state_bytes(b)
-    one = {"advantages": [[1.0]]}
+    good = episodes([START, START + 1], [1.0, 1.0])
     bad = [
-        ("seeds", LevelFeedback([[START - 1]], [[True]], **one)),
-        ("seeds", LevelFeedback([[MAX_SEED]], [[True]], **one)),
-        ("seeds", LevelFeedback([[START + 5, START - 1]], [[True, True]], advantages=[[1.0, 1.0]])),
-        ("advantages", LevelFeedback([[START]], [[True]], advantages=[[np.nan]])),
-        ("advantages", LevelFeedback([[START, START + 1]], [[True, True]], advantages=[[1.0, np.nan]])),
-        ("advantages", LevelFeedback([[START]], [[True]])),
-        ("advantages", LevelFeedback([[START]] * 2, [[False], [True]], advantages=[[1.0]])),
-        ("dones", LevelFeedback([[START]] * 2, [[True]], advantages=[[1.0]] * 2)),
-        ("seeds", LevelFeedback([[[START]]], [[True]], **one)),
-        ("actor_ids", LevelFeedback([[START, START + 1]], [[True, True]], actor_ids=[3, 3],
-                                    advantages=[[1.0, 1.0]])),
-        ("constant within an episode", LevelFeedback([[START], [START + 1]], [[False], [True]],
-                                                     advantages=[[1.0]] * 2)),
+        ("levels", episodes([START - 1], [1.0])),
+        ("levels", episodes([MAX_SEED], [1.0])),
+        ("levels", episodes([START + 5, START - 1], [1.0, 1.0])),
+        ("scores", episodes([START], [np.nan])),
+        ("scores", episodes([START, START + 1], [1.0, np.nan])),
+        ("scores", replace(good, scores=np.ones(1))),
+        ("lengths", replace(good, lengths=np.zeros(2, dtype=np.int64))),
+        ("levels", replace(good, levels=np.array([[START]]))),
+        ("solved", replace(good, solved=np.ones(3, dtype=bool))),
     ]
-    for field, fb in bad:
+    for field, results in bad:
         with pytest.raises(ValueError, match=field):
-            b.update_with_rollouts(fb)
+            b.update_with_episodes(results)
         assert state_bytes(b) == before, field
 
 
@@ -546,8 +506,7 @@ def busy_core(path=None, start_level: int = 500) -> LevelServiceCore:
     core = LevelServiceCore(None, replace(CONFIG, snapshot_interval_s=3600.0), start_level=start_level, rng=0,
                             snapshot_path=path)
     seeds, _ = core.sample_levels(7)
-    core.update_with_rollouts(episodes(seeds, [0.5, 1.0, 1.5, 2.0, 2.5, 3.0, 0.25]))  # 6th evicts, 7th rejected
-    core.update_with_rollouts(columns(seeds[:2], [1.0, 1.0], 2, done=False, actor_ids=[3, 4]))
+    core.report_episodes(episodes(seeds, [0.5, 1.0, 1.5, 2.0, 2.5, 3.0, 0.25]))  # 6th evicts, 7th rejected
     core.sample_levels(20)
     return core
 
@@ -565,7 +524,7 @@ def test_core_sample_levels_and_stats():
     st = core.stats(vectors=True)
     assert st["buffered"] is True and st["num_levels"] == 5
     assert st["levels_buffered"] == 5 and st["num_seen"] == 5 and st["levels_evicted"] == 1
-    assert st["num_rejected"] == 1 and st["num_pending"] == 2 and st["num_samples"] == 7 + 20 + 64
+    assert st["num_rejected"] == 1 and st["num_samples"] == 7 + 20 + 64
     assert st["seeds"].tolist() == buffered
     assert st["weights"].shape == (5,) and st["weights"].sum() == pytest.approx(1.0, abs=1e-12)
     assert np.allclose(st["weights"], core.sample_weights(), rtol=0, atol=1e-15)
@@ -581,7 +540,7 @@ def test_core_rejects_bad_feedback_unchanged():
     core = busy_core()
     before = packb(core.state_dict())
     with pytest.raises(ValueError, match="outside the level space"):
-        core.update_with_rollouts(episodes([499], [1.0]))
+        core.report_episodes(episodes([499], [1.0]))
     with pytest.raises(ValueError, match="n must be"):
         core.sample_levels(-1)
     assert packb(core.state_dict()) == before
@@ -596,9 +555,9 @@ def test_core_snapshot_restores_identical_state(tmp_path):
     assert packb(restored.state_dict()) == packb(core.state_dict())
     assert restored.stats()["restored_from_snapshot"] is True
     assert restored.sample_levels(100) == core.sample_levels(100)
-    fb = episodes([500 + 7, 10**9], [9.0, 8.0], actor_id=3)
+    fb = episodes([500 + 7, 10**9], [9.0, 8.0])
     for c in (core, restored):
-        c.update_with_rollouts(fb)
+        c.report_episodes(fb)
     assert packb(restored.state_dict()) == packb(core.state_dict())
 
 
@@ -611,7 +570,7 @@ def test_snapshot_of_one_space_refuses_the_other(tmp_path):
         LevelServiceCore(None, CONFIG, start_level=600, snapshot_path=unbounded)
     fixed = str(tmp_path / "fixed.msgpack")
     core = LevelServiceCore(range(10), rng=0, snapshot_path=fixed)
-    core.update_with_rollouts(episodes([3], [1.0]))
+    core.report_episodes(episodes([3], [1.0]))
     core.snapshot()
     with pytest.raises((ValueError, SnapshotError), match="unbounded"):
         LevelServiceCore(None, CONFIG, start_level=500, snapshot_path=fixed)

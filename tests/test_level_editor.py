@@ -11,11 +11,12 @@ import numpy as np
 import pytest
 
 from levelray.contracts.config import EnvConfig, LevelConfig, from_dict
-from levelray.contracts.levels import MAX_SEED, LevelFeedback
+from levelray.contracts.levels import MAX_SEED
 from levelray.contracts.maze import EDITED_ID_BASE, MazeLevel, generate, is_seed, level_for_id, suite_names
 from levelray.contracts.snapshot import packb, unpackb
 from levelray.level_service.editor import MazeEditor, edit_maze
 from levelray.level_service.service import LevelServiceCore
+from tests.support import episode_results
 
 EMPTY = EnvConfig(id="maze:13x13", num_levels=0, maze_blocks="0")
 # replay decided per episode (levels.window 0): a child is made as each replay's episode is scored
@@ -29,11 +30,9 @@ def changed_cells(parent: MazeLevel, child: MazeLevel) -> int:
     return flipped + (2 if parent.goal != child.goal else 0)
 
 
-def episodes(ids, scores) -> LevelFeedback:
-    """One complete one-step episode per id (one column each), value_l1 score from `scores`."""
-    k = len(ids)
-    return LevelFeedback(np.asarray(ids, dtype=np.int64).reshape(1, k), np.ones((1, k), dtype=bool),
-                         actor_ids=np.arange(k), advantages=np.asarray(scores, dtype=np.float64).reshape(1, k))
+def episodes(ids, scores):
+    """One finished episode per id, in that order, with the value_l1 score |scores| (an absolute value)."""
+    return episode_results(ids, np.abs(np.asarray(scores, dtype=np.float64)))
 
 
 def state_bytes(core: LevelServiceCore) -> bytes:
@@ -142,7 +141,7 @@ def test_the_buffer_edits_replays_and_plays_children_first():
     core = LevelServiceCore(None, ACCEL, env=EMPTY, rng=0)
     ids, replayed, encodings = core.draw_levels(8)  # nothing buffered: all new seeds
     assert not any(replayed) and all(is_seed(i) for i in ids) and encodings == {}
-    core.update_with_rollouts(episodes(ids, np.arange(8.0)))  # all 8 enter the buffer
+    core.report_episodes(episodes(ids, np.arange(8.0)))  # all 8 enter the buffer
     assert core.stats()["levels_edited"] == 0  # new levels are not edited, replays are
     first = None
     for _ in range(20):  # until a replay is drawn (P = 0.8 per draw)
@@ -151,14 +150,14 @@ def test_the_buffer_edits_replays_and_plays_children_first():
             first = ids[0]
             break
     assert first is not None
-    core.update_with_rollouts(episodes([first], [0.5]))  # a replay scored: one child queued
+    core.report_episodes(episodes([first], [0.5]))  # a replay scored: one child queued
     stats = core.stats()
     assert stats["levels_edited"] == 1 and stats["editor"]["queued"] == 1
     ids, replayed, encodings = core.draw_levels(3)
     child = ids[0]
     assert child >= EDITED_ID_BASE and not replayed[0] and set(encodings) == {child}  # the child comes first
     assert changed_cells(generate(first, 13, 13, (0, 0)), MazeLevel.decode(encodings[child])) <= 6
-    core.update_with_rollouts(episodes([child], [100.0]))  # the child's episode scores high: it enters
+    core.report_episodes(episodes([child], [100.0]))  # the child's episode scores high: it enters
     view = core.state_dict()
     assert child in view["seeds"][: view["size"]].tolist()
     assert core.stats()["editor"]["buffered"] == 1
@@ -170,7 +169,7 @@ def test_unknown_edited_ids_are_rejected_and_change_nothing():
     before = state_bytes(core)
     for bad in (EDITED_ID_BASE + 7, MAX_SEED, -1):
         with pytest.raises(ValueError, match=f"level id {bad}"):
-            core.update_with_rollouts(episodes([ids[0], bad], [1.0, 1.0]))
+            core.report_episodes(episodes([ids[0], bad], [1.0, 1.0]))
         assert state_bytes(core) == before
 
 
@@ -180,7 +179,7 @@ def busy_service(n_rounds: int = 40) -> LevelServiceCore:
     rng = np.random.default_rng(0)
     for _ in range(n_rounds):
         ids, _, _ = core.draw_levels(4)
-        core.update_with_rollouts(episodes(ids, rng.normal(size=4)))
+        core.report_episodes(episodes(ids, rng.normal(size=4)))
     stats = core.stats()
     assert stats["levels_edited"] > 10 and stats["editor"]["buffered"] > 0
     return core

@@ -4,6 +4,7 @@ independent float64 loop implementations inside this file."""
 from __future__ import annotations
 
 import math
+from dataclasses import replace
 
 import numpy as np
 import pytest
@@ -12,9 +13,10 @@ from hypothesis import strategies as st
 from scipy import stats
 
 from levelray.contracts.config import LevelConfig
-from levelray.contracts.levels import LevelFeedback
+from levelray.contracts.levels import EpisodeResults
 from levelray.contracts.snapshot import packb, unpackb
 from levelray.level_service.sampler import TRANSFORMS, LevelSampler
+from tests.support import episode_results
 
 # ----------------------------------------------------------------------------- helpers
 
@@ -24,30 +26,19 @@ def make_sampler(seeds, *, discount=0.99, rng=None, **levels) -> LevelSampler:
     return LevelSampler(seeds, LevelConfig(**levels), discount=discount, rng=rng)
 
 
-def one_step_episodes(seeds, scores, actor_id: int = 0) -> LevelFeedback:
-    """One column of one-step episodes (every step done) whose `gae`/`value_l1` step scores are `scores`."""
-    k = len(seeds)
-    return LevelFeedback(
-        np.asarray(seeds, dtype=np.int64).reshape(k, 1),
-        np.ones((k, 1), dtype=bool),
-        actor_ids=np.array([actor_id]),
-        advantages=np.asarray(scores, dtype=np.float64).reshape(k, 1),
-    )
-
-
 def state_bytes(s: LevelSampler) -> bytes:
     return packb(s.state_dict())
 
 
 def seeded(n_levels: int, scores, **kw) -> LevelSampler:
     """A sampler over seeds 100..100+n whose first len(scores) levels are seen with these scores (one
-    one-step episode each; strategy `gae` unless given, whose episode score is the signed advantage)."""
+    episode each; strategy `gae` unless given)."""
     kw.setdefault("rng", 0)
     kw.setdefault("strategy", "gae")
     s = make_sampler(range(100, 100 + n_levels), **kw)
     k = len(scores)
     if k:
-        s.update_with_rollouts(one_step_episodes(np.arange(100, 100 + k), scores))
+        s.update_with_episodes(episode_results(np.arange(100, 100 + k), scores))
     return s
 
 
@@ -101,84 +92,6 @@ def chisq_ok(counts, probs, n) -> float:
 # ----------------------------------------------------------------------------- strategies, by hand
 
 
-def test_value_l1_gae_positive_value_loss_by_hand():
-    adv = np.array([[1.0], [-3.0], [2.0], [-2.0]])
-    seeds = np.array([[5], [5], [6], [6]])
-    dones = np.array([[False], [True], [False], [False]])
-    expected = {"value_l1": (1 + 3) / 2, "gae": (1 - 3) / 2, "positive_value_loss": (1 + 0) / 2}
-    for strategy, want in expected.items():
-        s = make_sampler(range(10), strategy=strategy, rng=0)
-        s.update_with_rollouts(LevelFeedback(seeds, dones, advantages=adv))
-        assert s.scores()[5] == pytest.approx(want)
-        assert s.seen().tolist() == [i == 5 for i in range(10)]  # seed 6 is only a pending fragment
-        assert s.scores()[6] == 0.0
-
-
-def test_one_step_td_error_by_hand_sign_discount_terminal_and_bootstrap():
-    s = make_sampler(range(10), strategy="one_step_td_error", discount=0.9, rng=0)
-    rewards = np.array([[1.0], [0.0], [0.5], [1.0]])
-    values = np.array([[0.5], [1.0], [2.0], [0.0], [4.0]])
-    dones = np.array([[False], [True], [False], [True]])
-    seeds = np.array([[1], [1], [2], [2]])
-    s.update_with_rollouts(LevelFeedback(seeds, dones, rewards=rewards, values=values))
-    # d0 = 1 + .9*1 - .5 = 1.4 ; d1 = 0 + 0 (terminal, no bootstrap) - 1 -> 1 ; mean 1.2
-    # d2 = .5 + .9*0 - 2 -> 1.5 ; d3 = 1 + 0 (terminal; V[4]=4 ignored) - 0 = 1 ; mean 1.25
-    assert s.scores()[1] == pytest.approx(1.2)
-    assert s.scores()[2] == pytest.approx(1.25)
-    # Bootstrap row used for a non-terminal last step: d = 0 + .9*4 - 1 = 2.6 (the reference bug,
-    # r + V_t - V_{t+1}, would give |0 + 1 - 4| = 3).
-    s2 = make_sampler(range(10), strategy="one_step_td_error", discount=0.9, rng=0)
-    s2.update_with_rollouts(LevelFeedback([[3]], [[False]], rewards=[[0.0]], values=[[1.0], [4.0]]))
-    # end the episode with a step of the same TD error: d = 2.6 + 0 (terminal) - 0
-    s2.update_with_rollouts(LevelFeedback([[3]], [[True]], rewards=[[2.6]], values=[[0.0], [0.0]]))
-    assert s2.scores()[3] == pytest.approx(2.6)
-
-
-def test_logit_strategies_by_hand():
-    # two steps of one episode (seed 4), three actions
-    p1 = [0.5, 0.3, 0.2]
-    p2 = [1 / 3, 1 / 3, 1 / 3]
-    logits = np.log(np.array([[p1], [p2]]))  # [T=2, N=1, A=3]
-    seeds = [[4], [4]]
-    dones = [[False], [True]]
-
-    def ent(p):
-        return -sum(q * math.log(q) for q in p) / math.log(3)
-
-    expected = {
-        "policy_entropy": (ent(p1) + ent(p2)) / 2,
-        "least_confidence": ((1 - 0.5) + (1 - 1 / 3)) / 2,
-        "min_margin": ((1 - (0.5 - 0.3)) + (1 - 0.0)) / 2,
-    }
-    for strategy, want in expected.items():
-        s = make_sampler(range(10), strategy=strategy, rng=0)
-        s.update_with_rollouts(LevelFeedback(seeds, dones, logits=logits + 7.0))  # logits are shift-invariant
-        assert s.scores()[4] == pytest.approx(want, rel=1e-12)
-
-
-def test_policy_entropy_extreme_logits_no_nan():
-    s = make_sampler(range(3), strategy="policy_entropy", rng=0)
-    logits = np.array([[[1e300, -1e300]], [[0.0, 0.0]]])
-    s.update_with_rollouts(LevelFeedback([[0], [0]], [[False], [True]], logits=logits))
-    assert s.scores()[0] == pytest.approx(0.5)  # entropy 0 then 1 (normalised)
-
-
-def test_missing_argument_named():
-    for strategy, arg in [
-        ("value_l1", "advantages"),
-        ("gae", "advantages"),
-        ("positive_value_loss", "advantages"),
-        ("policy_entropy", "logits"),
-        ("one_step_td_error", "rewards"),
-    ]:
-        s = make_sampler(range(3), strategy=strategy, rng=0)
-        with pytest.raises(ValueError, match=arg):
-            s.update_with_rollouts(LevelFeedback([[0]], [[True]]))
-    s = make_sampler(range(3), strategy="one_step_td_error", rng=0)
-    with pytest.raises(ValueError, match="values"):
-        s.update_with_rollouts(LevelFeedback([[0]], [[True]], rewards=[[1.0]]))
-
-
 def test_sequential_and_random():
     s = make_sampler([7, 3, 9], strategy="sequential", rng=0)
     assert [s.sample() for _ in range(7)] == [7, 3, 9, 7, 3, 9, 7]
@@ -187,8 +100,8 @@ def test_sequential_and_random():
     assert np.allclose(r.sample_weights(), 0.1)
     draws = [r.sample() for _ in range(5000)]
     assert chisq_ok(np.bincount(draws, minlength=10), r.sample_weights(), 5000) > 0.001
-    # update_with_rollouts is accepted (validated) and scores nothing for random/sequential
-    r.update_with_rollouts(LevelFeedback([[1]], [[True]]))
+    # episode results are accepted (validated) and score nothing for random/sequential
+    r.update_with_episodes(episode_results([1], [1.0]))
     assert r.scores().sum() == 0
 
 
@@ -284,11 +197,11 @@ def test_max_transform_does_not_mutate_scores():
 
 def test_power_on_negative_gae_no_nan():
     s = make_sampler(range(4), strategy="gae", score_transform="power", staleness_coef=0.0, rng=0)
-    s.update_with_rollouts(LevelFeedback([[0, 1]], [[True, True]], advantages=[[-1.5, -0.5]]))
+    s.update_with_episodes(episode_results([0, 1], [-1.5, -0.5]))
     w = s.sample_weights()
     assert np.isfinite(w).all()
     assert w.tolist() == [0.5, 0.5, 0.0, 0.0]  # all clipped to 0 -> uniform over seen
-    s.update_with_rollouts(LevelFeedback([[2]], [[True]], advantages=[[2.0]]))
+    s.update_with_episodes(episode_results([2], [2.0]))
     assert s.sample_weights().tolist() == [0.0, 0.0, 1.0, 0.0]
     for _ in range(20):
         s.sample()
@@ -374,13 +287,13 @@ def test_incremental_staleness_tree_matches_rebuilt():
     the same draws as trees rebuilt from scratch from the same state."""
     rng = np.random.default_rng(8)
     s = make_sampler(range(500), staleness_coef=0.7, rng=1)
-    s.update_with_rollouts(one_step_episodes(np.arange(300), rng.random(300)))
+    s.update_with_episodes(episode_results(np.arange(300), rng.random(300)))
     for step in range(40):
         for _ in range(50):
             s.sample()
         k = 5 if step % 2 else 1
         new = np.arange(300 + step * 5, 300 + step * 5 + k)
-        s.update_with_rollouts(one_step_episodes(new, rng.random(k)))
+        s.update_with_episodes(episode_results(new, rng.random(k)))
         if step % 10 == 9:
             fresh = LevelSampler.from_state_dict(s.state_dict())
             assert [s.sample() for _ in range(200)] == [fresh.sample() for _ in range(200)]
@@ -423,90 +336,9 @@ def test_proportionate_schedule():
 # ----------------------------------------------------------------------------- partial episodes & EWA
 
 
-def test_partial_episode_over_three_unrolls():
-    s = make_sampler(range(10), rng=0)
-    s.update_with_rollouts(LevelFeedback([[4], [4], [4]], [[False]] * 3, advantages=[[1.0], [2.0], [3.0]]))
-    s.update_with_rollouts(LevelFeedback([[4], [4], [4]], [[False]] * 3, advantages=[[-4.0], [5.0], [6.0]]))
-    assert not s.seen()[4]
-    s.update_with_rollouts(
-        LevelFeedback([[4], [4], [7]], [[False], [True], [False]], advantages=[[7.0], [-8.0], [100.0]])
-    )
-    assert s.scores()[4] == pytest.approx((1 + 2 + 3 + 4 + 5 + 6 + 7 + 8) / 8)  # not the last fragment's 7.5
-    assert s.seen().nonzero()[0].tolist() == [4]
-    # the next call's steps of the same (actor, seed) merge with its pending fragment
-    s.update_with_rollouts(LevelFeedback([[7]] * 3, [[False], [False], [True]], advantages=[[10.0]] * 3))
-    assert s.scores()[7] == pytest.approx((100 + 3 * 10) / 4)
-    assert s.counters()["num_pending"] == 0  # the fragment was consumed, not left to merge again
-    s.update_with_rollouts(LevelFeedback([[7]], [[True]], advantages=[[2.0]]))
-    assert s.scores()[7] == pytest.approx(2.0)
-
-
-def test_actor_ids_follow_columns_across_calls():
-    s = make_sampler(range(10), rng=0)
-    s.update_with_rollouts(
-        LevelFeedback([[1, 2]], [[False, False]], actor_ids=[10, 20], advantages=[[1.0, 5.0]])
-    )
-    # columns swapped in the next call; actor ids say which is which
-    s.update_with_rollouts(
-        LevelFeedback([[2, 1]], [[True, True]], actor_ids=[20, 10], advantages=[[3.0, 2.0]])
-    )
-    assert s.scores()[1] == pytest.approx(1.5) and s.scores()[2] == pytest.approx(4.0)
-
-
-def test_seed_change_across_calls_drops_stale_fragment():
-    s = make_sampler(range(10), rng=0)
-    s.update_with_rollouts(LevelFeedback([[1]], [[False]], advantages=[[9.0]]))
-    s.update_with_rollouts(LevelFeedback([[2]], [[True]], advantages=[[1.0]]))
-    assert s.scores()[2] == 1.0 and not s.seen()[1]
-    assert s.counters()["num_dropped_fragments"] == 1
-
-
-def loop_reference(chunks, alpha, n_levels):
-    """Independent reference: walk each column step by step over the concatenated stream."""
-    scores = [0.0] * n_levels
-    commits = []  # (global end time, column, level, episode score)
-    acc = {}
-    t0 = 0
-    for seeds, dones, adv in chunks:
-        T, N = seeds.shape
-        for n in range(N):
-            for t in range(T):
-                lvl, ssum, steps = acc.get(n, (int(seeds[t, n]), 0.0, 0))
-                ssum += abs(float(adv[t, n]))
-                steps += 1
-                acc[n] = (lvl, ssum, steps)
-                if dones[t, n]:
-                    commits.append((t0 + t, n, lvl, ssum / steps))
-                    del acc[n]
-        t0 += T
-    for _, _, lvl, e in sorted(commits):
-        scores[lvl] = (1 - alpha) * scores[lvl] + alpha * e
-    return np.array(scores)
-
-
-@pytest.mark.parametrize("alpha", [1.0, 0.5])
-def test_rollout_stream_matches_loop_reference(alpha):
-    rng = np.random.default_rng(12)
-    n_levels, N = 15, 6
-    total_T = 120
-    dones = rng.random((total_T, N)) < 0.15
-    seeds = np.empty((total_T, N), dtype=np.int64)
-    cur = rng.integers(0, n_levels, N)
-    for t in range(total_T):
-        seeds[t] = cur
-        cur = np.where(dones[t], rng.integers(0, n_levels, N), cur)
-    adv = rng.normal(size=(total_T, N))
-    cuts = [0, 7, 8, 30, 31, 60, 97, 120]
-    chunks = [(seeds[a:b], dones[a:b], adv[a:b]) for a, b in zip(cuts[:-1], cuts[1:], strict=True)]
-    s = make_sampler(range(n_levels), alpha=alpha, rng=0)
-    for sd, dn, ad in chunks:
-        s.update_with_rollouts(LevelFeedback(sd, dn, advantages=ad))
-    assert np.allclose(s.scores(), loop_reference(chunks, alpha, n_levels), rtol=1e-12, atol=1e-14)
-
-
 def test_ewa_alpha_successive_episodes():
     s = make_sampler(range(3), alpha=0.25, rng=0)
-    s.update_with_rollouts(one_step_episodes([2, 2], [4.0, 8.0]))
+    s.update_with_episodes(episode_results([2, 2], [4.0, 8.0]))
     assert s.scores()[2] == pytest.approx(0.75 * (0.25 * 4.0) + 0.25 * 8.0)
 
 
@@ -517,12 +349,7 @@ def busy_sampler(rng_seed=0) -> LevelSampler:
     rng = np.random.default_rng(rng_seed)
     s = make_sampler(range(50), rng=rng_seed)
     for _ in range(5):
-        T, N = 20, 4
-        dones = rng.random((T, N)) < 0.2
-        seeds = np.repeat(rng.integers(0, 50, (1, N)), T, axis=0)
-        seeds = np.where(np.cumsum(dones, axis=0) - dones > 0, (seeds + 1) % 50, seeds)
-        dones[1:] &= ~(np.cumsum(dones, axis=0)[:-1] > 0)  # at most one done per column
-        s.update_with_rollouts(LevelFeedback(seeds, dones, advantages=rng.normal(size=(T, N))))
+        s.update_with_episodes(episode_results(rng.integers(0, 50, 6), np.abs(rng.normal(size=6))))
         for _ in range(30):
             s.sample()
     return s
@@ -530,16 +357,31 @@ def busy_sampler(rng_seed=0) -> LevelSampler:
 
 def test_state_round_trip_same_next_samples():
     s = busy_sampler()
-    assert s.counters()["num_pending"] > 0
     raw = packb(s.state_dict())
     t = make_sampler(range(3), strategy="random", rng=99)
     t.load_state_dict(unpackb(raw))
     assert [s.sample() for _ in range(100)] == [t.sample() for _ in range(100)]
     assert state_bytes(s) == state_bytes(t)
-    adv = np.arange(8.0).reshape(2, 4)
     for x in (s, t):
-        x.update_with_rollouts(LevelFeedback([[1, 2, 3, 4]] * 2, [[True] * 4] * 2, advantages=adv))
+        x.update_with_episodes(episode_results([1, 2, 3, 4, 1, 2, 3, 4], np.arange(8.0)))
     assert state_bytes(s) == state_bytes(t)
+
+
+def with_fragments(d: dict) -> dict:
+    """State `d` holding two unfinished episodes scored step by step (on levels 3 and 7)."""
+    return {**d, "pending": {"actor_ids": [4, 9], "levels": np.array([3, 7]), "sums": np.array([1.5, 0.5]),
+                             "steps": np.array([3, 1])}}
+
+
+def test_a_state_with_unfinished_fragments_loads_them_dropped_and_counted():
+    """Scores arrive as whole episodes, so a saved state's step-scored fragments can never finish: they load
+    checked, are dropped and counted, and leave the scores and the draws as they were."""
+    s = busy_sampler()
+    t = LevelSampler.from_state_dict(with_fragments(unpackb(packb(s.state_dict()))))
+    assert t.counters()["num_dropped_fragments"] == s.counters()["num_dropped_fragments"] + 2
+    assert t.scores().tolist() == s.scores().tolist() and t.seen().tolist() == s.seen().tolist()
+    assert [s.sample() for _ in range(100)] == [t.sample() for _ in range(100)]
+    assert t.state_dict()["pending"]["actor_ids"] == []
 
 
 def test_version_1_state_resumes():
@@ -553,7 +395,7 @@ def test_version_1_state_resumes():
         del d["config"][key]
     del d["counts"]["num_replays"]
     t = LevelSampler.from_state_dict(d)
-    t._num_replays = s._num_replays  # not counted in version 1
+    t._counts["num_replays"] = s._counts["num_replays"]  # not counted in version 1
     assert state_bytes(s) == state_bytes(t)
     assert [s.sample() for _ in range(100)] == [t.sample() for _ in range(100)]
 
@@ -567,7 +409,7 @@ def test_load_state_dict_rejects_bad_state_unchanged():
         lambda d: d.__setitem__("scores", np.zeros(3)),
         lambda d: d.__setitem__("counter", -1),
         lambda d: d["config"].__setitem__("strategy", "nope"),
-        lambda d: d["pending"].__setitem__("levels", np.array([10_000] * len(d["pending"]["actor_ids"]))),
+        lambda d: d.update(with_fragments(d)) or d["pending"].__setitem__("levels", np.array([10_000, 3])),
         lambda d: d.__setitem__("version", 99),
     ):
         d = unpackb(packb(good))
@@ -654,35 +496,19 @@ def test_bad_seeds():
 def test_bad_updates_leave_state_unchanged():
     s = busy_sampler()
     before = state_bytes(s)
-    ok = dict(advantages=np.ones((2, 2)))
+    good = episode_results([1, 2], [1.0, 2.0])
     bad_calls = [
-        ("seeds", lambda: s.update_with_rollouts(LevelFeedback([[1, 99]] * 2, [[True, True]] * 2, **ok))),
-        ("dones", lambda: s.update_with_rollouts(LevelFeedback([[1, 2]] * 2, [[True, True]], **ok))),
-        ("dones", lambda: s.update_with_rollouts(LevelFeedback([[1, 2]] * 2, [[2, 0]] * 2, **ok))),
-        (
-            "advantages",
-            lambda: s.update_with_rollouts(
-                LevelFeedback([[1, 2]] * 2, [[True, True]] * 2, advantages=np.ones(4))
-            ),
-        ),
-        (
-            "advantages",
-            lambda: s.update_with_rollouts(
-                LevelFeedback([[1, 2]] * 2, [[1, 1]] * 2, advantages=[[1, np.nan]] * 2)
-            ),
-        ),
-        (
-            "actor_ids",
-            lambda: s.update_with_rollouts(LevelFeedback([[1, 2]] * 2, [[1, 1]] * 2, actor_ids=[3, 3], **ok)),
-        ),
-        (
-            "constant within an episode",
-            lambda: s.update_with_rollouts(LevelFeedback([[1, 2], [3, 2]], [[0, 0]] * 2, **ok)),
-        ),
+        ("levels", episode_results([1, 99], [1.0, 1.0])),
+        ("levels", replace(good, levels=np.array([[1, 2]]))),
+        ("scores", replace(good, scores=np.ones(3))),
+        ("scores", replace(good, scores=np.array([1.0, np.nan]))),
+        ("lengths", replace(good, lengths=np.array([1, 0]))),
+        ("returns", replace(good, returns=np.array([np.inf, 0.0]))),
+        ("solved", replace(good, solved=np.array([2, 0]))),
     ]
-    for field, call in bad_calls:
+    for field, results in bad_calls:
         with pytest.raises(ValueError, match=field):
-            call()
+            s.update_with_episodes(results)
         assert state_bytes(s) == before, field
 
 
@@ -694,50 +520,21 @@ finite_or_not = st.one_of(
 
 @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(
-    actor=st.one_of(st.integers(-5, 5), st.just("a"), st.just(1.5)),
     seed=st.one_of(st.integers(95, 160), st.just(2**70), st.just(None)),
     score=finite_or_not,
-    done=st.one_of(st.integers(-3, 10), st.just(2.5), st.just(True)),
+    length=st.one_of(st.integers(-3, 10), st.just(2.5), st.just(True)),
 )
-def test_fuzz_one_step_feedback(actor, seed, score, done):
+def test_fuzz_one_episode_result(seed, score, length):
     s = seeded(50, [1.0, 2.0], rng=0)
-    s.update_with_rollouts(LevelFeedback([[103]], [[False]], actor_ids=[0], advantages=[[1.0]]))
     before = state_bytes(s)
     try:
-        s.update_with_rollouts(LevelFeedback([[seed]], [[done]], actor_ids=[actor], advantages=[[score]]))
+        s.update_with_episodes(EpisodeResults(np.array([seed]), np.array([score]), np.array([length]), np.zeros(1),
+                                              np.zeros(1, dtype=bool)))
     except ValueError:
         assert state_bytes(s) == before
         return
     assert state_bytes(s) != before
     assert np.isfinite(s.scores()).all() and abs(s.sample_weights().sum() - 1) < 1e-9
-
-
-@settings(max_examples=40, deadline=None)
-@given(
-    T=st.integers(1, 4),
-    N=st.integers(1, 3),
-    seed_hi=st.sampled_from([10, 60]),
-    adv_shape_delta=st.sampled_from([0, 0, 0, 1]),
-    poison=st.sampled_from([None, np.nan, np.inf, 1e308]),
-    data=st.data(),
-)
-def test_fuzz_update_with_rollouts(T, N, seed_hi, adv_shape_delta, poison, data):
-    s = busy_sampler(1)
-    before = state_bytes(s)
-    rng = np.random.default_rng(data.draw(st.integers(0, 1000)))
-    dones = rng.random((T, N)) < 0.4
-    seeds = rng.integers(0, seed_hi, (T, N))
-    if data.draw(st.booleans()):
-        seeds = np.repeat(seeds[:1], T, axis=0)  # one level per column: well-formed episodes
-    adv = rng.normal(size=(T + adv_shape_delta, N)) * data.draw(st.sampled_from([1.0, 1e307]))
-    if poison is not None:
-        adv[rng.integers(0, T), rng.integers(0, N)] = poison
-    try:
-        s.update_with_rollouts(LevelFeedback(seeds, dones, advantages=adv))
-    except ValueError:
-        assert state_bytes(s) == before
-        return
-    assert np.isfinite(s.scores()).all()
 
 
 def test_sample_cost_does_not_grow_with_levels():
@@ -747,7 +544,7 @@ def test_sample_cost_does_not_grow_with_levels():
 
     n = 200_000
     s = make_sampler(range(n), rng=0)
-    s.update_with_rollouts(one_step_episodes(np.arange(n), np.random.default_rng(0).random(n)))
+    s.update_with_episodes(episode_results(np.arange(n), np.random.default_rng(0).random(n)))
     for _ in range(200):
         s.sample()
     t0 = time.perf_counter()

@@ -10,25 +10,22 @@ import numpy as np
 import pytest
 
 from levelray.contracts.config import LevelConfig
-from levelray.contracts.levels import LevelFeedback
 from levelray.contracts.snapshot import SnapshotError, packb
 from levelray.level_service.service import LevelServiceCore
+from tests.support import episode_results
 
 CONFIG = LevelConfig(staleness_coef=0.2)
 
 
-def episodes(seeds, scores, actor_id: int = 0) -> LevelFeedback:
-    """One column of complete one-step episodes whose value_l1 scores are `scores` (>= 0)."""
-    k = len(seeds)
-    return LevelFeedback(np.asarray(seeds).reshape(k, 1), np.ones((k, 1), dtype=bool),
-                         actor_ids=np.array([actor_id]), advantages=np.asarray(scores, dtype=float).reshape(k, 1))
+def episodes(seeds, scores):
+    """Finished episodes on `seeds` with (value_l1) scores `scores` (>= 0), in that order."""
+    return episode_results(seeds, scores)
 
 
 def busy_core(path=None, interval=60.0) -> LevelServiceCore:
     core = LevelServiceCore(range(40), replace(CONFIG, snapshot_interval_s=interval), rng=0, snapshot_path=path)
     rng = np.random.default_rng(0)
-    core.update_with_rollouts(episodes(np.arange(20), rng.random(20)))
-    core.update_with_rollouts(LevelFeedback([[30, 31]] * 3, [[False, False]] * 3, advantages=rng.normal(size=(3, 2))))
+    core.report_episodes(episodes(np.arange(20), rng.random(20)))
     core.sample_seeds(25)
     return core
 
@@ -53,7 +50,7 @@ def test_sample_seeds_and_stats():
     st = core.stats()
     assert st["num_samples"] == 25 + 32
     assert st["num_seen"] == 20 and st["seen_fraction"] == 0.5
-    assert st["num_episodes"] == 20 and st["num_pending"] == 2
+    assert st["num_episodes"] == 20
     sc = core.state_dict()["scores"][:20]
     assert st["score"]["max"] == pytest.approx(sc.max()) and st["score"]["median"] == pytest.approx(np.median(sc))
     assert st["score"]["mean"] == pytest.approx(sc.mean())
@@ -74,11 +71,11 @@ def test_bad_calls_raise_value_error_and_keep_state():
     with pytest.raises(ValueError, match="n must be"):
         core.sample_seeds(2.0)
     with pytest.raises(ValueError, match="unknown seed"):
-        core.update_with_rollouts(episodes([3, 400], [1.0, 1.0]))
-    with pytest.raises(ValueError, match="advantages"):
-        core.update_with_rollouts(episodes([3], [float("nan")]))
-    with pytest.raises(ValueError, match="dones"):
-        core.update_with_rollouts(LevelFeedback([[1]], [[True], [True]], advantages=[[1.0]]))
+        core.report_episodes(episodes([3, 400], [1.0, 1.0]))
+    with pytest.raises(ValueError, match="scores"):
+        core.report_episodes(episodes([3], [float("nan")]))
+    with pytest.raises(ValueError, match="lengths"):
+        core.report_episodes(replace(episodes([1], [1.0]), lengths=np.array([1, 1])))
     with pytest.raises(ValueError, match="snapshot_path"):
         core.snapshot()
     assert packb(core.state_dict()) == before
@@ -100,7 +97,7 @@ def test_automatic_snapshot_after_interval(tmp_path):
     core.sample_seeds(3)
     assert not path.exists()
     time.sleep(0.06)
-    core.update_with_rollouts(episodes([4], [2.0]))
+    core.report_episodes(episodes([4], [2.0]))
     assert path.exists()
     assert LevelServiceCore(range(10), snapshot_path=str(path)).state_dict()["scores"][4] == 2.0
 
@@ -146,15 +143,12 @@ def test_ray_service_16_concurrent_clients(ray_session, tmp_path):
             seeds = ray.get(handle.sample_seeds.remote(8))
             got.extend(seeds)
             scores = [float((s * 7 + k + r) % 11) for s in seeds]
-            n = len(seeds)  # n complete one-step episodes of actor k, value_l1 scores `scores`
-            feedback = LevelFeedback(np.reshape(seeds, (n, 1)), np.ones((n, 1), dtype=bool), actor_ids=np.array([k]),
-                                     advantages=np.reshape(scores, (n, 1)))
-            ray.get(handle.update_with_rollouts.remote(feedback))
+            ray.get(handle.report_episodes.remote(episode_results(seeds, scores)))  # actor k's finished episodes
         return got
 
     rounds = 5
     refs = [client.remote(svc, k, rounds) for k in range(16)]
-    bad = svc.update_with_rollouts.remote(episodes([n_levels + 5], [1.0]))  # one client's bad call
+    bad = svc.report_episodes.remote(episodes([n_levels + 5], [1.0]))  # one client's bad call
     results = ray.get(refs)
     with pytest.raises(ValueError, match="unknown seed"):
         ray.get(bad)
@@ -172,24 +166,6 @@ def test_ray_service_16_concurrent_clients(ray_session, tmp_path):
     path = ray.get(svc.snapshot.remote())
     assert LevelServiceCore(list(range(n_levels)), snapshot_path=path).stats()["num_samples"] == total + 4
     ray.kill(svc)
-
-
-def test_a_batch_of_feedback_equals_its_calls_in_order_and_names_a_bad_one():
-    """`update_with_rollouts_batch` (one Ray call for several learner updates) gives the state the calls one by
-    one give; a bad feedback in it is skipped, the others applied, and the error names its position."""
-    rng = np.random.default_rng(1)
-    batch = [episodes(rng.integers(0, 40, 5), rng.random(5), actor_id=a) for a in (0, 1, 0)]
-    one_by_one, batched = busy_core(), busy_core()
-    for feedback in batch:
-        one_by_one.update_with_rollouts(feedback)
-    batched.update_with_rollouts_batch(batch)
-    assert packb(batched.state_dict()) == packb(one_by_one.state_dict())
-    bad = episodes([3, 999], [0.5, 0.5])  # 999 is not a training seed
-    with pytest.raises(ValueError, match="feedback 1 of 3: .*999"):
-        batched.update_with_rollouts_batch([batch[0], bad, batch[2]])
-    one_by_one.update_with_rollouts(batch[0])
-    one_by_one.update_with_rollouts(batch[2])
-    assert packb(batched.state_dict()) == packb(one_by_one.state_dict())
 
 
 def test_prefetcher_holds_a_second_of_levels_within_its_bounds(ray_session):

@@ -12,13 +12,13 @@ import numpy as np
 import pytest
 
 from levelray.contracts.config import EnvConfig, LevelConfig
-from levelray.contracts.levels import LevelFeedback
 from levelray.contracts.maze import MazeLevel, level_for_id, parse_blocks, suite_level_id, suite_names
 from levelray.contracts.status import LEVEL_COMPLEXITY_KEYS
 from levelray.deploy.monitoring.metrics import JobCollector
 from levelray.deploy.training.driver import build_record
 from levelray.level_service.maze_stats import MazeComplexity
 from levelray.level_service.service import LevelServiceCore
+from tests.support import episode_results
 
 MAZE = EnvConfig(id="maze:13x13", num_levels=0, maze_blocks="40-90")
 BLOCKS = parse_blocks(MAZE.maze_blocks)
@@ -57,11 +57,9 @@ def expected(ids, blocks: tuple[int, int] = BLOCKS) -> dict[str, float | None]:
             "levels_unsolvable_fraction": sum(p is None for p in paths) / len(paths)}
 
 
-def scored(seeds, score: float = 1.0) -> LevelFeedback:
-    """One complete one-step episode per seed (one column each), value_l1 score `score`."""
-    k = len(seeds)
-    return LevelFeedback(np.asarray(seeds, dtype=np.int64).reshape(1, k), np.ones((1, k), dtype=bool),
-                         actor_ids=np.arange(k), advantages=np.full((1, k), score))
+def scored(seeds, score: float = 1.0):
+    """One finished episode per seed, in that order, each with the score `score`."""
+    return episode_results(seeds, np.full(len(seeds), score))
 
 
 @pytest.fixture(scope="module")
@@ -99,7 +97,7 @@ def test_core_means_over_the_scored_levels_of_a_fixed_set(seeds_both_kinds):
     core = LevelServiceCore([*training, suite], LevelConfig(strategy="value_l1"), rng=0, env=env)
     assert core.stats()["levels_mean_walls"] is None  # nothing scored yet: the keys are there, None
     picked = [*solvable[:3], *unsolvable[:2], suite]
-    core.update_with_rollouts(scored(picked))
+    core.report_episodes(scored(picked))
     st = core.stats()
     assert st["num_seen"] == len(picked)
     want = expected(picked)
@@ -115,14 +113,14 @@ def test_core_means_over_a_level_buffer_and_the_cache(seeds_both_kinds):
     solvable, unsolvable = seeds_both_kinds
     core = LevelServiceCore(None, LevelConfig(strategy="value_l1", buffer_size=6), rng=0, env=MAZE)
     first = [*solvable[:3], *unsolvable]
-    core.update_with_rollouts(scored(first, 1.0))
+    core.report_episodes(scored(first, 1.0))
     st = core.stats()
     assert st["levels_buffered"] == 6
     assert {k: st[k] for k in LEVEL_COMPLEXITY_KEYS} == pytest.approx(expected(first))
     measured = core._complexity.num_measured  # the core's own tracker: what stats() has searched so far
     assert measured == 6
     assert core.stats() == st and core._complexity.num_measured == measured  # no recomputation
-    core.update_with_rollouts(scored([solvable[3]], 5.0))  # evicts a lowest-scored level
+    core.report_episodes(scored([solvable[3]], 5.0))  # evicts a lowest-scored level
     buffered = core.state_dict()["seeds"][:6].tolist()
     assert solvable[3] in buffered and len(set(first) - set(buffered)) == 1
     st = core.stats()
@@ -151,7 +149,7 @@ def test_tracker_counts_each_held_level_once():
 def test_absent_for_other_envs():
     for env in (None, EnvConfig(id="minigrid:DoorKey-6x6", num_levels=10), EnvConfig(id="CartPole-v1")):
         core = LevelServiceCore(range(10), LevelConfig(strategy="value_l1"), rng=0, env=env)
-        core.update_with_rollouts(scored([1, 2]))
+        core.report_episodes(scored([1, 2]))
         assert not set(LEVEL_COMPLEXITY_KEYS) & set(core.stats())
     assert MazeComplexity.for_env(EnvConfig(id="minigrid:DoorKey-6x6")) is None
 
@@ -173,7 +171,7 @@ def _gauges(snap: dict) -> dict[str, float]:
 def test_records_and_prometheus(seeds_both_kinds):
     solvable, unsolvable = seeds_both_kinds
     maze = LevelServiceCore(None, LevelConfig(strategy="value_l1", buffer_size=8), rng=0, env=MAZE)
-    maze.update_with_rollouts(scored([*solvable, *unsolvable]))
+    maze.report_episodes(scored([*solvable, *unsolvable]))
     other = LevelServiceCore(range(10), LevelConfig(strategy="value_l1"), rng=0)
     want = expected([*solvable, *unsolvable])
     rec = build_record(_snapshot(maze.stats()), steps_per_second=1.0, elapsed_s=1.0)

@@ -288,9 +288,9 @@ def test_a_failing_periodic_snapshot_keeps_the_services_serving(tmp_path):
     raised, so actors got no seeds and PLR silently turned into uniform sampling. After: the call answers,
     the failure is counted and named in stats(), and the next interval tries again."""
     from levelray.contracts.config import LevelConfig, ReplayConfig
-    from levelray.contracts.levels import LevelFeedback
     from levelray.level_service.service import LevelServiceCore
     from levelray.replay_service.service import ReplayServiceCore
+    from tests.support import episode_results
 
     blocker = tmp_path / "not-a-dir"
     blocker.write_text("")
@@ -298,8 +298,7 @@ def test_a_failing_periodic_snapshot_keeps_the_services_serving(tmp_path):
                               snapshot_path=str(blocker / "levels.msgpack"))
     seeds = levels.sample_seeds(5)
     assert len(seeds) == 5 and set(seeds) <= set(range(20))
-    levels.update_with_rollouts(LevelFeedback(np.reshape(seeds[:2], (2, 1)), np.ones((2, 1), dtype=bool),
-                                              actor_ids=np.zeros(1, dtype=np.int64), advantages=np.ones((2, 1))))
+    levels.report_episodes(episode_results(seeds[:2], [1.0, 1.0]))
     stats = levels.stats()
     assert stats["snapshot_errors"] >= 2 and "not-a-dir" in stats["last_snapshot_error"]
     assert stats["num_seen"] == 2  # the scores were taken

@@ -8,7 +8,6 @@ import numpy as np
 import pytest
 import torch
 
-from levelray.contracts.levels import LevelFeedback
 from levelray.deploy.cli import main
 from levelray.deploy.report.command import make_report
 from levelray.deploy.report.runs import level_matrix, load_run
@@ -333,15 +332,11 @@ def test_level_buffer_figure_from_records(tmp_path):
     assert figs["curriculum_complexity"]["path"] is None and not (out / "curriculum_complexity.png").exists()
 
 
-def _episodes(seeds: list[int], scores: list[float]) -> LevelFeedback:
-    """One complete 4-step episode per column: level `seeds[j]` with |advantage| `scores[j]` at every step
-    (value_l1 scores it `scores[j]`); the sign alternates, which the L1 score ignores."""
-    n = len(seeds)
-    dones = np.zeros((4, n), dtype=bool)
-    dones[-1] = True
-    adv = np.asarray(scores, dtype=np.float64) * np.where(np.arange(n) % 2 == 0, 1.0, -1.0)
-    return LevelFeedback(seeds=np.tile(np.asarray(seeds, dtype=np.int64), (4, 1)), dones=dones,
-                         actor_ids=np.arange(n, dtype=np.int64), advantages=np.tile(adv, (4, 1)))
+def _episodes(seeds: list[int], scores: list[float]):
+    """One finished episode per level `seeds[j]`, in that order, with the (value_l1) score `scores[j]`."""
+    from tests.support import episode_results
+
+    return episode_results(seeds, scores)
 
 
 def test_gallery_draws_a_level_buffer(tmp_path):
@@ -365,12 +360,12 @@ def test_gallery_draws_a_level_buffer(tmp_path):
     _write_level_run(run, "env: {id: CartPole-v1, num_levels: 0}\nlevels: {strategy: value_l1, buffer_size: 8}\n",
                      [{"env_steps": 64, "episode_return_mean": 10.0}])
     buffer = LevelBuffer(0, cfg, rng=0)
-    buffer.update_with_rollouts(first)
+    buffer.update_with_episodes(first)
     ckpt = RunDir(run).save_checkpoint(3, {}, {"env_steps": 48}, level_state=buffer.state_dict())
     os.utime(ckpt / "levels.msgpack", (1e9, 1e9))  # written well before the service's snapshot below
     service = LevelServiceCore(None, cfg, rng=0, snapshot_path=str(run / "services" / "levels.msgpack"))
     for feedback in (first, second):
-        service.update_with_rollouts(feedback)
+        service.report_episodes(feedback)
     service.snapshot()
 
     top = sorted(zip(scores, seeds, strict=True), reverse=True)  # the reference: highest score first

@@ -98,7 +98,7 @@ def checkpoint_env_steps(ckpt: Path) -> int | None:
 
 
 def load_level_state(path: Path):
-    """The level sampler saved at `path` (`spaces.Sampler`: a `LevelSampler` or a `LevelBuffer`), from a
+    """The level sampler saved at `path` (`spaces.LevelSource`: a `LevelSampler` or a `LevelBuffer`), from a
     checkpoint's `levels.msgpack` (the bare `state_dict()`) or the level service's snapshot (the state under
     "sampler"); None when the file cannot be read as either."""
     from levelray.contracts import snapshot
