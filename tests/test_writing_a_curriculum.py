@@ -124,8 +124,8 @@ def test_a_training_run_with_the_registered_editor(walls_registered, tmp_path, o
             "--level-editor", "walls", "--level-robust", "--level-strategy", "positive_value_loss",
             "--level-buffer-size", "2000", "--level-rho", "0.02", "--level-replay-prob", "0.8", "--num-actors", "1",
             "--envs-per-actor", "8", "--unroll-length", "20", "--level-window", "40", "--batch-size", "2",
-            "--max-episode-steps", "30", "--total-steps", "12000", "--metrics-port", "0", "--report-interval", "0.5", "--quiet",
-            "--tensorboard", "false", "--run-dir", str(run)]
+            "--max-episode-steps", "30", "--total-steps", "12000", "--metrics-port", "0", "--report-interval", "0.5",
+            "--quiet", "--tensorboard", "false", "--run-dir", str(run)]
     assert main(args) == 0
     last = json.loads((run / "metrics.jsonl").read_text().splitlines()[-1])
     assert last["levels_edited"] > 0
