@@ -54,6 +54,7 @@ from levelray.contracts.validate import level_buffer_problems
 from levelray.level_service.buffer_state import BUFFER_STATE_VERSION, read_buffer_state
 from levelray.level_service.checks import checked_config
 from levelray.level_service.curriculum import LevelEditor, LevelView
+from levelray.level_service.rank_counts import RankCounts
 from levelray.level_service.sampler_state import config_state, pending_state
 from levelray.level_service.slots import LevelSlots, check_draw_request
 
@@ -104,6 +105,9 @@ class LevelBuffer(LevelSlots):
         # ACCEL's children: one per scored replay (per-episode replay); level windows make them when a replay
         # window is drawn instead (`level_service.windows`) and switch this off
         self.edit_on_scoring = True
+        # the rank transform kept per changed score: a full buffer weighs every candidate against its lowest
+        # replay weight, which would otherwise sort the buffer once per committed episode
+        self._ranks = RankCounts(config.buffer_size, config.temperature) if config.score_transform == "rank" else None
 
     # ------------------------------------------------------------------ reading
     def _held(self) -> slice:
@@ -277,6 +281,8 @@ class LevelBuffer(LevelSlots):
                     self.editor.make_child(seed, self._rng)
                 buf[slot] = (1.0 - alpha) * buf[slot] + alpha * score
                 self._score_cache = None
+                if self._ranks is not None:
+                    self._ranks.set(slot, buf[slot])
             elif len(slot_of) < buf.size:
                 self._place(len(slot_of), seed, score)
             else:
@@ -293,6 +299,9 @@ class LevelBuffer(LevelSlots):
                     if self.editor is not None:
                         self.editor.released(seed)
 
+    def _score_probs(self, held: slice) -> np.ndarray:
+        return super()._score_probs(held) if self._ranks is None else self._ranks.weights()
+
     def lowest_weight_slot(self) -> int:
         """The slot a new level would replace in a full buffer: the lowest replay weight, the first on ties."""
         return int(np.argmin(self.sample_weights()))
@@ -300,6 +309,8 @@ class LevelBuffer(LevelSlots):
     def _place(self, slot: int, seed: int, score: float) -> None:
         self._seeds[slot] = seed
         self._scores[slot] = score
+        if self._ranks is not None:  # a new slot (the next one) or a replaced one
+            self._ranks.set(slot, score)
         self._last[slot] = self._counter
         self._slot_of[seed] = slot
         self._score_cache = None
@@ -336,6 +347,8 @@ class LevelBuffer(LevelSlots):
         obj._rng = st.rng
         obj._perm = st.permutation
         obj._seeds, obj._scores, obj._last = st.seeds, st.scores, st.last
+        if obj._ranks is not None:
+            obj._ranks.reset(st.scores[: st.size])
         obj._slot_of = {int(s): i for i, s in enumerate(st.seeds[: st.size].tolist())}
         obj._counter = st.counter
         obj._counts = st.counts

@@ -105,10 +105,15 @@ class LevelSlots:
 
     def _get_score_cache(self) -> tuple[Held, np.ndarray, np.ndarray]:
         if self._score_cache is None:
-            held, c = self._held(), self.config
-            probs = transform_weights(c.score_transform, c.temperature, c.eps, self._scores[held])
+            held = self._held()
+            probs = self._score_probs(held)
             self._score_cache = (held, probs, np.cumsum(probs))
         return self._score_cache
+
+    def _score_probs(self, held: Held) -> np.ndarray:
+        """P_score over the held slots `[m]` (the score transform of their scores)."""
+        c = self.config
+        return transform_weights(c.score_transform, c.temperature, c.eps, self._scores[held])
 
     def _held_weights(self) -> np.ndarray:
         """The replay distribution over the held slots, in `_held()` order (at least one slot held)."""
