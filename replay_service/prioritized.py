@@ -51,7 +51,9 @@ from levelray.replay_service.checks import check_beta, check_ids, check_prioriti
 from levelray.replay_service.replay_state import STATE_FORMAT, pack_items, read_state
 from levelray.replay_service.sumtree import _C, SumMinTree
 
-__all__ = ["NotReadyError", "PrioritizedReplay", "Sample"]
+__all__ = ["MAX_SAMPLE", "NotReadyError", "PrioritizedReplay", "Sample"]
+
+MAX_SAMPLE = 1 << 20  # items one sample may draw (with replacement): far above any learner batch
 
 
 class NotReadyError(ValueError):
@@ -255,8 +257,10 @@ class PrioritizedReplay:
             )
 
     def sample(self, batch_size: int, beta: float) -> Sample:
-        """Stratified prioritized sample of ``batch_size`` items with importance weights."""
+        """Stratified prioritized sample of ``batch_size`` items (at most `MAX_SAMPLE`) with importance weights."""
         b = positive_int(batch_size, "batch_size")
+        if b > MAX_SAMPLE:  # a draw allocates per item: refuse before allocating, not with a MemoryError
+            raise ValueError(f"batch_size must be a positive integer <= {MAX_SAMPLE}, got {b}")
         beta = check_beta(beta)
         self._check_ready(b)
         if self._max_use is None:

@@ -283,3 +283,17 @@ def test_replay_service_refuses_bad_calls_without_damage(method, args):
         after = snapshot.packb(core.state_dict()["replay"])
         assert after == state, before
     assert core.sample(2, 0.5) is not None  # still serving
+
+
+def test_replay_service_refuses_a_sample_too_large_to_allocate():
+    """A batch size beyond `MAX_SAMPLE` is refused naming the field before anything is allocated or drawn."""
+    from levelray.replay_service.prioritized import MAX_SAMPLE
+
+    core = ReplayServiceCore(ReplayConfig(capacity=16, max_use=None, min_size=1), seed=0)
+    core.insert([{"x": i} for i in range(6)], np.arange(1.0, 7.0))
+    state = snapshot.packb(core.state_dict()["replay"])
+    with pytest.raises(ValueError, match="batch_size"):
+        core.sample(30_729_843_902, 1.0)
+    with pytest.raises(ValueError, match="batch_size"):
+        core.sample(MAX_SAMPLE + 1, 1.0)
+    assert snapshot.packb(core.state_dict()["replay"]) == state
