@@ -40,7 +40,6 @@ class LearnerStats(LearnerCoreStats):
     error: NotRequired[str | None]  # why its training thread stopped: the job must stop
     node: NotRequired[str]
     time: NotRequired[float]
-    level_update_errors: NotRequired[int]
     replay_failures: NotRequired[int]
     replay_write_failures: NotRequired[dict[str, int]]
 

@@ -319,3 +319,19 @@ def test_the_trained_fraction_reaches_the_record_and_prometheus():
     collector.update({**snap, "levels_trained_fraction": 0.4})
     gauges = {f.name: f.samples[0].value for f in collector.collect() if f.samples}
     assert gauges["levelray_levels_trained_fraction"] == pytest.approx(0.4)
+
+
+def test_the_record_sums_the_live_actors_level_service_errors():
+    """`level_service_errors` in the record: the failed level-service calls the live env actors counted (a dead
+    actor's are gone with it); 0 inline, where the service raises instead."""
+    from levelray.deploy.training.driver import build_record
+
+    learner = {"env_steps": 10, "episodes": 0, "episode_return_mean": None, "episode_length_mean": None,
+               "learner_version": 0, "samples_trained": 0, "policy_lag_mean": 0.0, "queue_depth": 0,
+               "dropped": {}, "metrics": {}}
+    actors = [{"id": 0, "alive": True, "level_service_errors": 2}, {"id": 1, "alive": True, "level_service_errors": 3},
+              {"id": 2, "alive": False, "state": "dead"}]
+    snap = {"learner": learner, "supervisor": {"actors": actors, "actors_alive": 2}}
+    assert build_record(snap, steps_per_second=0.0, elapsed_s=1.0)["level_service_errors"] == 5
+    inline = build_record({"learner": learner, "in_process_actors": 1}, steps_per_second=0.0, elapsed_s=1.0)
+    assert inline["level_service_errors"] == 0

@@ -103,6 +103,7 @@ def build_record(snap: StatusSnapshot, *, steps_per_second: float, elapsed_s: fl
     """The `metrics.jsonl` record of a snapshot (JSON scalars and lists only)."""
     ls, actors = snap["learner"], actor_counts(snap)
     last_actor_error = snap["supervisor"].get("last_actor_error") if "supervisor" in snap else None
+    live_actors = [a for a in snap.get("supervisor", {}).get("actors", []) if a.get("alive")]
     rec: dict[str, Any] = {
         "time": time.time(),
         "elapsed_s": elapsed_s,
@@ -129,7 +130,8 @@ def build_record(snap: StatusSnapshot, *, steps_per_second: float, elapsed_s: fl
         # service calls the learner made that failed (Ray backend; the inline services raise instead)
         "replay_failures": ls.get("replay_failures", 0),
         "replay_write_failures": ls.get("replay_write_failures", {}),
-        "level_update_errors": ls.get("level_update_errors", 0),
+        # level-service calls the live actors made that failed (refused or lost); the inline service raises instead
+        "level_service_errors": sum(a.get("level_service_errors", 0) for a in live_actors),
         "dropped": ls["dropped"],
         "torch_threads": ls.get("threads"),  # the learner's (inline: the run's one process)
     }
