@@ -12,8 +12,8 @@ Never stalls on the learner or the level service in steady state:
 - level seeds come from a local buffer refilled asynchronously from the level service
   (`SeedPrefetcher`), so an episode end never waits on a remote call.
 - the actor scores its finished episodes itself (`actors.episode_scorer`, with its own network) and sends their
-  results to the level service after each submit, without waiting: a reply is collected before the next send,
-  and a refused or lost one is counted (`level_service_errors`).
+  results to the level service every `REPORT_INTERVAL_S` at most (checked after each submit), without waiting: a
+  reply is collected before the next send, and a refused or lost one is counted (`level_service_errors`).
 - with level windows (`actors.level_windows`) the next window is requested from the level service at the start of
   each (`RemoteWindows`), so a window start does not wait on it either. A Robust PLR explore window's unrolls are
   not submitted: their env steps and episodes go as a tally with the next submit, and a submit is made (for the
@@ -30,6 +30,10 @@ from collections import deque
 from levelray.actors.env_vector import LevelDraws
 from levelray.actors.level_windows import ExploreTally, LevelWindows, RemoteWindows
 from levelray.contracts.config import RunConfig, window_unrolls
+
+# Episode results are sent at most this often: a Ray call costs the level service ~1 ms of CPU, and an actor
+# submits many unrolls a second where episodes are short, while scores only need to arrive within a second or so.
+REPORT_INTERVAL_S = 0.5
 
 
 class SeedPrefetcher(LevelDraws):
@@ -167,6 +171,7 @@ class EnvActor:
         self.tally = ExploreTally()
         self.level_service = level_service
         self._report = None  # the level service's reply to the last episode results sent
+        self._reported_at = 0.0  # time.monotonic() of that send
         self.episodes_reported = 0
         self.unrolls_per_submit = cfg.actors.unrolls_per_submit
         self._stop = threading.Event()
@@ -218,6 +223,7 @@ class EnvActor:
                 self._report_episodes()
             if in_flight is not None:
                 self._apply_receipt(ray.get(in_flight))
+            self._report_episodes(final=True)
         except (ray.exceptions.RayActorError, ray.exceptions.ObjectLostError):
             self.learner_lost = True
             while not self._stop.wait(0.5):
@@ -236,9 +242,10 @@ class EnvActor:
                 unrolls.append(unroll)
         return unrolls
 
-    def _report_episodes(self) -> None:
-        """Send the episodes scored since the last call to the level service; never waits for the reply."""
-        if self.worker.scorer is None:
+    def _report_episodes(self, final: bool = False) -> None:
+        """Send the episodes scored since the last send to the level service, at most every `REPORT_INTERVAL_S`
+        (unless `final`); never waits for the reply."""
+        if self.worker.scorer is None or not (final or time.monotonic() - self._reported_at >= REPORT_INTERVAL_S):
             return
         import ray
 
@@ -253,6 +260,7 @@ class EnvActor:
                 self._report = None
         results = self.worker.scorer.take()
         if results is not None:
+            self._reported_at = time.monotonic()
             self._report = self.level_service.report_episodes.remote(results)
             self.episodes_reported += len(results)
 

@@ -354,7 +354,8 @@ def test_a_relative_run_dir_is_made_absolute_on_the_driver(tmp_path, monkeypatch
     from levelray.deploy.training.driver import prepare_run_dir
 
     monkeypatch.chdir(tmp_path)
-    cfg = replace_paths(RunConfig(), {"env.id": "CartPole-v1", "env.num_levels": 0, "run_dir": "runs/relative"})
+    cfg = replace_paths(RunConfig(), {"env.id": "CartPole-v1", "env.num_levels": 0, "run_dir": "runs/relative",
+                                      "metrics_port": 0})  # no endpoint: a run on this machine may hold 9464
     run_dir = prepare_run_dir(cfg)
     assert run_dir.path.is_absolute() and run_dir.path == tmp_path / "runs" / "relative"
     # the config is frozen: the absolute path is the claimed directory's, which `train` and config.yaml use
