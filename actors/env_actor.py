@@ -28,8 +28,8 @@ import time
 from collections import deque
 
 from levelray.actors.env_vector import LevelDraws
-from levelray.actors.level_windows import ExploreTally, LevelWindows, RemoteWindows
-from levelray.contracts.config import RunConfig, window_unrolls
+from levelray.actors.level_windows import ExploreTally, LevelWindows, RemoteWindows, window_unrolls
+from levelray.contracts.config import RunConfig
 
 # Episode results are sent at most this often: a Ray call costs the level service ~1 ms of CPU, and an actor
 # submits many unrolls a second where episodes are short, while scores only need to arrive within a second or so.

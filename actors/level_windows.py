@@ -27,9 +27,18 @@ from typing import Protocol
 import numpy as np
 
 from levelray.actors.env_vector import EnvVector, LevelDraws, StepResult
+from levelray.contracts.config import RunConfig, uses_level_service
 from levelray.contracts.trajectory import StepTally, Unroll
 
-__all__ = ["ExploreTally", "LevelWindows", "RemoteWindows", "ServiceWindows", "WindowFeed", "WindowLevels"]
+__all__ = ["ExploreTally", "LevelWindows", "RemoteWindows", "ServiceWindows", "WindowFeed", "WindowLevels",
+           "window_unrolls"]
+
+
+def window_unrolls(cfg: RunConfig) -> int:
+    """Unrolls per level window (`levels.window` rounded up to whole unrolls); 0: replay decided per episode."""
+    if cfg.levels.window == 0 or cfg.env.num_levels > 0 or not uses_level_service(cfg):
+        return 0
+    return -(-cfg.levels.window // cfg.actors.unroll_length)
 
 
 class WindowFeed(Protocol):

@@ -205,12 +205,8 @@ class RolloutWorker:
             if closing and t == T - 1:
                 cut[t] = windows.close(self.envs, step)  # restarted envs: their next step begins an episode
             self.observe(actions[t], step)
-            rewards[t], terminated[t], truncated[t], seeds[t] = (
-                step.rewards,
-                step.terminated,
-                step.truncated,
-                step.level_seeds,
-            )
+            rewards[t], terminated[t], truncated[t], seeds[t] = (step.rewards, step.terminated, step.truncated,
+                                                                 step.level_seeds)
             for k, o in step.final_obs.items():
                 final_obs.append(o)
                 final_index.append((t, k))

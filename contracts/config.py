@@ -493,13 +493,6 @@ def uses_replay(cfg: RunConfig) -> bool:
     return cfg.replay.replay_ratio > 0 or cfg.model_loss.loss != "none"
 
 
-def window_unrolls(cfg: RunConfig) -> int:
-    """Unrolls per level window (`levels.window` rounded up to whole unrolls); 0: replay decided per episode."""
-    if cfg.levels.window == 0 or cfg.env.num_levels > 0 or not uses_level_service(cfg):
-        return 0
-    return -(-cfg.levels.window // cfg.actors.unroll_length)
-
-
 def uses_level_service(cfg: RunConfig) -> bool:
     """Whether the run has a level service: a fixed training set (PLR over it, or its uniform and sequential
     baselines), or a scored strategy on an unbounded space (PLR's level buffer). Domain randomisation on an

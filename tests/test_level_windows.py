@@ -15,9 +15,9 @@ import pytest
 from levelray.actors.env_vector import LevelDraws
 from levelray.actors.envs import make_env_vector
 from levelray.actors.episode_scorer import EpisodeScorer
-from levelray.actors.level_windows import ExploreTally, LevelWindows, ServiceWindows
+from levelray.actors.level_windows import ExploreTally, LevelWindows, ServiceWindows, window_unrolls
 from levelray.actors.rollout import RolloutWorker
-from levelray.contracts.config import EnvConfig, LevelConfig, RunConfig, replace_paths, window_unrolls
+from levelray.contracts.config import EnvConfig, LevelConfig, RunConfig, replace_paths
 from levelray.contracts.levels import EpisodeResults
 from levelray.contracts.snapshot import packb
 from levelray.contracts.trajectory import TrajectoryError, validate_unroll

@@ -18,9 +18,9 @@ from typing import TYPE_CHECKING, Any
 from levelray.actors.env_vector import LevelDraws
 from levelray.actors.envs import env_spec, make_env_vector
 from levelray.actors.episode_scorer import EpisodeScorer
-from levelray.actors.level_windows import ExploreTally, LevelWindows, ServiceWindows
+from levelray.actors.level_windows import ExploreTally, LevelWindows, ServiceWindows, window_unrolls
 from levelray.actors.rollout import RolloutWorker
-from levelray.contracts.config import RunConfig, uses_level_service, uses_replay, window_unrolls
+from levelray.contracts.config import RunConfig, uses_level_service, uses_replay
 from levelray.contracts.status import StatusSnapshot
 from levelray.deploy.training.components import make_level_service, make_replay
 from levelray.deploy.training.progress import reached_return
