@@ -303,7 +303,8 @@ def e2e_args(backend: str, run_dir, steps: int) -> list[str]:
     do: measured on Ray, no child in a full 24-level buffer at 12k steps, none in a full 400-level one at 32k.)
     On Ray the actor, stepping mazes as arrays, plays its first thousands of steps before the first scores come
     back, on fresh levels drawn up to a second ahead (`actors.env_actor.SeedPrefetcher`): 32k steps fill ~1,000
-    slots, and replays, and so children, start only after that (30 children in the buffer, measured). Replay is
+    slots, and replays, and so children, start only after that; actors send episode results every 0.5 s, which
+    delays them by as much again, so the Ray run takes 64k steps (the inline one 32k). Replay is
     decided per episode (`--level-window 0`): a 256-step window would score 8 new levels per 2,080 steps, and fill
     the 100 levels replay waits for only near the run's end."""
     return ["train", "--backend", backend, "--env", "maze:13x13", "--maze-blocks", "0", "--num-levels", "0",
@@ -318,10 +319,10 @@ def e2e_args(backend: str, run_dir, steps: int) -> list[str]:
 @pytest.mark.timeout(300)
 @pytest.mark.parametrize("backend", ["inline", "ray"])
 def test_accel_run_end_to_end(backend, tmp_path, capsys, one_thread, request):
-    """A short ACCEL run from empty rooms (32k steps): its buffer holds edited levels, their complexity and
-    `levels_edited` are logged; the suite evaluates with one level set per maze; the service a resume builds is
-    exactly the checkpoint's buffer with its encodings. The inline run then also draws the report (its gallery
-    shows edited levels) and resumes."""
+    """A short ACCEL run from empty rooms (32k steps inline, 64k on Ray): its buffer holds edited levels, their
+    complexity and `levels_edited` are logged; the suite evaluates with one level set per maze; the service a
+    resume builds is exactly the checkpoint's buffer with its encodings. The inline run then also draws the report
+    (its gallery shows edited levels) and resumes."""
     from levelray.deploy.cli import main
     from levelray.deploy.rundir import RunDir
     from levelray.deploy.training.components import make_level_service
@@ -330,7 +331,7 @@ def test_accel_run_end_to_end(backend, tmp_path, capsys, one_thread, request):
     if backend == "ray":
         request.getfixturevalue("ray_session")
     run = tmp_path / "accel"
-    assert main(e2e_args(backend, run, 32_000)) == 0
+    assert main(e2e_args(backend, run, 32_000 if backend == "inline" else 64_000)) == 0
     records = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
     last = records[-1]
     assert last["levels_edited"] > 0 and last["levels_mean_walls"] is not None
