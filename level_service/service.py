@@ -47,6 +47,7 @@ from levelray.contracts.levels import EpisodeResults
 from levelray.contracts.maze import MazeLevel, level_for_id
 from levelray.level_service.buffer import LevelBuffer
 from levelray.level_service.maze_stats import MazeComplexity
+from levelray.level_service.slots import DRAW_KINDS
 from levelray.level_service.spaces import (
     LevelSource,
     LevelView,
@@ -176,8 +177,8 @@ class LevelServiceCore:
         try:
             if isinstance(n, bool) or not isinstance(n, int | np.integer) or not 0 <= n <= MAX_SEEDS_PER_CALL:
                 raise ValueError(f"n must be an int in [0, {MAX_SEEDS_PER_CALL}], got {n!r}")
-            if kind not in ("any", "replay", "new"):
-                raise ValueError(f"kind must be one of 'any', 'replay', 'new', got {kind!r}")
+            if kind not in DRAW_KINDS:
+                raise ValueError(f"kind must be one of {', '.join(DRAW_KINDS)}, got {kind!r}")
             seeds, replayed = self._sampler.draw_many(int(n), kind)
             self._num_sample_calls += 1
             return seeds.tolist(), replayed.tolist()
