@@ -12,8 +12,9 @@ Never stalls on the learner or the level service in steady state:
 - level seeds come from a local buffer refilled asynchronously from the level service
   (`SeedPrefetcher`), so an episode end never waits on a remote call.
 - the actor scores its finished episodes itself (`actors.episode_scorer`, with its own network) and sends their
-  results to the level service every `REPORT_INTERVAL_S` at most (checked after each submit), without waiting: a
-  reply is collected before the next send, and a refused or lost one is counted (`level_service_errors`).
+  results to the level service every `REPORT_INTERVAL_S` at most (checked after each submit), and at once when a
+  level window ends, so an actor that dies mid-window loses only that window's results. It never waits: replies
+  are checked at the next send, and a refused or lost one is counted (`level_service_errors`).
 - with level windows (`actors.level_windows`) the next window is requested from the level service at the start of
   each (`RemoteWindows`), so a window start does not wait on it either. A Robust PLR explore window's unrolls are
   not submitted: their env steps and episodes go as a tally with the next submit, and a submit is made (for the
@@ -170,7 +171,7 @@ class EnvActor:
         )
         self.tally = ExploreTally()
         self.level_service = level_service
-        self._report = None  # the level service's reply to the last episode results sent
+        self._replies: list = []  # the level service's replies to episode results sent, not yet checked
         self._reported_at = 0.0  # time.monotonic() of that send
         self.episodes_reported = 0
         self.unrolls_per_submit = cfg.actors.unrolls_per_submit
@@ -223,7 +224,7 @@ class EnvActor:
                 self._report_episodes()
             if in_flight is not None:
                 self._apply_receipt(ray.get(in_flight))
-            self._report_episodes(final=True)
+            self._report_episodes(now=True)
         except (ray.exceptions.RayActorError, ray.exceptions.ObjectLostError):
             self.learner_lost = True
             while not self._stop.wait(0.5):
@@ -234,34 +235,41 @@ class EnvActor:
         """`n` unrolls; those an explore window keeps on the actor (`RolloutWorker.withheld`) go to the tally."""
         unrolls = []
         for _ in range(n):
-            unroll = self.worker.unroll()
-            self.unrolls_collected += 1
+            unroll = self._unroll()
             if self.worker.withheld:
                 self.tally.add(unroll)
             else:
                 unrolls.append(unroll)
         return unrolls
 
-    def _report_episodes(self, final: bool = False) -> None:
-        """Send the episodes scored since the last send to the level service, at most every `REPORT_INTERVAL_S`
-        (unless `final`); never waits for the reply."""
-        if self.worker.scorer is None or not (final or time.monotonic() - self._reported_at >= REPORT_INTERVAL_S):
+    def _unroll(self) -> dict:
+        """One unroll; the episodes of a window that ends in it are sent to the level service at once."""
+        windows_begun = self.windows.windows if self.windows is not None else 0
+        unroll = self.worker.unroll()
+        self.unrolls_collected += 1
+        if self.windows is not None and self.windows.windows != windows_begun:
+            self._report_episodes(now=True)
+        return unroll
+
+    def _report_episodes(self, now: bool = False) -> None:
+        """Send the episodes scored since the last send to the level service: at most every `REPORT_INTERVAL_S`,
+        unless `now` (a window's end, the run's end); never waits for a reply."""
+        if self.worker.scorer is None or not (now or time.monotonic() - self._reported_at >= REPORT_INTERVAL_S):
             return
         import ray
 
-        if self._report is not None:
-            ready, _ = ray.wait([self._report], timeout=0)
-            if ready:
+        if self._replies:
+            ready, self._replies = ray.wait(self._replies, num_returns=len(self._replies), timeout=0)
+            for reply in ready:
                 try:
-                    ray.get(self._report)
+                    ray.get(reply)
                 except ray.exceptions.RayError as exc:  # refused (bad input) or the service is restarting
                     self.prefetcher.service_errors += 1
                     self.prefetcher.last_error = type(exc).__name__
-                self._report = None
         results = self.worker.scorer.take()
         if results is not None:
             self._reported_at = time.monotonic()
-            self._report = self.level_service.report_episodes.remote(results)
+            self._replies.append(self.level_service.report_episodes.remote(results))
             self.episodes_reported += len(results)
 
     def stop(self) -> None:
@@ -287,6 +295,7 @@ class EnvActor:
         }
 
     def collect(self, n: int) -> list[dict]:
-        """Collect `n` unrolls and return them instead of sending them (for tests and evaluation)."""
-        return [self.worker.unroll() for _ in range(n)]
+        """Collect `n` unrolls and return them instead of sending them to the learner (for tests and evaluation),
+        withheld ones included; episode results go to the level service as in `run`, at window ends."""
+        return [self._unroll() for _ in range(n)]
 

@@ -298,6 +298,39 @@ def test_the_trained_share_is_p_or_p_over_1_plus_p(backend, accel, tmp_path, one
         assert end["levels_edited"] > 0
 
 
+@pytest.mark.timeout(120)
+def test_an_actor_killed_mid_window_loses_that_windows_results_only(ray_session):
+    """An env actor on Ray sends a window's episode results when the window ends: killed two unrolls into its fourth
+    window, the level service holds every episode of the three windows before, and none of the fourth's."""
+    from levelray.actors.env_actor import EnvActor
+    from levelray.deploy.training.components import level_service_args
+    from levelray.level_service.service import LevelService
+    from tests.support import wait_for
+
+    cfg = replace_paths(RunConfig(), {"actors.envs_per_actor": 4, "actors.unroll_length": 4})
+    cfg = dataclasses.replace(cfg, env=dataclasses.replace(MAZE, max_episode_steps=5),
+                              levels=dataclasses.replace(ROBUST, robust=False, window=12))
+    assert window_unrolls(cfg) == 3
+    service = LevelService.remote(**level_service_args(cfg))
+    actor = ray_session.remote(num_cpus=0)(EnvActor).remote(0, cfg, None, service, seed=3)
+    try:
+        unrolls = ray_session.get(actor.collect.remote(3 * 3 + 2), timeout=60)
+    finally:
+        ray_session.kill(actor)
+    finished = [len(u["episode_returns"]) for u in unrolls]
+    in_closed_windows, in_open_window = sum(finished[:9]), sum(finished[9:])
+    assert in_closed_windows > 0 and in_open_window > 0, finished
+
+    def received() -> int:
+        return ray_session.get(service.stats.remote())["num_episodes"]
+
+    wait_for(lambda: received() == in_closed_windows, 30, "the closed windows' episodes at the service",
+             detail=lambda: f"received {received()}, closed windows {in_closed_windows}, open {in_open_window}")
+    assert received() == in_closed_windows
+    assert len(ray_session.get(service.draw_window.remote(4, 0)).levels) == 4  # and the service still serves
+    ray_session.kill(service)
+
+
 def test_the_trained_fraction_reaches_the_record_and_prometheus():
     """`levels_trained_fraction`: of the env steps since the last report, those trained on (None before a second
     report, and where no env step arrived); in `metrics.jsonl`'s record and as a Prometheus gauge."""
