@@ -89,8 +89,9 @@ class LearnerConfig(_Section):
     )
     lr_schedule: str = field(
         default="constant",
-        metadata=_flag("--lr-schedule", "learning rate over the run: constant, or linear decay to 0 at the total_steps "
-                       "budget (by env steps received)", choices=("constant", "linear")),
+        metadata=_flag("--lr-schedule", "learning rate over the run: constant, or linear decay to 0 at the budget that "
+                       "ends the run (total_steps env steps received, or total_trained_steps trained)",
+                       choices=("constant", "linear")),
     )
     adam_eps: float = field(default=1e-8, metadata=_flag("--adam-eps", "Adam epsilon", min=0.0))
     rmsprop_alpha: float = field(default=0.99, metadata=_flag("--rmsprop-alpha", "RMSprop decay", min=0.0))

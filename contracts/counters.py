@@ -93,6 +93,15 @@ def budget_reached(cfg: RunConfig, env_steps: int, samples_trained: int) -> bool
     return env_steps >= cfg.total_steps or (trained is not None and samples_trained >= trained)
 
 
+def budget_fraction(cfg: RunConfig, env_steps: int, samples_trained: int) -> float:
+    """How much of the run's budget is spent: the larger of `env_steps / total_steps` and, when set,
+    `samples_trained / total_trained_steps`, so it reaches 1 with whichever budget ends the run."""
+    spent = env_steps / cfg.total_steps
+    if cfg.total_trained_steps is not None:
+        spent = max(spent, samples_trained / cfg.total_trained_steps)
+    return spent
+
+
 def combine(name: str, values: Iterable[Any], how: Callable[[Iterable[int]], int]) -> Any:
     """Counter `name`'s values (None: absent, 0) combined by `how` (`sum` or `max`); a count by reason reason by
     reason, the reasons in the order they first appear."""

@@ -28,6 +28,7 @@ from levelray.contracts.counters import (
     MAX,
     TALLIES,
     LearnerCounters,
+    budget_fraction,
     budget_reached,
     combine,
     read_counters,
@@ -98,12 +99,13 @@ class LearnerCore:
         return budget_reached(self.cfg, steps, self.learner.samples_trained)
 
     def learning_rate(self, env_steps: int) -> float:
-        """`--lr-schedule linear`: IMPALA's (and PPO's MuJoCo) decay to 0 at the budget, by the job's env steps
-        received, so a resumed run picks up where it was. On Pendulum it removed the late-run swings of the policy
-        that a constant rate left in (benchmarks/RESULTS.md, "Continuous control preset")."""
+        """`--lr-schedule linear`: IMPALA's (and PPO's MuJoCo) decay to 0 at the budget that ends the run, by the
+        job's env steps received or the samples trained (`budget_fraction`), so a resumed run picks up where it
+        was. On Pendulum it removed the late-run swings of the policy that a constant rate left in
+        (benchmarks/RESULTS.md, "Continuous control preset")."""
         base = self.cfg.learner.learning_rate
         if self.cfg.learner.lr_schedule == "linear":
-            return base * max(0.0, 1.0 - env_steps / self.cfg.total_steps)
+            return base * max(0.0, 1.0 - budget_fraction(self.cfg, env_steps, self.learner.samples_trained))
         return base
 
     def _job_env_steps(self) -> int:

@@ -153,26 +153,33 @@ def test_resume_refuses_changes_to_the_saved_state_before_writing_anything(tmp_p
 
 
 @pytest.mark.timeout(120)
-@pytest.mark.parametrize("schedule", ["constant", "linear"])
-def test_learning_rate_schedule_follows_the_env_steps_received(tmp_path, schedule):
-    """`--lr-schedule linear`: each update trains at lr * (1 - env steps received / total steps), the rate the
-    optimiser actually holds and the one reported; `constant` keeps the configured rate."""
+@pytest.mark.parametrize(("schedule", "trained_budget"), [("constant", None), ("linear", None), ("linear", 200)])
+def test_learning_rate_schedule_follows_the_budget_that_ends_the_run(tmp_path, schedule, trained_budget):
+    """`--lr-schedule linear`: each update trains at lr * (1 - the budget spent), the larger of env steps received /
+    total steps and, with `--total-trained-steps`, samples trained / that budget: the rate the optimiser actually
+    holds and the one reported; `constant` keeps the configured rate."""
     from levelray.deploy.training.inline import InlineBackend
     from tests.support import cartpole_config
 
     cfg = cartpole_config(tmp_path, actors__num_actors=1, actors__envs_per_actor=4, actors__unroll_length=10,
                           learner__batch_size=1, learner__learning_rate=1e-3, learner__lr_schedule=schedule,
-                          env__num_levels=0, total_steps=400)
+                          env__num_levels=0, total_steps=400, total_trained_steps=trained_budget)
     backend = InlineBackend(cfg)
     try:
         seen = []
         while not backend.core.budget_spent:
+            trained = backend.core.learner.samples_trained
             metrics = backend.train_step()
-            received = backend.core.counters["env_steps"]
-            expected = 1e-3 * (1 - received / 400) if schedule == "linear" else 1e-3
+            spent = backend.core.counters["env_steps"] / 400
+            if trained_budget is not None:
+                spent = max(spent, trained / trained_budget)
+            expected = 1e-3 * (1 - spent) if schedule == "linear" else 1e-3
             assert metrics["learning_rate"] == pytest.approx(expected, rel=1e-12)
             assert backend.core.learner.optimizer.param_groups[0]["lr"] == pytest.approx(expected, rel=1e-12)
             seen.append(metrics["learning_rate"])
+        if trained_budget is not None:  # the trained budget ends the run at half the env steps, its rate decayed
+            assert len(seen) == 5 and seen[-1] == pytest.approx(1e-3 * (1 - 160 / 200))
+            return
         assert len(seen) == 10
         assert (seen[-1] == 0.0) if schedule == "linear" else (set(seen) == {1e-3})
     finally:
