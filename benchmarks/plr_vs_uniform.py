@@ -1,6 +1,6 @@
 """PLR versus uniform level sampling, the PLR paper's generalisation protocol with levelray's IMPALA.
 
-    python -m benchmarks.plr_vs_uniform --protocol minigrid          # the 2-core result (~35-60 min)
+    python -m benchmarks.plr_vs_uniform --protocol minigrid          # the 2-core result (~50-100 min)
     python -m benchmarks.plr_vs_uniform [--protocol procgen] [--quick]
         [--env ENV] [--num-levels 200] [--total-steps N] [--seeds 0,1,2,3,4] [--parallel 2]
         [--eval-episodes N] [--eval-greedy] [--threshold 0.8] [--strategies random,value_l1]
@@ -20,7 +20,7 @@ rate, train return, the train-test gap, and env steps until the held-out success
 `OUT/report/`. Running it again with the same `--out-dir` continues a stopped sweep.
 
 Protocols (`--protocol` picks the spec and fills defaults; every flag still overrides):
-- `minigrid` (`plr_vs_uniform_minigrid.yaml`): `minigrid:DoorKey-8x8`, 1.5M env steps, seeds 0-4, two runs at a
+- `minigrid` (`plr_vs_uniform_minigrid.yaml`): `minigrid:DoorKey-8x8`, 1.5M env steps, seeds 0-9, two runs at a
   time; held-out evaluation (32 episodes) every 200 updates, threshold: held-out success 0.5. Inline runs are
   synchronous (no policy lag), so running two at once on 2 cores changes wall time only, not what is learned. Why
   this env and budget: benchmarks/RESULTS.md ("PLR vs uniform on MiniGrid") has the pilot runs: from 200 levels,
