@@ -356,6 +356,62 @@ def test_behaviour_kl_of_a_moved_policy_estimates_kl(recurrent_unrolls):
     assert metrics["behaviour_kl"] == pytest.approx(want, abs=1e-6) and abs(want) > 1e-4
 
 
+@pytest.mark.timeout(120)
+def test_an_lstm_learns_to_recall_a_cue_that_a_feed_forward_policy_can_only_guess(tmp_path, one_thread):
+    """`tests.recall_env`: the cue is shown at the first step and asked for five steps later, its episodes spanning
+    unrolls of 12 steps. The same short run with an LSTM core learns to answer it; without one the greedy policy
+    answers the question's one observation alike whatever the cue: half right."""
+    from levelray.deploy.evaluation.episodes import evaluate_policy
+    from tests.recall_env import RECALL_ID, register
+
+    register()
+    success = {}
+    for lstm_size in (0, 32):
+        cfg = replace_paths(RunConfig(), {
+            "env.id": RECALL_ID, "env.num_levels": 0, "levels.strategy": "random", "learner.lstm_size": lstm_size,
+            "actors.num_actors": 1, "actors.envs_per_actor": 16, "actors.unroll_length": 12,
+            "learner.batch_size": 1, "learner.learning_rate": 1e-3, "total_steps": 80_000, "metrics_port": 0,
+            "run_dir": str(tmp_path / str(lstm_size))})
+        backend = InlineBackend(cfg)
+        try:
+            while not backend.core.budget_spent:
+                backend.train_step()
+            _, weights = backend.policy_weights()
+        finally:
+            backend.close()
+        result = evaluate_policy(cfg, weights, np.arange(1000, 1400), 400, greedy=True, num_envs=16, seed=1)
+        success[lstm_size] = result["success_rate"]
+    assert success[32] >= 0.95 and success[0] <= 0.6, success
+
+
+@pytest.mark.parametrize(("env_id", "needs_memory"), [("MiniGrid-MemoryS7-v0", False), ("MiniGrid-MemoryS9-v0", False),
+                                                      ("MiniGrid-MemoryS11-v0", True)])
+def test_memory_s11_is_the_smallest_minigrid_memory_task_whose_split_cannot_see_the_cue(env_id, needs_memory):
+    """The premise of benchmarks/sweeps/lstm_memory.yaml: in MemoryS11 no state (cell and direction) at or beyond
+    the hallway's end has the start room's cue in view, so the choice at the split needs memory; in MemoryS7 and S9
+    the split, facing back down the short hallway, sees it, and a feed-forward policy can solve them."""
+    import gymnasium as gym
+    import minigrid  # noqa: F401  (registers the MiniGrid ids)
+
+    env = gym.make(env_id, disable_env_checker=True).unwrapped
+    env.reset(seed=0)
+    cue = (1, env.height // 2 - 1)
+    hallway_end = env.width - 3
+    seen_from = []
+    for x in range(hallway_end, env.width - 1):
+        for y in range(1, env.height - 1):
+            cell = env.grid.get(x, y)
+            if cell is not None and cell.type == "wall":
+                continue
+            for direction in range(4):
+                env.agent_pos, env.agent_dir = np.array((x, y)), direction
+                _, visible = env.gen_obs_grid()
+                view = env.get_view_coords(*cue)
+                if all(0 <= v < env.agent_view_size for v in view) and visible[view[0], view[1]]:
+                    seen_from.append((x, y, direction))
+    assert (seen_from == []) == needs_memory, seen_from
+
+
 def test_evaluation_plays_a_recurrent_policy():
     from levelray.deploy.evaluation.episodes import evaluate_policy
 
