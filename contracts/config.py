@@ -90,8 +90,7 @@ class LearnerConfig(_Section):
     lr_schedule: str = field(
         default="constant",
         metadata=_flag("--lr-schedule", "learning rate over the run: constant, or linear decay to 0 at the budget that "
-                       "ends the run (total_steps env steps received, or total_trained_steps trained)",
-                       choices=("constant", "linear")),
+                       "ends it (total_steps or total_trained_steps)", choices=("constant", "linear")),
     )
     adam_eps: float = field(default=1e-8, metadata=_flag("--adam-eps", "Adam epsilon", min=0.0))
     rmsprop_alpha: float = field(default=0.99, metadata=_flag("--rmsprop-alpha", "RMSprop decay", min=0.0))
