@@ -172,7 +172,7 @@ class EnvActor:
         self.tally = ExploreTally()
         self.level_service = level_service
         self._replies: list = []  # the level service's replies to episode results sent, not yet checked
-        self._reported_at = 0.0  # time.monotonic() of that send
+        self._reported_at = 0.0  # time.monotonic() of the last send
         self.episodes_reported = 0
         self.unrolls_per_submit = cfg.actors.unrolls_per_submit
         self._stop = threading.Event()
