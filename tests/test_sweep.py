@@ -68,6 +68,11 @@ def write_spec(path: Path, spec: dict) -> Path:
     ({"evaluate": [EVALUATE, {"levels": "test", "episodes": 0, "name": "g"}]}, "evaluate[1].episodes"),
     ({"budgets": [2000, 1000]}, "budgets"),
     ({"budgets": [1000, 2000]}, "base.total_steps"),
+    ({"budgets": [1000, 2000], "budget_unit": "updates"}, "budget_unit"),
+    ({"budget_unit": "trained_steps"}, "budget_unit"),
+    ({"budgets": [1000, 5000], "budget_unit": "trained_steps"}, "total_steps 3,000"),
+    ({"budgets": [1000, 2000], "budget_unit": "trained_steps",
+      "base": {**BASE, "total_trained_steps": 500}}, "base.total_trained_steps"),
 ])
 def test_a_malformed_spec_is_refused_before_anything_starts_naming_the_field(tmp_path, capsys, change, named):
     with pytest.raises(ConfigError, match=re.escape(named)):
@@ -274,3 +279,41 @@ def test_a_trial_whose_process_dies_is_restarted_from_its_last_checkpoint(ray_se
     assert first["pid"] == killed[0] and second["pid"] != killed[0]
     assert second["resumed_from"].startswith("ckpt-")
     assert record["metrics"]["training.env_steps"] >= 50_000
+
+
+# Robust PLR on CartPole's unbounded seeds: half the windows replay, the rest are played without gradient
+ROBUST = {"strategy": "value_l1", "robust": True, "replay_prob": 0.5, "buffer_size": 8}
+
+
+@pytest.mark.timeout(300)
+def test_budgets_in_trained_steps_train_each_arm_to_the_same_samples_trained(ray_session, tmp_path, capsys):
+    """`budget_unit: trained_steps`: every arm is trained to each budget of samples trained (Robust PLR receiving
+    more env steps than domain randomisation to get there) and evaluated at each; an arm whose env-step cap comes
+    first fails, saying so."""
+    base = {**BASE, "env": {"id": "CartPole-v1", "num_levels": 0}, "total_steps": 50_000}
+    arms = {"dr": {"levels": {"strategy": "random"}}, "robust": {"levels": ROBUST},
+            "capped": {"levels": ROBUST, "total_steps": 1100}}
+    spec = spec_dict(base=base, arms=arms, baseline="dr", seeds=[0], budgets=[500, 1000],
+                     budget_unit="trained_steps")
+    sweep = tmp_path / "sweep"
+    assert main(["sweep", str(write_spec(tmp_path / "trained.yaml", spec)), "--dir", str(sweep),
+                 "--max-concurrent", "2"]) == 1  # a trial failed
+    out = capsys.readouterr().out
+    assert "sweep trained at 500 trained steps: mean" in out and "/1,000 trained steps" in out
+    results = json.loads((sweep / "results.json").read_text())
+    assert results["budget_unit"] == "trained_steps"
+    status = {t["arm"]: t for t in results["trials"]}
+    assert status["capped"]["status"] == "failed" and "raise total_steps" in status["capped"]["error"]
+    for arm in ("dr", "robust"):
+        run, metrics = sweep / "trials" / f"{arm}-seed0", status[arm]["metrics"]
+        assert status[arm]["status"] == "done"
+        for budget, name in ((500, "evaluate@500.json"), (1000, "evaluate.json")):
+            evaluated = json.loads((run / name).read_text())
+            assert budget <= evaluated["samples_trained"] < 2 * budget < evaluated["env_steps"] * 2
+        records = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
+        last = records[-1]
+        assert metrics["training.env_steps"] == last["env_steps"]
+        if arm == "dr":
+            assert last["samples_trained"] == last["env_steps"]
+        else:  # the new levels' steps were received and not trained on
+            assert last["env_steps"] > 1.3 * last["samples_trained"]

@@ -89,6 +89,7 @@ def evaluate_checkpoint(
         "checkpoint": ckpt["path"],
         "version": int(ckpt["learner"]["version"]),
         "env_steps": int(ckpt.get("counters", {}).get("env_steps", 0)),
+        "samples_trained": int(ckpt.get("counters", {}).get("samples_trained", 0)),
         "env": cfg.env.id,
         "atari_game": game,
         "distribution_mode": cfg.env.distribution_mode,

@@ -1,6 +1,7 @@
 """A sweep's result, `DIR/results.json`, and its tables on the terminal.
 
-    {"name", "baseline", "arms_order", "seeds", "budgets": the spec's (empty: one), "complete": every trial done,
+    {"name", "baseline", "arms_order", "seeds", "budgets": the spec's (empty: one), "budget_unit": env_steps or
+     trained_steps, "complete": every trial done,
      "arms":   {arm: {metric: {"mean": m, "ci": h, "n": seeds}}},
      "paired": {arm: {metric: {"mean": m, "ci": h, "n": seeds}}},   every arm but the baseline, minus the baseline
      "trials": [{"arm", "seed", "name", "run_dir", "status", "error", "starts", "metrics"}]}
@@ -91,7 +92,8 @@ def collect(spec: SweepSpec, sweep_dir: str | Path, tune_errors: dict[str, str] 
               for arm, seed in spec.trials()]
     arms = list(spec.arms)
     return {"name": spec.name, "baseline": spec.baseline, "arms_order": arms, "seeds": list(spec.seeds),
-            "budgets": list(spec.budgets), "complete": all(t["status"] == "done" for t in trials),
+            "budgets": list(spec.budgets), "budget_unit": spec.budget_unit,
+            "complete": all(t["status"] == "done" for t in trials),
             **summarise(trials, arms, spec.baseline),
             "trials": trials}
 
@@ -108,7 +110,8 @@ def fmt(value: dict[str, Any] | None) -> str:
 def budget_tables(results: dict[str, Any]) -> list[tuple[int | None, str]]:
     """(earlier budget or None for the run's end, the words its tables' titles add) of each budget, in order."""
     budgets = results.get("budgets") or []
-    tables = [(b if i < len(budgets) - 1 else None, f" at {b:,} env steps") for i, b in enumerate(budgets)]
+    unit = "trained steps" if results.get("budget_unit") == "trained_steps" else "env steps"
+    tables = [(b if i < len(budgets) - 1 else None, f" at {b:,} {unit}") for i, b in enumerate(budgets)]
     return tables or [(None, "")]
 
 

@@ -42,11 +42,15 @@ def say(text: str) -> None:
 
 
 class Progress(tune.Callback):
-    """A line per trial as it starts, while it trains (env steps against its budget, return, env steps/s), and when
-    it ends, fails or is restarted. Holds only the trials' budgets, so Tune can save it with the experiment."""
+    """A line per trial as it starts, while it trains (the counter its budget counts, env steps or samples
+    trained, against that budget; return; env steps/s), and when it ends, fails or is restarted. Holds only the
+    trials' budgets, so Tune can save it with the experiment."""
 
-    def __init__(self, budgets: dict[str, int]):
+    counter = "env_steps"  # a class default: a sweep saved before budgets had units restores without one
+
+    def __init__(self, budgets: dict[str, int], counter: str = "env_steps"):
         self.budgets = budgets
+        self.counter = counter
         self.last: dict[str, float] = {}
 
     @staticmethod
@@ -58,11 +62,12 @@ class Progress(tune.Callback):
 
     def on_trial_result(self, trial, result, **info):
         name, now = self._name(trial), time.monotonic()
-        if "env_steps" not in result or now - self.last.get(name, -PROGRESS_EVERY_S) < PROGRESS_EVERY_S:
+        if self.counter not in result or now - self.last.get(name, -PROGRESS_EVERY_S) < PROGRESS_EVERY_S:
             return
         self.last[name] = now
         ret, rate = result.get("episode_return_mean"), result.get("env_steps_per_second") or 0
-        say(f"{name} {int(result['env_steps']):,}/{self.budgets.get(name, 0):,} env steps, return "
+        unit = "env steps" if self.counter == "env_steps" else "trained steps"
+        say(f"{name} {int(result[self.counter]):,}/{self.budgets.get(name, 0):,} {unit}, return "
             f"{'n/a' if ret is None else format(ret, '.3g')}" + (f", {rate:,.0f} steps/s" if rate > 0 else ""))
 
     def on_trial_complete(self, trial, **info):
@@ -87,7 +92,7 @@ def trainable(spec: SweepSpec, sweep_dir: Path):
 
 
 def _tuner(spec: SweepSpec, sweep_dir: Path, max_concurrent: int | None) -> tune.Tuner:
-    budgets = {trial_name(arm, seed): trial_config(spec, arm, seed, "trial").total_steps
+    budgets = {trial_name(arm, seed): getattr(trial_config(spec, arm, seed, "trial"), spec.budget_key)
                for arm, seed in spec.trials()}
     return tune.Tuner(
         trainable(spec, sweep_dir),
@@ -95,7 +100,7 @@ def _tuner(spec: SweepSpec, sweep_dir: Path, max_concurrent: int | None) -> tune
         param_space={"seed": tune.grid_search(list(spec.seeds)), "arm": tune.grid_search(list(spec.arms))},
         tune_config=tune.TuneConfig(max_concurrent_trials=max_concurrent, reuse_actors=False),
         run_config=tune.RunConfig(
-            name=TUNE_DIR, storage_path=str(sweep_dir), verbose=0, callbacks=[Progress(budgets)],
+            name=TUNE_DIR, storage_path=str(sweep_dir), verbose=0, callbacks=[Progress(budgets, spec.budget_counter)],
             failure_config=tune.FailureConfig(max_failures=spec.max_failures),
             checkpoint_config=tune.CheckpointConfig(num_to_keep=2),
         ),

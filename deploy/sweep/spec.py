@@ -19,6 +19,9 @@ At most one goes without a `name`; a name prefixes its metrics (`generated.maze-
 so two evaluations may play the same level sets (sampled and greedy, say). `budgets: [400000, 1000000]` (optional,
 in place of `total_steps`) trains each trial to each budget in turn, the same run resumed, and evaluates it at each:
 an earlier budget's metrics carry it (`test.return_mean@400000`), the last budget's are the run's final ones.
+`budget_unit: trained_steps` (default `env_steps`) counts the budgets in env steps trained on (`samples_trained`,
+setting `total_trained_steps`), as DCD compares curricula at equal gradient updates; the config's `total_steps` is
+then a cap on env steps that must lie above the last budget, and a trial that reaches it first fails saying so.
 
 A trial is one arm with one seed: the base, the arm's keys, then the keys the sweep sets itself (`SWEEP_KEYS`: the
 trial's run directory and seed, the inline backend, no metrics port; with `budgets`, `total_steps`), with the env
@@ -47,7 +50,10 @@ from levelray.contracts.validate import validate
 # process that Tune places, restarts and accounts for, see docs/guides/experiments.md); no Prometheus port (trials
 # sharing a node would ask for the same one); no cluster address (the inline backend starts no Ray job).
 SWEEP_KEYS = ("run_dir", "seed", "backend", "address", "metrics_port")
-SPEC_KEYS = ("name", "base", "arms", "baseline", "seeds", "evaluate", "budgets", "resources", "max_failures")
+SPEC_KEYS = ("name", "base", "arms", "baseline", "seeds", "evaluate", "budgets", "budget_unit", "resources",
+             "max_failures")
+# budget_unit -> (the config key a budget sets, the checkpoint counter that reaches it)
+BUDGET_UNITS = {"env_steps": ("total_steps", "env_steps"), "trained_steps": ("total_trained_steps", "samples_trained")}
 EVALUATE_KEYS = ("levels", "episodes", "greedy", "name")
 ARM_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")  # a trial's run directory is <arm>-seed<seed>
 # An evaluation's name is the first part of its dotted metric names and part of a file name: no dots, no '@'
@@ -73,8 +79,8 @@ class Evaluation:
 @dataclass(frozen=True)
 class SweepSpec:
     """A checked spec. `base` and `arms` are config mappings (YAML's nesting); `evaluations` what each trial plays at
-    each budget; `budgets` the env steps a trial trains to in turn (empty: its config's `total_steps`, once);
-    `resources` Ray's names (`CPU`, `GPU`, custom) -> amounts per trial."""
+    each budget; `budgets` what a trial trains to in turn, counted in `budget_unit` (empty: its config's
+    `total_steps`, once); `resources` Ray's names (`CPU`, `GPU`, custom) -> amounts per trial."""
 
     name: str
     base: dict
@@ -83,6 +89,7 @@ class SweepSpec:
     seeds: tuple[int, ...]
     evaluations: tuple[Evaluation, ...]
     budgets: tuple[int, ...] = ()
+    budget_unit: str = "env_steps"
     resources: dict[str, float] = field(default_factory=lambda: {"CPU": 1.0})
     max_failures: int = 3
 
@@ -94,12 +101,24 @@ class SweepSpec:
         """Torch threads a trial uses: the CPUs it holds (at least one)."""
         return max(1, math.floor(self.resources.get("CPU", 1.0)))
 
+    @property
+    def budget_key(self) -> str:
+        """The config key each budget sets: `total_steps` or `total_trained_steps`."""
+        return BUDGET_UNITS[self.budget_unit][0]
+
+    @property
+    def budget_counter(self) -> str:
+        """The run's counter a budget is reached by: `env_steps` or `samples_trained`."""
+        return BUDGET_UNITS[self.budget_unit][1]
+
     def to_dict(self) -> dict[str, Any]:
         """The spec in its YAML form (what `load_spec` reads back, and the sweep directory keeps)."""
         resources = {("cpu" if k == "CPU" else "gpu" if k == "GPU" else k): v for k, v in self.resources.items()}
         single = len(self.evaluations) == 1 and self.evaluations[0].name is None
         evaluate = self.evaluations[0].to_dict() if single else [e.to_dict() for e in self.evaluations]
         budgets = {"budgets": list(self.budgets)} if self.budgets else {}
+        if self.budget_unit != "env_steps":
+            budgets["budget_unit"] = self.budget_unit
         return {"name": self.name, "base": self.base, "arms": self.arms, "baseline": self.baseline,
                 "seeds": list(self.seeds), "evaluate": evaluate, **budgets, "resources": resources,
                 "max_failures": self.max_failures}
@@ -137,9 +156,11 @@ def load_spec(source: str | Path | dict, name: str | None = None) -> SweepSpec:
     if data["baseline"] not in arms:
         raise ConfigError(f"sweep spec: baseline must name one of the arms ({', '.join(arms)}), "
                           f"got {data['baseline']!r}")
-    budgets = _budgets(data.get("budgets"), base, arms)
+    unit = _budget_unit(data.get("budget_unit", "env_steps"), data.get("budgets"))
+    budgets = _budgets(data.get("budgets"), base, arms, BUDGET_UNITS[unit][0])
     spec = SweepSpec(name=str(data.get("name") or name or "sweep"), base=base, arms=arms, baseline=data["baseline"],
                      seeds=_seeds(data["seeds"]), evaluations=_evaluations(data["evaluate"]), budgets=budgets,
+                     budget_unit=unit,
                      resources=_resources(data.get("resources")), max_failures=_count(data.get("max_failures", 3),
                                                                                       "max_failures"))
     _check_configs(spec)
@@ -226,18 +247,28 @@ def _evaluation(value: Any, where: str) -> Evaluation:
     return Evaluation(levels=tuple(sets), episodes=episodes, greedy=greedy, name=name)
 
 
-def _budgets(value: Any, base: dict, arms: dict[str, dict]) -> tuple[int, ...]:
-    """`budgets`: env-step counts in increasing order, which then set every trial's `total_steps`."""
+def _budget_unit(value: Any, budgets: Any) -> str:
+    if value not in BUDGET_UNITS:
+        raise ConfigError(f"sweep spec: budget_unit must be one of {', '.join(BUDGET_UNITS)}, got {value!r}")
+    if value != "env_steps" and budgets is None:
+        raise ConfigError(f"sweep spec: budget_unit {value} counts the budgets, but the spec has no budgets "
+                          f"(e.g. budgets: [1000000, 2000000])")
+    return value
+
+
+def _budgets(value: Any, base: dict, arms: dict[str, dict], key: str) -> tuple[int, ...]:
+    """`budgets`: counts in increasing order, which then set every trial's `key` (`total_steps` or
+    `total_trained_steps`)."""
     if value is None:
         return ()
     ok = isinstance(value, list) and value and all(isinstance(b, int) and not isinstance(b, bool) and b >= 1
                                                    for b in value)
     if not ok or any(b <= a for a, b in zip(value, value[1:], strict=False)):
-        raise ConfigError(f"sweep spec: budgets must be a non-empty list of env-step counts in increasing order "
+        raise ConfigError(f"sweep spec: budgets must be a non-empty list of step counts in increasing order "
                           f"(e.g. [400000, 1000000]), got {value!r}")
     for where, keys in [("base", base), *((f"arms.{arm}", keys) for arm, keys in arms.items())]:
-        if "total_steps" in keys:
-            raise ConfigError(f"sweep spec: {where}.total_steps: budgets set each trial's total_steps (it trains to "
+        if key in keys:
+            raise ConfigError(f"sweep spec: {where}.{key}: budgets set each trial's {key} (it trains to "
                               f"each budget in turn); remove one of them")
     return tuple(value)
 
@@ -278,7 +309,7 @@ def trial_config(spec: SweepSpec, arm: str, seed: int, run_dir: str | Path, budg
     data = merge_config(spec.base, spec.arms[arm])
     sweep = {"run_dir": str(run_dir), "seed": seed, "backend": "inline", "address": None, "metrics_port": 0}
     if spec.budgets:
-        sweep["total_steps"] = budget or spec.budgets[-1]
+        sweep[spec.budget_key] = budget or spec.budgets[-1]
     cfg = replace_paths(from_dict(data), sweep)
     return apply_preset(cfg, dict_paths(data) | set(sweep))
 
@@ -303,6 +334,11 @@ def _check_configs(spec: SweepSpec) -> None:
         except ConfigError as exc:
             raise ConfigError(f"sweep spec: arm {arm}: {exc}") from None
         cfg = trial_config(spec, arm, spec.seeds[0], "trial")
+        if spec.budget_unit == "trained_steps" and cfg.total_steps <= spec.budgets[-1]:
+            raise ConfigError(f"sweep spec: arm {arm}: total_steps {cfg.total_steps:,} caps the env steps of a "
+                              f"trial trained to budgets in trained steps, so it must exceed the last budget "
+                              f"({spec.budgets[-1]:,}); a curriculum that replays a share p of its steps needs "
+                              f"about budget / p")
         for i, e in enumerate(spec.evaluations):
             try:
                 plan_level_sets(cfg, list(e.levels), e.episodes, spec.seeds[0])

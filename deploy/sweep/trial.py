@@ -47,7 +47,8 @@ from levelray.deploy.sweep.spec import SweepSpec, trial_config, trial_name
 
 TRIAL_LOG = "trial.jsonl"
 POINTER = "levelray.json"  # what a Tune checkpoint of a trial holds, besides the levelray checkpoint's meta.json
-PROGRESS_KEYS = ("env_steps", "episode_return_mean", "env_steps_per_second", "learner_version", "test_return_mean")
+PROGRESS_KEYS = ("env_steps", "samples_trained", "episode_return_mean", "env_steps_per_second", "learner_version",
+                 "test_return_mean")
 
 
 class TrialStorageLost(RuntimeError):
@@ -129,12 +130,12 @@ def _restored_pointer(checkpoint) -> dict[str, Any] | None:
         return json.loads(path.read_text()) if path.exists() else {}
 
 
-def _newest_steps(path: Path) -> int:
-    """Env steps of the run directory's newest checkpoint (0: none)."""
+def _newest_counters(path: Path) -> dict[str, int]:
+    """The counters of the run directory's newest checkpoint (empty: none)."""
     checkpoints = RunDir(path).list_checkpoints()
     if not checkpoints:
-        return 0
-    return int(json.loads((checkpoints[-1] / "meta.json").read_text()).get("counters", {}).get("env_steps", 0))
+        return {}
+    return json.loads((checkpoints[-1] / "meta.json").read_text()).get("counters", {})
 
 
 def _start_run(spec: SweepSpec, arm: str, seed: int, path: Path, budget: int | None):
@@ -145,20 +146,26 @@ def _start_run(spec: SweepSpec, arm: str, seed: int, path: Path, budget: int | N
 
     if RunDir(path).list_checkpoints():
         saved = replace_path(from_dict(yaml.safe_load((path / "config.yaml").read_text())), "run_dir", str(path))
-        cfg = saved if budget is None else replace_path(saved, "total_steps", budget)
+        cfg = saved if budget is None else replace_path(saved, spec.budget_key, budget)
         return cfg, prepare_run_dir(cfg, resume=True, saved=saved), True
     cfg = trial_config(spec, arm, seed, path, budget)
     return cfg, prepare_run_dir(cfg, overwrite=True), False
 
 
 def _train_to(spec: SweepSpec, arm: str, seed: int, path: Path, budget: int | None, reports: TuneReports) -> None:
-    """Train the trial's run to `budget` (None: its config's total_steps), unless its newest checkpoint has."""
+    """Train the trial's run to `budget` (None: its config's total_steps), unless its newest checkpoint has.
+    Raises JobFailed when a budget in trained steps is not reached because the env-step cap was."""
     from levelray.deploy.training.driver import train
 
-    if budget is not None and _newest_steps(path) >= budget:
+    if budget is not None and int(_newest_counters(path).get(spec.budget_counter, 0)) >= budget:
         return  # trained to it by an earlier start, which ended before its evaluation was recorded
     cfg, run_dir, resumed = _start_run(spec, arm, seed, path, budget)
     train(cfg, run_dir, resume=resumed, quiet=True, on_report=reports)
+    counters = _newest_counters(path)
+    if budget is not None and int(counters.get(spec.budget_counter, 0)) < budget:
+        raise JobFailed(f"the run reached total_steps ({cfg.total_steps:,} env steps) having trained on "
+                        f"{int(counters.get('samples_trained', 0)):,} of its budget of {budget:,} trained steps; "
+                        f"raise total_steps in the spec")
 
 
 def _evaluate(spec: SweepSpec, seed: int, path: Path, earlier: int | None) -> dict[str, float]:
