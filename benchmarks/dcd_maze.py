@@ -1,0 +1,183 @@
+"""DCD's maze result at equal trained steps: domain randomisation, Robust PLR and ACCEL on `maze:13x13`, tested
+zero-shot on the hand-designed suite at five budgets of steps trained on.
+
+    python -m benchmarks.dcd_maze                  # runs (or continues) benchmarks/sweeps/dcd_maze.yaml, then reports
+    python -m benchmarks.dcd_maze --analyse        # reports the sweep directory as it is now, finished or not
+        [--out-dir DIR] [--parallel 2] [--json PATH]
+
+The arms are DCD's MiniGrid comparison of ACCEL (Parker-Holder et al. 2022, `facebookresearch/dcd`'s `60_blocks`
+configs; `benchmarks/sweeps/dcd_maze.yaml` says which keys) over the unbounded level space, run as a `levelray
+sweep` with `budget_unit: trained_steps`: every arm trains on the same number of env steps (`samples_trained`), as
+DCD compares at equal student updates, so Robust PLR and ACCEL play about twice DR's env steps to get there.
+
+Per arm, at each budget: the suite's solved rate (the mean over mazes of each maze's success rate) as mean and 95%
+Student-t interval over seeds (the learning curve against trained steps), with the paired differences ACCEL - DR,
+Robust PLR - DR and ACCEL - Robust PLR (same seed); at the last budget each maze's rate and the generated 25- and
+50-wall mazes (DR's own training distribution, reported apart); the env steps played and the trained share; the
+buffer's complexity (mean walls, mean shortest path of the levels it holds) against trained steps. DCD's published
+solved rates stand beside, for the ordering: its budget is 20k updates of 32 x 256 steps (163.84M trained steps)
+on its 12 mazes. `--analyse` reads whatever the sweep directory holds (a trial's evaluations so far, its metrics
+so far), so the first runs' curves, trained share and buffer can be looked at before all seeds are spent.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+import yaml
+
+from benchmarks.accel_maze import DCD_SOLVED, GENERATED, GENERATED_SETS
+from benchmarks.common import ROOT, fmt_ci, load_sweep, pairwise, print_table, run_sweep, write_json
+from levelray.contracts.maze import suite_names
+from levelray.deploy.report.stats import ci_summary
+from levelray.deploy.sweep.metrics import evaluation_file
+
+DCD_TRAINED_STEPS = 20_000 * 32 * 256  # DCD's 20k PPO updates of 32 envs x 256 steps
+PAIRS = (("dr", "accel"), ("dr", "robust"), ("robust", "accel"))
+CURVE_POINTS = 10
+
+
+def parse(argv: list[str] | None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--out-dir", default=str(ROOT / "benchmarks" / "out" / "dcd_maze"))
+    p.add_argument("--parallel", type=int, default=2)
+    p.add_argument("--analyse", action="store_true", help="report the sweep directory as it is; run nothing")
+    p.add_argument("--json", default=str(ROOT / "benchmarks" / "out" / "dcd_maze.json"))
+    return p.parse_args(argv)
+
+
+def read_records(run: Path) -> list[dict]:
+    path = run / "metrics.jsonl"
+    if not path.exists():
+        return []
+    out = []
+    for line in path.read_text().splitlines():
+        try:
+            out.append(json.loads(line))
+        except ValueError:  # a line being written
+            continue
+    return out
+
+
+def evaluations(run: Path, budgets: list[int]) -> dict[int, dict]:
+    """Budget -> {"suite": evaluate json, "generated": evaluate json} of the budgets the run has reached."""
+    out = {}
+    for i, budget in enumerate(budgets):
+        earlier = budget if i < len(budgets) - 1 else None
+        suite, generated = run / evaluation_file(None, earlier), run / evaluation_file(GENERATED, earlier)
+        if suite.exists() and generated.exists():
+            out[budget] = {"suite": json.loads(suite.read_text()), "generated": json.loads(generated.read_text())}
+    return out
+
+
+def complexity_curve(records: list[dict]) -> list[dict]:
+    """`CURVE_POINTS` evenly spaced records of the buffer's complexity against trained steps."""
+    kept = [r for r in records if r.get("levels_mean_walls") is not None]
+    step = max(1, len(kept) // CURVE_POINTS)
+    return [{"samples_trained": r["samples_trained"], "walls": r["levels_mean_walls"],
+             "path_length": r.get("levels_mean_path_length")} for r in kept[step - 1::step][-CURVE_POINTS:]]
+
+
+def trial_result(run: Path, arm: str, seed: int, budgets: list[int]) -> dict:
+    """One run's numbers so far: its evaluations at each budget reached and its training records."""
+    records = read_records(run)
+    last = records[-1] if records else {}
+    evals = evaluations(run, budgets)
+    out = {"arm": arm, "seed": seed, "run_dir": str(run), "env_steps": last.get("env_steps", 0),
+           "samples_trained": last.get("samples_trained", 0),
+           "wall_s": last["time"] - records[0]["time"] if records else None,  # evaluations and restarts included
+           "levels_edited": last.get("levels_edited"), "training_return_last100": last.get("episode_return_mean"),
+           "complexity": complexity_curve(records), "budgets": {}}
+    out["trained_fraction"] = out["samples_trained"] / out["env_steps"] if out["env_steps"] else None
+    for budget, ev in evals.items():
+        suite = ev["suite"]
+        out["budgets"][budget] = {
+            "env_steps": suite["env_steps"], "samples_trained": suite["samples_trained"],
+            "suite_solved": suite["maze_suite"]["success_rate"],
+            "mazes": {m: suite["results"][m]["success_rate"] for m in suite["maze_suite"]["mazes"]},
+            **{s: ev["generated"]["results"][s]["success_rate"] for s in GENERATED_SETS}}
+    return out
+
+
+def at_budget(results: list[dict], budget: int, key: str) -> list[dict]:
+    """`{arm, seed, key}` of the runs evaluated at `budget`."""
+    return [{"arm": r["arm"], "seed": r["seed"], key: r["budgets"][budget][key]} for r in results
+            if budget in r["budgets"]]
+
+
+def summarise(results: list[dict], arms: list[str], budgets: list[int]) -> dict:
+    curve = {a: {b: ci_summary([r["suite_solved"] for r in at_budget(results, b, "suite_solved") if r["arm"] == a])
+                 for b in budgets} for a in arms}
+    paired = {b: {f"{y}-{x}": pairwise(at_budget(results, b, "suite_solved"), [x, y], "suite_solved")[f"{y}-{x}"]
+                  for x, y in PAIRS if x in arms and y in arms} for b in budgets}
+    final = budgets[-1]
+    mazes = {a: {m: ci_summary([r["budgets"][final]["mazes"][m] for r in results
+                                if r["arm"] == a and final in r["budgets"]]) for m in suite_names()} for a in arms}
+    generated = {a: {s: ci_summary([r[s] for r in at_budget(results, final, s) if r["arm"] == a])
+                     for s in GENERATED_SETS} for a in arms}
+    shares = {a: ci_summary([r["trained_fraction"] for r in results if r["arm"] == a and r["trained_fraction"]])
+              for a in arms}
+    return {"suite_solved": curve, "paired_suite_solved": paired, "mazes": mazes, "generated": generated,
+            "trained_fraction": shares}
+
+
+def print_report(results: list[dict], summary: dict, arms: list[str], budgets: list[int]) -> None:
+    print_table([[r["arm"], r["seed"], f"{r['samples_trained']:,}", f"{r['env_steps']:,}",
+                  None if r["trained_fraction"] is None else round(r["trained_fraction"], 3),
+                  round(r["wall_s"] or 0), r["levels_edited"],
+                  *(r["budgets"].get(b, {}).get("suite_solved") for b in budgets)] for r in results],
+                ["arm", "seed", "trained", "env steps", "trained share", "wall s", "edited",
+                 *(f"suite@{b / 1e6:g}M" for b in budgets)], title="runs (suite solved at each budget reached)")
+    print()
+    print_table([[a, *(fmt_ci(summary["suite_solved"][a][b]) for b in budgets), DCD_SOLVED.get(a)] for a in arms],
+                ["arm", *(f"{b / 1e6:g}M trained" for b in budgets), "DCD (its 12 mazes, 163.84M)"],
+                title="suite solved rate, mean ± 95% CI over seeds, against trained steps")
+    print()
+    pairs = sorted({p for b in budgets for p in summary["paired_suite_solved"][b]})
+    print_table([[p, *(fmt_ci(summary["paired_suite_solved"][b].get(p)) for b in budgets)] for p in pairs],
+                ["paired (same seed)", *(f"{b / 1e6:g}M" for b in budgets)],
+                title="paired difference of the suite solved rate")
+    print()
+    print_table([[m, *(fmt_ci(summary["mazes"][a][m], ".2f") for a in arms)] for m in suite_names()],
+                ["maze", *arms], title=f"each suite maze at {budgets[-1]:,} trained steps")
+    print()
+    print_table([[a, *(fmt_ci(summary["generated"][a][s]) for s in GENERATED_SETS),
+                  fmt_ci(summary["trained_fraction"][a])] for a in arms],
+                ["arm", *GENERATED_SETS, "trained share"],
+                title="generated mazes (DR's training distribution) at the last budget; trained share of env steps")
+    print("\nthe buffer's complexity (mean walls / mean shortest path), seed mean, at tenths of the run so far")
+    for a in arms:
+        curves = [r["complexity"] for r in results if r["arm"] == a and r["complexity"]]
+        if curves:
+            n = min(len(c) for c in curves)
+            print(f"{a:>7}: " + "  ".join(
+                f"{sum(c[i]['samples_trained'] for c in curves) / len(curves) / 1e6:.1f}M "
+                f"{sum(c[i]['walls'] for c in curves) / len(curves):.1f}/"
+                f"{sum(c[i]['path_length'] or 0 for c in curves) / len(curves):.1f}" for i in range(n)))
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse(argv)
+    out = Path(args.out_dir)
+    if args.analyse:  # the spec the directory's sweep runs (what `levelray sweep` keeps beside its trials)
+        spec = yaml.safe_load((out / "sweep.yaml").read_text())
+    else:
+        spec = load_sweep("dcd_maze")
+        run_sweep(spec, out, args.parallel)
+    arms, budgets = list(spec["arms"]), list(spec["budgets"])
+    results = [trial_result(out / "trials" / f"{arm}-seed{seed}", arm, seed, budgets)
+               for seed in spec["seeds"] for arm in arms if (out / "trials" / f"{arm}-seed{seed}").exists()]
+    summary = summarise(results, arms, budgets)
+    print(f"{spec['base']['env']['id']}, budgets {budgets} trained steps ({budgets[-1] / DCD_TRAINED_STEPS:.1%} of "
+          f"DCD's {DCD_TRAINED_STEPS:,}), {len(results)} runs so far")
+    print_report(results, summary, arms, budgets)
+    write_json(args.json, {"results": {"spec": spec, "dcd_trained_steps": DCD_TRAINED_STEPS, "summary": summary,
+                                       "runs": results, "dcd_solved": DCD_SOLVED}}, benchmark="dcd_maze")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
