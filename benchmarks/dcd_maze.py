@@ -159,6 +159,35 @@ def print_report(results: list[dict], summary: dict, arms: list[str], budgets: l
                 f"{sum(c[i]['path_length'] or 0 for c in curves) / len(curves):.1f}" for i in range(n)))
 
 
+def plot_curves(summary: dict, arms: list[str], budgets: list[int], path: Path) -> None:
+    """The suite solved rate against trained steps per arm: seed mean and its 95% interval at each budget."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(6, 4))
+    for arm in arms:
+        points = [(b, summary["suite_solved"][arm][b]) for b in budgets if summary["suite_solved"][arm][b]["n"]]
+        if not points:
+            continue
+        x = [b / 1e6 for b, _ in points]
+        mean = [s["mean"] for _, s in points]
+        half = [s["ci95"] or 0.0 for _, s in points]
+        ax.plot(x, mean, marker="o", label=f"{arm} (n={points[-1][1]['n']})")
+        ax.fill_between(x, [m - h for m, h in zip(mean, half, strict=True)],
+                        [m + h for m, h in zip(mean, half, strict=True)], alpha=0.2)
+    ax.set_xlabel("trained steps (millions)")
+    ax.set_ylabel("suite solved rate (zero-shot)")
+    ax.set_ylim(0, 1)
+    ax.grid(alpha=0.3)
+    ax.legend()
+    fig.tight_layout()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+
+
 def main(argv: list[str] | None = None) -> int:
     args = parse(argv)
     out = Path(args.out_dir)
@@ -174,6 +203,9 @@ def main(argv: list[str] | None = None) -> int:
     print(f"{spec['base']['env']['id']}, budgets {budgets} trained steps ({budgets[-1] / DCD_TRAINED_STEPS:.1%} of "
           f"DCD's {DCD_TRAINED_STEPS:,}), {len(results)} runs so far")
     print_report(results, summary, arms, budgets)
+    figure = Path(args.json).with_suffix(".png")
+    plot_curves(summary, arms, budgets, figure)
+    print(f"learning curves: {figure}")
     write_json(args.json, {"results": {"spec": spec, "dcd_trained_steps": DCD_TRAINED_STEPS, "summary": summary,
                                        "runs": results, "dcd_solved": DCD_SOLVED}}, benchmark="dcd_maze")
     return 0
