@@ -40,6 +40,7 @@ import yaml
 
 from levelray.contracts import snapshot
 from levelray.contracts.config import ConfigError, from_dict, replace_path
+from levelray.contracts.counters import budget_reached
 from levelray.deploy.errors import MAX_ERROR_CHARS, JobFailed
 from levelray.deploy.rundir import CHECKPOINT_PREFIX, RunDir
 from levelray.deploy.sweep.metrics import at_budget, evaluation_file, finite_number, trial_metrics
@@ -154,7 +155,8 @@ def _start_run(spec: SweepSpec, arm: str, seed: int, path: Path, budget: int | N
 
 def _train_to(spec: SweepSpec, arm: str, seed: int, path: Path, budget: int | None, reports: TuneReports) -> None:
     """Train the trial's run to `budget` (None: its config's total_steps), unless its newest checkpoint has.
-    Raises JobFailed when a budget in trained steps is not reached because the env-step cap was."""
+    Raises JobFailed when the config's other budget (an env-step cap under budgets of trained steps) ends the run
+    short of `budget`."""
     from levelray.deploy.training.driver import train
 
     if budget is not None and int(_newest_counters(path).get(spec.budget_counter, 0)) >= budget:
@@ -162,10 +164,16 @@ def _train_to(spec: SweepSpec, arm: str, seed: int, path: Path, budget: int | No
     cfg, run_dir, resumed = _start_run(spec, arm, seed, path, budget)
     train(cfg, run_dir, resume=resumed, quiet=True, on_report=reports)
     counters = _newest_counters(path)
-    if budget is not None and int(counters.get(spec.budget_counter, 0)) < budget:
-        raise JobFailed(f"the run reached total_steps ({cfg.total_steps:,} env steps) having trained on "
-                        f"{int(counters.get('samples_trained', 0)):,} of its budget of {budget:,} trained steps; "
-                        f"raise total_steps in the spec")
+    env_steps, trained = int(counters.get("env_steps", 0)), int(counters.get("samples_trained", 0))
+    if budget is None or int(counters.get(spec.budget_counter, 0)) >= budget:
+        return
+    if budget_reached(cfg, env_steps, trained):  # the config's other budget ended it: it would again
+        other = "total_steps" if env_steps >= cfg.total_steps else "total_trained_steps"
+        raise JobFailed(f"the run reached {other} ({getattr(cfg, other):,}) at {env_steps:,} env steps, "
+                        f"{trained:,} trained, short of its budget of {budget:,} {spec.budget_counter}; raise "
+                        f"{other} in the spec")
+    raise RuntimeError(f"the run stopped short of its budget of {budget:,} {spec.budget_counter} "
+                       f"({env_steps:,} env steps, {trained:,} trained); Tune restarts it from its checkpoint")
 
 
 def _evaluate(spec: SweepSpec, seed: int, path: Path, earlier: int | None) -> dict[str, float]:
