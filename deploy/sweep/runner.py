@@ -115,6 +115,8 @@ def run_sweep(spec: SweepSpec, sweep_dir: str | Path, *, resume: bool = False,
     # newer output engine prints a banner whatever the verbosity; the older one prints nothing at verbose=0.
     os.environ.setdefault("RAY_AIR_NEW_OUTPUT", "0")
     logging.getLogger("ray.tune").setLevel(logging.WARNING)  # and its INFO notes of each state it saved
+    # and tensorboardX's note, per metric and result, that a budget's `@` is not allowed in its names
+    logging.getLogger("tensorboardX").setLevel(logging.WARNING)
     sweep_dir = Path(sweep_dir).resolve()
     tune_dir = sweep_dir / TUNE_DIR
     if resume and tune.Tuner.can_restore(str(tune_dir)):
