@@ -11,8 +11,9 @@ last checkpoint (with `budgets`: trained to each budget in turn, the same run re
 `run_trial` is the Tune trainable. The run uses the inline backend in the trial's own process: the process is what
 Tune places with the trial's resources, restarts when it or its node is lost, and stops; a Ray-backend job inside it
 would start actors of its own outside the trial's resources. Each metrics record goes to `tune.report` (the progress
-line); whenever the run has written a new levelray checkpoint, the report carries a `tune.Checkpoint` naming it (its
-`levelray.json` and the checkpoint's `meta.json`), which Tune persists as the trial's checkpoint. The state itself
+line); when the run has written a new levelray checkpoint (at most once a minute, and at each budget's end), the
+report carries a `tune.Checkpoint` naming it (its `levelray.json` and the checkpoint's `meta.json`), which Tune
+persists as the trial's checkpoint. The state itself
 stays in the run directory, which is therefore on storage every node mounts at one path: a restarted trial continues
 from the run directory's newest valid checkpoint (at least as new as the one Tune recorded), and one that Tune
 restores with a checkpoint while its run directory holds none (a node that does not see the sweep directory) fails
@@ -30,6 +31,7 @@ Anything else (the process killed, the node lost) is Tune's to retry, up to the 
 from __future__ import annotations
 
 import json
+import math
 import os
 import tempfile
 import time
@@ -48,6 +50,7 @@ from levelray.deploy.sweep.spec import SweepSpec, trial_config, trial_name
 
 TRIAL_LOG = "trial.jsonl"
 POINTER = "levelray.json"  # what a Tune checkpoint of a trial holds, besides the levelray checkpoint's meta.json
+CHECKPOINT_EVERY_S = 60.0
 PROGRESS_KEYS = ("env_steps", "samples_trained", "episode_return_mean", "env_steps_per_second", "learner_version",
                  "test_return_mean")
 
@@ -95,21 +98,27 @@ class TrialLog:
 
 class TuneReports:
     """`on_report` of a trial's run: each metrics record to `tune.report` (`PROGRESS_KEYS`), with a
-    `tune.Checkpoint` naming the newest levelray checkpoint whenever there is a new one."""
+    `tune.Checkpoint` naming the newest levelray checkpoint when there is a new one, at most every
+    `CHECKPOINT_EVERY_S` with the records (a fast run checkpoints every few seconds, and Tune saves its whole
+    experiment state each time; a restart takes the run directory's newest checkpoint anyway) and always with an
+    explicit `report` (a budget's or the trial's end)."""
 
     def __init__(self, run_dir: RunDir):
         self.run_dir = run_dir
         self.reported: Path | None = None
+        self.reported_at = -math.inf  # time.monotonic() of the last checkpoint handed to Tune
 
     def __call__(self, record: dict[str, Any]) -> None:
-        self.report({k: v for k in PROGRESS_KEYS if (v := finite_number(record.get(k))) is not None})
+        due = time.monotonic() - self.reported_at >= CHECKPOINT_EVERY_S
+        self.report({k: v for k in PROGRESS_KEYS if (v := finite_number(record.get(k))) is not None},
+                    checkpoint=due)
 
-    def report(self, metrics: dict[str, Any]) -> None:
+    def report(self, metrics: dict[str, Any], checkpoint: bool = True) -> None:
         from ray import tune
 
         checkpoints = self.run_dir.list_checkpoints()
         latest = checkpoints[-1] if checkpoints else None
-        if latest is None or latest == self.reported:
+        if not checkpoint or latest is None or latest == self.reported:
             tune.report(metrics)
             return
         with tempfile.TemporaryDirectory(prefix="levelray-tune-") as tmp:
@@ -120,7 +129,7 @@ class TuneReports:
                 (Path(tmp) / "meta.json").write_bytes((latest / "meta.json").read_bytes())
             tune.report({**metrics, "levelray_checkpoint": pointer["version"]},
                         checkpoint=tune.Checkpoint.from_directory(tmp))  # Tune copies it to its storage here
-        self.reported = latest
+        self.reported, self.reported_at = latest, time.monotonic()
 
 
 def _restored_pointer(checkpoint) -> dict[str, Any] | None:
