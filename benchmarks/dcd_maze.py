@@ -6,8 +6,8 @@ zero-shot on the hand-designed suite at five budgets of steps trained on.
         [--out-dir DIR] [--parallel 2] [--json PATH]
 
 The arms are DCD's MiniGrid comparison of ACCEL (Parker-Holder et al. 2022, `facebookresearch/dcd`'s `60_blocks`
-configs; `benchmarks/sweeps/dcd_maze.yaml` says which keys) over the unbounded level space, run as a `levelray
-sweep` with `budget_unit: trained_steps`: every arm trains on the same number of env steps (`samples_trained`), as
+configs; `benchmarks/sweeps/dcd_maze.yaml` says which keys) over the unbounded level space, each with DCD's LSTM-256
+student, run as a `levelray sweep` with `budget_unit: trained_steps`: every arm trains on the same number of env steps (`samples_trained`), as
 DCD compares at equal student updates, so Robust PLR and ACCEL play about twice DR's env steps to get there.
 
 Per arm, at each budget: the suite's solved rate (the mean over mazes of each maze's success rate) as mean and 95%
