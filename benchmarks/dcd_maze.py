@@ -7,8 +7,9 @@ zero-shot on the hand-designed suite at five budgets of steps trained on.
 
 The arms are DCD's MiniGrid comparison of ACCEL (Parker-Holder et al. 2022, `facebookresearch/dcd`'s `60_blocks`
 configs; `benchmarks/sweeps/dcd_maze.yaml` says which keys) over the unbounded level space, each with DCD's LSTM-256
-student, run as a `levelray sweep` with `budget_unit: trained_steps`: every arm trains on the same number of env steps (`samples_trained`), as
-DCD compares at equal student updates, so Robust PLR and ACCEL play about twice DR's env steps to get there.
+student, run as a `levelray sweep` with `budget_unit: trained_steps`: every arm trains on the same number of env
+steps (`samples_trained`), as DCD compares at equal student updates, so Robust PLR and ACCEL play about twice DR's
+env steps to get there.
 
 Per arm, at each budget: the suite's solved rate (the mean over mazes of each maze's success rate) as mean and 95%
 Student-t interval over seeds (the learning curve against trained steps), with the paired differences ACCEL - DR,
@@ -27,6 +28,7 @@ import json
 import sys
 from pathlib import Path
 
+import numpy as np
 import yaml
 
 from benchmarks.accel_maze import DCD_SOLVED, GENERATED, GENERATED_SETS
@@ -38,6 +40,7 @@ from levelray.deploy.sweep.metrics import evaluation_file
 DCD_TRAINED_STEPS = 20_000 * 32 * 256  # DCD's 20k PPO updates of 32 envs x 256 steps
 PAIRS = (("dr", "accel"), ("dr", "robust"), ("robust", "accel"))
 CURVE_POINTS = 10
+SHORT_PATH = 8  # moves: a level the agent can solve by walking to a goal it nearly sees
 
 
 def parse(argv: list[str] | None) -> argparse.Namespace:
@@ -81,6 +84,33 @@ def complexity_curve(records: list[dict]) -> list[dict]:
              "path_length": r.get("levels_mean_path_length")} for r in kept[step - 1::step][-CURVE_POINTS:]]
 
 
+def replay_profile(run: Path) -> dict | None:
+    """What the newest checkpoint's level buffer replays: its levels' mean shortest path (over solvable ones)
+    plain and weighted by the replay distribution P, and P's share on the top level and on paths under
+    `SHORT_PATH` moves. None without a buffer (domain randomisation) or a checkpoint."""
+    from levelray.contracts.maze import MazeLevel, level_for_id, maze_size, parse_blocks, shortest_path_length
+    from levelray.deploy.report.runs import load_level_state
+    from levelray.level_service.spaces import level_encodings, levels_view
+
+    checkpoints = sorted((run / "checkpoints").glob("ckpt-*"))
+    sampler = load_level_state(checkpoints[-1] / "levels.msgpack") if checkpoints else None
+    if sampler is None:
+        return None
+    view = levels_view(sampler)
+    encodings = level_encodings(sampler, view.seeds.tolist())
+    env = yaml.safe_load((run / "config.yaml").read_text())["env"]
+    width, height = maze_size(env["id"])
+    blocks = parse_blocks(env["maze_blocks"])
+    levels = [MazeLevel.decode(encodings[i]) if i in encodings else level_for_id(i, width, height, blocks)
+              for i in view.seeds.tolist()]
+    paths = np.array([shortest_path_length(level) or -1 for level in levels], dtype=np.float64)
+    weights, solvable = view.weights, paths > 0
+    return {"levels": len(levels), "mean_path": float(paths[solvable].mean()),
+            "replayed_path": float((weights * paths)[solvable].sum() / max(weights[solvable].sum(), 1e-12)),
+            "top_level_p": float(weights.max()), "short_path_p": float(weights[solvable & (paths < SHORT_PATH)].sum()),
+            "mean_walls": float(np.mean([level.num_walls for level in levels]))}
+
+
 def trial_result(run: Path, arm: str, seed: int, budgets: list[int]) -> dict:
     """One run's numbers so far: its evaluations at each budget reached and its training records."""
     records = read_records(run)
@@ -90,7 +120,7 @@ def trial_result(run: Path, arm: str, seed: int, budgets: list[int]) -> dict:
            "samples_trained": last.get("samples_trained", 0),
            "wall_s": last["time"] - records[0]["time"] if records else None,  # evaluations and restarts included
            "levels_edited": last.get("levels_edited"), "training_return_last100": last.get("episode_return_mean"),
-           "complexity": complexity_curve(records), "budgets": {}}
+           "complexity": complexity_curve(records), "replay": replay_profile(run), "budgets": {}}
     out["trained_fraction"] = out["samples_trained"] / out["env_steps"] if out["env_steps"] else None
     for budget, ev in evals.items():
         suite = ev["suite"]
@@ -148,6 +178,13 @@ def print_report(results: list[dict], summary: dict, arms: list[str], budgets: l
                   fmt_ci(summary["trained_fraction"][a])] for a in arms],
                 ["arm", *GENERATED_SETS, "trained share"],
                 title="generated mazes (DR's training distribution) at the last budget; trained share of env steps")
+    print()
+    print_table([[r["arm"], r["seed"], r["replay"]["levels"], round(r["replay"]["mean_walls"], 1),
+                  round(r["replay"]["mean_path"], 2), round(r["replay"]["replayed_path"], 2),
+                  round(r["replay"]["short_path_p"], 3), round(r["replay"]["top_level_p"], 3)]
+                 for r in results if r["replay"]],
+                ["arm", "seed", "levels", "mean walls", "mean path", "P-weighted path", f"P(path < {SHORT_PATH})",
+                 "P(top level)"], title="what each buffer replays, at its newest checkpoint")
     print("\nthe buffer's complexity (mean walls / mean shortest path), seed mean, at tenths of the run so far")
     for a in arms:
         curves = [r["complexity"] for r in results if r["arm"] == a and r["complexity"]]
