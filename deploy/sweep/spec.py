@@ -24,12 +24,12 @@ setting `total_trained_steps`), as DCD compares curricula at equal gradient upda
 then a cap on env steps that must lie above the last budget, and a trial that reaches it first fails saying so.
 
 A trial is one arm with one seed: the base, the arm's keys, then the keys the sweep sets itself (`SWEEP_KEYS`: the
-trial's run directory and seed, the inline backend, no metrics port; with `budgets`, `total_steps`), with the env
-family's preset filling the keys none of those set, as `levelray train --config` would. Every arm's config is built
-and checked (`contracts.validate`) here at every budget, and each evaluation's level sets are planned for it, so a
-misspelt key or a value out of range is refused naming its place in the spec (`arms.plr.levels.stratgy`) before a
-trial starts. Whether the env can be made is the trial's own first step (`prepare_run_dir`), on the node that runs
-it: a trial refused there is reported as failed with the reason, and the other trials go on.
+trial's run directory and seed, the inline backend, no metrics port; with `budgets`, the key their unit sets), with
+the env family's preset filling the keys none of those set, as `levelray train --config` would. Every arm's config
+is built and checked (`contracts.validate`) here at every budget, and each evaluation's level sets are planned for
+it, so a misspelt key or a value out of range is refused naming its place in the spec (`arms.plr.levels.stratgy`)
+before a trial starts. Whether the env can be made is the trial's own first step (`prepare_run_dir`), on the node
+that runs it: a trial refused there is reported as failed with the reason, and the other trials go on.
 """
 
 from __future__ import annotations
