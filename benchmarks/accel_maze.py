@@ -86,15 +86,30 @@ def sweep_spec(args: argparse.Namespace, arms: list[str], seeds: list[int]) -> d
                          {"levels": ",".join(GENERATED_SETS), "episodes": 4 * args.eval_episodes, "name": GENERATED}]}
 
 
-def complexity_curve(records: list[dict]) -> list[dict]:
-    """`CURVE_POINTS` evenly spaced records of the buffer's complexity: env steps, mean walls and path length."""
+def complexity_curve(records: list[dict], x: str = "env_steps") -> list[dict]:
+    """`CURVE_POINTS` evenly spaced records of the buffer's complexity: the counter `x` (env steps, or
+    samples_trained), mean walls and path length."""
     kept = [r for r in records if r.get("levels_mean_walls") is not None]
     if not kept:
         return []
     step = max(1, len(kept) // CURVE_POINTS)
     picks = kept[step - 1::step][-CURVE_POINTS:]
-    return [{"env_steps": r["env_steps"], "walls": r["levels_mean_walls"],
+    return [{x: r[x], "walls": r["levels_mean_walls"],
              "path_length": r.get("levels_mean_path_length"), "edited": r.get("levels_edited")} for r in picks]
+
+
+def print_complexity(results: list[dict], arms: list[str], x: str | None = None) -> None:
+    """Each arm's `complexity` curve, seed mean, a point per tenth: "walls/path", after the mean of counter `x`
+    in millions when given."""
+    for a in arms:
+        curves = [r["complexity"] for r in results if r["arm"] == a and r["complexity"]]
+        if curves:
+            n = len(curves)
+            points = [(f"{sum(c[i][x] for c in curves) / n / 1e6:.1f}M " if x else "")
+                      + f"{sum(c[i]['walls'] for c in curves) / n:.1f}/"
+                      f"{sum(c[i]['path_length'] or 0 for c in curves) / n:.1f}"
+                      for i in range(min(len(c) for c in curves))]
+            print(f"{a:>7}: " + "  ".join(points))
 
 
 def trial_result(trial: dict) -> dict:
@@ -140,13 +155,7 @@ def main(argv: list[str] | None = None) -> int:
     print_table([[m, *(sum(r["mazes"][m] for r in results if r["arm"] == a) / max(1, summary[a]["suite_solved"]["n"])
                        for a in arms)] for m in mazes], ["maze", *arms])
     print("\nthe buffer's complexity (mean walls / mean shortest path), seed mean, at the run's tenths")
-    for a in arms:
-        curves = [r["complexity"] for r in results if r["arm"] == a and r["complexity"]]
-        if curves:
-            points = min(len(c) for c in curves)
-            print(f"{a:>7}: " + "  ".join(
-                f"{sum(c[i]['walls'] for c in curves) / len(curves):.1f}/"
-                f"{sum(c[i]['path_length'] or 0 for c in curves) / len(curves):.1f}" for i in range(points)))
+    print_complexity(results, arms)
     print("\npaired difference of the suite's solved rate (same seed)")
     print_table([[k, fmt_ci(v)] for k, v in pairs.items()], ["arms", "difference"])
     write_json(args.json, {"results": {"env": args.env, "total_steps": args.total_steps, "seeds": seeds,

@@ -31,15 +31,15 @@ from pathlib import Path
 import numpy as np
 import yaml
 
-from benchmarks.accel_maze import DCD_SOLVED, GENERATED, GENERATED_SETS
+from benchmarks.accel_maze import DCD_SOLVED, GENERATED, GENERATED_SETS, complexity_curve, print_complexity
 from benchmarks.common import ROOT, fmt_ci, load_sweep, pairwise, print_table, run_sweep, write_json
 from levelray.contracts.maze import suite_names
+from levelray.deploy.report.runs import load_run
 from levelray.deploy.report.stats import ci_summary
 from levelray.deploy.sweep.metrics import evaluation_file
 
 DCD_TRAINED_STEPS = 20_000 * 32 * 256  # DCD's 20k PPO updates of 32 envs x 256 steps
 PAIRS = (("dr", "accel"), ("dr", "robust"), ("robust", "accel"))
-CURVE_POINTS = 10
 SHORT_PATH = 8  # moves: a level the agent can solve by walking to a goal it nearly sees
 
 
@@ -50,19 +50,6 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--analyse", action="store_true", help="report the sweep directory as it is; run nothing")
     p.add_argument("--json", default=str(ROOT / "benchmarks" / "out" / "dcd_maze.json"))
     return p.parse_args(argv)
-
-
-def read_records(run: Path) -> list[dict]:
-    path = run / "metrics.jsonl"
-    if not path.exists():
-        return []
-    out = []
-    for line in path.read_text().splitlines():
-        try:
-            out.append(json.loads(line))
-        except ValueError:  # a line being written
-            continue
-    return out
 
 
 def evaluations(run: Path, budgets: list[int]) -> dict[int, dict]:
@@ -76,18 +63,11 @@ def evaluations(run: Path, budgets: list[int]) -> dict[int, dict]:
     return out
 
 
-def complexity_curve(records: list[dict]) -> list[dict]:
-    """`CURVE_POINTS` evenly spaced records of the buffer's complexity against trained steps."""
-    kept = [r for r in records if r.get("levels_mean_walls") is not None]
-    step = max(1, len(kept) // CURVE_POINTS)
-    return [{"samples_trained": r["samples_trained"], "walls": r["levels_mean_walls"],
-             "path_length": r.get("levels_mean_path_length")} for r in kept[step - 1::step][-CURVE_POINTS:]]
-
-
-def replay_profile(run: Path) -> dict | None:
+def replay_profile(run: Path, env: dict) -> dict | None:
     """What the newest checkpoint's level buffer replays: its levels' mean shortest path (over solvable ones)
     plain and weighted by the replay distribution P, and P's share on the top level and on paths under
-    `SHORT_PATH` moves. None without a buffer (domain randomisation) or a checkpoint."""
+    `SHORT_PATH` moves. `env`: the run's env section. None without a buffer (domain randomisation) or a
+    checkpoint."""
     from levelray.contracts.maze import MazeLevel, level_for_id, maze_size, parse_blocks, shortest_path_length
     from levelray.deploy.report.runs import load_level_state
     from levelray.level_service.spaces import level_encodings, levels_view
@@ -98,7 +78,6 @@ def replay_profile(run: Path) -> dict | None:
         return None
     view = levels_view(sampler)
     encodings = level_encodings(sampler, view.seeds.tolist())
-    env = yaml.safe_load((run / "config.yaml").read_text())["env"]
     width, height = maze_size(env["id"])
     blocks = parse_blocks(env["maze_blocks"])
     levels = [MazeLevel.decode(encodings[i]) if i in encodings else level_for_id(i, width, height, blocks)
@@ -113,14 +92,17 @@ def replay_profile(run: Path) -> dict | None:
 
 def trial_result(run: Path, arm: str, seed: int, budgets: list[int]) -> dict:
     """One run's numbers so far: its evaluations at each budget reached and its training records."""
-    records = read_records(run)
+    loaded = load_run(run) if (run / "metrics.jsonl").exists() else {"records": [], "config": {}}
+    records = loaded["records"]
     last = records[-1] if records else {}
     evals = evaluations(run, budgets)
     out = {"arm": arm, "seed": seed, "run_dir": str(run), "env_steps": last.get("env_steps", 0),
            "samples_trained": last.get("samples_trained", 0),
            "wall_s": last["time"] - records[0]["time"] if records else None,  # evaluations and restarts included
            "levels_edited": last.get("levels_edited"), "training_return_last100": last.get("episode_return_mean"),
-           "complexity": complexity_curve(records), "replay": replay_profile(run), "budgets": {}}
+           "complexity": complexity_curve(records, "samples_trained"),
+           "replay": replay_profile(run, loaded["config"].get("env", {})) if loaded["config"] else None,
+           "budgets": {}}
     out["trained_fraction"] = out["samples_trained"] / out["env_steps"] if out["env_steps"] else None
     for budget, ev in evals.items():
         suite = ev["suite"]
@@ -186,14 +168,7 @@ def print_report(results: list[dict], summary: dict, arms: list[str], budgets: l
                 ["arm", "seed", "levels", "mean walls", "mean path", "P-weighted path", f"P(path < {SHORT_PATH})",
                  "P(top level)"], title="what each buffer replays, at its newest checkpoint")
     print("\nthe buffer's complexity (mean walls / mean shortest path), seed mean, at tenths of the run so far")
-    for a in arms:
-        curves = [r["complexity"] for r in results if r["arm"] == a and r["complexity"]]
-        if curves:
-            n = min(len(c) for c in curves)
-            print(f"{a:>7}: " + "  ".join(
-                f"{sum(c[i]['samples_trained'] for c in curves) / len(curves) / 1e6:.1f}M "
-                f"{sum(c[i]['walls'] for c in curves) / len(curves):.1f}/"
-                f"{sum(c[i]['path_length'] or 0 for c in curves) / len(curves):.1f}" for i in range(n)))
+    print_complexity(results, arms, "samples_trained")
 
 
 def plot_curves(summary: dict, arms: list[str], budgets: list[int], path: Path) -> None:
