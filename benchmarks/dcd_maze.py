@@ -13,7 +13,8 @@ env steps to get there.
 
 Per arm, at each budget: the suite's solved rate (the mean over mazes of each maze's success rate) as mean and 95%
 Student-t interval over seeds (the learning curve against trained steps), with the paired differences ACCEL - DR,
-Robust PLR - DR and ACCEL - Robust PLR (same seed); at the last budget each maze's rate and the generated 25- and
+Robust PLR - DR and ACCEL - Robust PLR (same seed); each maze's rate against trained steps (a table per arm and a
+figure), with the paired differences per maze at the last budget; at the last budget the generated 25- and
 50-wall mazes (DR's own training distribution, reported apart); the env steps played and the trained share; the
 buffer's complexity (mean walls, mean shortest path of the levels it holds) against trained steps. DCD's published
 solved rates stand beside, for the ordering: its budget is 20k updates of 32 x 256 steps (163.84M trained steps)
@@ -32,7 +33,7 @@ import numpy as np
 import yaml
 
 from benchmarks.accel_maze import DCD_SOLVED, GENERATED, GENERATED_SETS, complexity_curve, print_complexity
-from benchmarks.common import ROOT, fmt_ci, load_sweep, pairwise, print_table, run_sweep, write_json
+from benchmarks.common import ROOT, fmt_ci, load_sweep, paired, pairwise, print_table, run_sweep, write_json
 from levelray.contracts.maze import suite_names
 from levelray.deploy.report.runs import load_run
 from levelray.deploy.report.stats import ci_summary
@@ -120,20 +121,30 @@ def at_budget(results: list[dict], budget: int, key: str) -> list[dict]:
             if budget in r["budgets"]]
 
 
+def maze_at_budget(results: list[dict], budget: int, maze: str) -> list[dict]:
+    """`{arm, seed, solved}`: each run's success rate on one suite maze at `budget`."""
+    return [{"arm": r["arm"], "seed": r["seed"], "solved": r["budgets"][budget]["mazes"][maze]} for r in results
+            if budget in r["budgets"]]
+
+
 def summarise(results: list[dict], arms: list[str], budgets: list[int]) -> dict:
     curve = {a: {b: ci_summary([r["suite_solved"] for r in at_budget(results, b, "suite_solved") if r["arm"] == a])
                  for b in budgets} for a in arms}
-    paired = {b: {f"{y}-{x}": pairwise(at_budget(results, b, "suite_solved"), [x, y], "suite_solved")[f"{y}-{x}"]
+    paired_suite = {b: {f"{y}-{x}": pairwise(at_budget(results, b, "suite_solved"), [x, y], "suite_solved")[f"{y}-{x}"]
                   for x, y in PAIRS if x in arms and y in arms} for b in budgets}
     final = budgets[-1]
-    mazes = {a: {m: ci_summary([r["budgets"][final]["mazes"][m] for r in results
-                                if r["arm"] == a and final in r["budgets"]]) for m in suite_names()} for a in arms}
+    maze_curves = {a: {m: {b: ci_summary([r["budgets"][b]["mazes"][m] for r in results
+                                          if r["arm"] == a and b in r["budgets"]]) for b in budgets}
+                       for m in suite_names()} for a in arms}
+    mazes = {a: {m: maze_curves[a][m][final] for m in suite_names()} for a in arms}
+    paired_mazes = {f"{y}-{x}": {m: paired(maze_at_budget(results, final, m), x, y, "solved") for m in suite_names()}
+                    for x, y in PAIRS if x in arms and y in arms}
     generated = {a: {s: ci_summary([r[s] for r in at_budget(results, final, s) if r["arm"] == a])
                      for s in GENERATED_SETS} for a in arms}
     shares = {a: ci_summary([r["trained_fraction"] for r in results if r["arm"] == a and r["trained_fraction"]])
               for a in arms}
-    return {"suite_solved": curve, "paired_suite_solved": paired, "mazes": mazes, "generated": generated,
-            "trained_fraction": shares}
+    return {"suite_solved": curve, "paired_suite_solved": paired_suite, "mazes": mazes, "maze_curves": maze_curves,
+            "paired_mazes": paired_mazes, "generated": generated, "trained_fraction": shares}
 
 
 def print_report(results: list[dict], summary: dict, arms: list[str], budgets: list[int]) -> None:
@@ -153,8 +164,16 @@ def print_report(results: list[dict], summary: dict, arms: list[str], budgets: l
                 ["paired (same seed)", *(f"{b / 1e6:g}M" for b in budgets)],
                 title="paired difference of the suite solved rate")
     print()
-    print_table([[m, *(fmt_ci(summary["mazes"][a][m], ".2f") for a in arms)] for m in suite_names()],
-                ["maze", *arms], title=f"each suite maze at {budgets[-1]:,} trained steps")
+    pairs = list(summary["paired_mazes"])
+    print_table([[m, *(fmt_ci(summary["mazes"][a][m], ".2f") for a in arms),
+                  *(fmt_ci(summary["paired_mazes"][p][m], ".2f") for p in pairs)] for m in suite_names()],
+                ["maze", *arms, *(f"{p} (paired)" for p in pairs)],
+                title=f"each suite maze at {budgets[-1]:,} trained steps")
+    for arm in arms:
+        print()
+        print_table([[m, *(fmt_ci(summary["maze_curves"][arm][m][b], ".2f") for b in budgets)]
+                     for m in suite_names()], ["maze", *(f"{b / 1e6:g}M" for b in budgets)],
+                    title=f"{arm}: each suite maze against trained steps")
     print()
     print_table([[a, *(fmt_ci(summary["generated"][a][s]) for s in GENERATED_SETS),
                   fmt_ci(summary["trained_fraction"][a])] for a in arms],
@@ -171,33 +190,55 @@ def print_report(results: list[dict], summary: dict, arms: list[str], budgets: l
     print_complexity(results, arms, "samples_trained")
 
 
-def plot_curves(summary: dict, arms: list[str], budgets: list[int], path: Path) -> None:
-    """The suite solved rate against trained steps per arm: seed mean and its 95% interval at each budget."""
+def draw_curve(ax, curve: dict, budgets: list[int], label: str) -> None:
+    """One arm's seed mean and 95% band against trained steps. `curve`: budget -> ci_summary."""
+    points = [(b, curve[b]) for b in budgets if curve[b]["n"]]
+    if not points:
+        return
+    x = [b / 1e6 for b, _ in points]
+    mean = [s["mean"] for _, s in points]
+    half = [s["ci95"] or 0.0 for _, s in points]
+    ax.plot(x, mean, marker="o", label=f"{label} (n={points[-1][1]['n']})")
+    ax.fill_between(x, [m - h for m, h in zip(mean, half, strict=True)],
+                    [m + h for m, h in zip(mean, half, strict=True)], alpha=0.2)
+    ax.set_ylim(0, 1)
+    ax.grid(alpha=0.3)
+
+
+def plot_curves(summary: dict, arms: list[str], budgets: list[int], path: Path) -> list[Path]:
+    """Two figures: the suite solved rate against trained steps per arm (at `path`), and each suite maze's
+    (`path` with `_mazes` added), seed mean and 95% interval at each budget. Returns their paths."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
+    path.parent.mkdir(parents=True, exist_ok=True)
     fig, ax = plt.subplots(figsize=(6, 4))
     for arm in arms:
-        points = [(b, summary["suite_solved"][arm][b]) for b in budgets if summary["suite_solved"][arm][b]["n"]]
-        if not points:
-            continue
-        x = [b / 1e6 for b, _ in points]
-        mean = [s["mean"] for _, s in points]
-        half = [s["ci95"] or 0.0 for _, s in points]
-        ax.plot(x, mean, marker="o", label=f"{arm} (n={points[-1][1]['n']})")
-        ax.fill_between(x, [m - h for m, h in zip(mean, half, strict=True)],
-                        [m + h for m, h in zip(mean, half, strict=True)], alpha=0.2)
+        draw_curve(ax, summary["suite_solved"][arm], budgets, arm)
     ax.set_xlabel("trained steps (millions)")
     ax.set_ylabel("suite solved rate (zero-shot)")
-    ax.set_ylim(0, 1)
-    ax.grid(alpha=0.3)
     ax.legend()
     fig.tight_layout()
-    path.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(path, dpi=120)
     plt.close(fig)
+    mazes = suite_names()
+    cols = 5
+    fig, axes = plt.subplots(-(-len(mazes) // cols), cols, figsize=(3.2 * cols, 2.8 * -(-len(mazes) // cols)),
+                             sharex=True, sharey=True, squeeze=False)
+    for ax, maze in zip(axes.flat, mazes, strict=False):
+        for arm in arms:
+            draw_curve(ax, summary["maze_curves"][arm][maze], budgets, arm)
+        ax.set_title(maze)
+    for ax in axes[-1]:
+        ax.set_xlabel("trained steps (M)")
+    axes.flat[0].legend(fontsize=7)
+    fig.tight_layout()
+    per_maze = path.with_name(f"{path.stem}_mazes{path.suffix}")
+    fig.savefig(per_maze, dpi=110)
+    plt.close(fig)
+    return [path, per_maze]
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -215,9 +256,8 @@ def main(argv: list[str] | None = None) -> int:
     print(f"{spec['base']['env']['id']}, budgets {budgets} trained steps ({budgets[-1] / DCD_TRAINED_STEPS:.1%} of "
           f"DCD's {DCD_TRAINED_STEPS:,}), {len(results)} runs so far")
     print_report(results, summary, arms, budgets)
-    figure = Path(args.json).with_suffix(".png")
-    plot_curves(summary, arms, budgets, figure)
-    print(f"learning curves: {figure}")
+    figures = plot_curves(summary, arms, budgets, Path(args.json).with_suffix(".png"))
+    print(f"learning curves: {', '.join(map(str, figures))}")
     write_json(args.json, {"results": {"spec": spec, "dcd_trained_steps": DCD_TRAINED_STEPS, "summary": summary,
                                        "runs": results, "dcd_solved": DCD_SOLVED}}, benchmark="dcd_maze")
     return 0
