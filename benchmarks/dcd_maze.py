@@ -16,9 +16,10 @@ Student-t interval over seeds (the learning curve against trained steps), with t
 Robust PLR - DR and ACCEL - Robust PLR (same seed); each maze's rate against trained steps (a table per arm and a
 figure), with the paired differences per maze at the last budget; at the last budget the generated 25- and
 50-wall mazes (DR's own training distribution, reported apart); the env steps played and the trained share; the
-buffer's complexity (mean walls, mean shortest path of the levels it holds) against trained steps. DCD's published
-solved rates stand beside, for the ordering: its budget is 20k updates of 32 x 256 steps (163.84M trained steps)
-on its 12 mazes. `--analyse` reads whatever the sweep directory holds (a trial's evaluations so far, its metrics
+buffer's complexity (mean walls, mean shortest path of the levels it holds) against trained steps. DCD's own
+runs stand beside, for the ordering (its per-seed results, mean ± 95% interval, and Welch's interval of the
+differences, its arms sharing no seeds): its budget is 20k updates of 32 x 256 steps (163.84M trained steps) on its
+12 mazes. `--analyse` reads whatever the sweep directory holds (a trial's evaluations so far, its metrics
 so far), so the first runs' curves, trained share and buffer can be looked at before all seeds are spent.
 """
 
@@ -32,14 +33,19 @@ from pathlib import Path
 import numpy as np
 import yaml
 
-from benchmarks.accel_maze import DCD_SOLVED, GENERATED, GENERATED_SETS, complexity_curve, print_complexity
+from benchmarks.accel_maze import GENERATED, GENERATED_SETS, complexity_curve, print_complexity
 from benchmarks.common import ROOT, fmt_ci, load_sweep, paired, pairwise, print_table, run_sweep, write_json
 from levelray.contracts.maze import suite_names
 from levelray.deploy.report.runs import load_run
-from levelray.deploy.report.stats import ci_summary
+from levelray.deploy.report.stats import ci_summary, welch_ci
 from levelray.deploy.sweep.metrics import evaluation_file
 
 DCD_TRAINED_STEPS = 20_000 * 32 * 256  # DCD's 20k PPO updates of 32 envs x 256 steps
+# DCD's own runs at 20k updates, each seed's mean solved rate over its 12 mazes, from the per-seed, per-maze
+# `solved_rate` rows of facebookresearch/dcd's results/minigrid_ood/{mg_60_blocks-accel,
+# mg_60_blocks_uni-robust_plr, mg_60_blocks_uni-dr}_20k_updates.csv (5 seeds each, no seed shared across arms).
+DCD_SUITE_BY_SEED = {"dr": (0.632, 0.410, 0.726, 0.636, 0.698), "robust": (0.719, 0.728, 0.768, 0.536, 0.792),
+                     "accel": (0.913, 0.951, 0.785, 0.950, 0.774)}
 PAIRS = (("dr", "accel"), ("dr", "robust"), ("robust", "accel"))
 SHORT_PATH = 8  # moves: a level the agent can solve by walking to a goal it nearly sees
 
@@ -143,8 +149,12 @@ def summarise(results: list[dict], arms: list[str], budgets: list[int]) -> dict:
                      for s in GENERATED_SETS} for a in arms}
     shares = {a: ci_summary([r["trained_fraction"] for r in results if r["arm"] == a and r["trained_fraction"]])
               for a in arms}
-    return {"suite_solved": curve, "paired_suite_solved": paired_suite, "mazes": mazes, "maze_curves": maze_curves,
-            "paired_mazes": paired_mazes, "generated": generated, "trained_fraction": shares}
+    dcd = {"suite_solved": {a: ci_summary(DCD_SUITE_BY_SEED[a]) for a in arms if a in DCD_SUITE_BY_SEED},
+           "difference": {f"{y}-{x}": welch_ci(DCD_SUITE_BY_SEED[y], DCD_SUITE_BY_SEED[x]) for x, y in PAIRS
+                          if {x, y} <= set(arms) & set(DCD_SUITE_BY_SEED)}}
+    return {"suite_solved": curve, "paired_suite_solved": paired_suite, "dcd": dcd, "mazes": mazes,
+            "maze_curves": maze_curves, "paired_mazes": paired_mazes, "generated": generated,
+            "trained_fraction": shares}
 
 
 def print_report(results: list[dict], summary: dict, arms: list[str], budgets: list[int]) -> None:
@@ -155,13 +165,15 @@ def print_report(results: list[dict], summary: dict, arms: list[str], budgets: l
                 ["arm", "seed", "trained", "env steps", "trained share", "wall s", "edited",
                  *(f"suite@{b / 1e6:g}M" for b in budgets)], title="runs (suite solved at each budget reached)")
     print()
-    print_table([[a, *(fmt_ci(summary["suite_solved"][a][b]) for b in budgets), DCD_SOLVED.get(a)] for a in arms],
-                ["arm", *(f"{b / 1e6:g}M trained" for b in budgets), "DCD (its 12 mazes, 163.84M)"],
+    dcd = summary["dcd"]
+    print_table([[a, *(fmt_ci(summary["suite_solved"][a][b]) for b in budgets), fmt_ci(dcd["suite_solved"].get(a))]
+                 for a in arms], ["arm", *(f"{b / 1e6:g}M trained" for b in budgets), "DCD (its 12 mazes, 163.84M)"],
                 title="suite solved rate, mean ± 95% CI over seeds, against trained steps")
     print()
     pairs = sorted({p for b in budgets for p in summary["paired_suite_solved"][b]})
-    print_table([[p, *(fmt_ci(summary["paired_suite_solved"][b].get(p)) for b in budgets)] for p in pairs],
-                ["paired (same seed)", *(f"{b / 1e6:g}M" for b in budgets)],
+    print_table([[p, *(fmt_ci(summary["paired_suite_solved"][b].get(p)) for b in budgets),
+                  fmt_ci(dcd["difference"].get(p))] for p in pairs],
+                ["paired (same seed)", *(f"{b / 1e6:g}M" for b in budgets), "DCD at 163.84M (unpaired, Welch)"],
                 title="paired difference of the suite solved rate")
     print()
     pairs = list(summary["paired_mazes"])
@@ -259,7 +271,7 @@ def main(argv: list[str] | None = None) -> int:
     figures = plot_curves(summary, arms, budgets, Path(args.json).with_suffix(".png"))
     print(f"learning curves: {', '.join(map(str, figures))}")
     write_json(args.json, {"results": {"spec": spec, "dcd_trained_steps": DCD_TRAINED_STEPS, "summary": summary,
-                                       "runs": results, "dcd_solved": DCD_SOLVED}}, benchmark="dcd_maze")
+                                       "runs": results, "dcd_suite_by_seed": DCD_SUITE_BY_SEED}}, benchmark="dcd_maze")
     return 0
 
 

@@ -7,7 +7,7 @@ import math
 import numpy as np
 import pytest
 
-from levelray.deploy.report.stats import mean_ci, t_quantile
+from levelray.deploy.report.stats import mean_ci, t_quantile, welch_ci
 
 # Two-sided 95% and 99% critical values from published t tables (e.g. NIST/SEMATECH e-Handbook, 1.3.6.7.2).
 TABLE = [(0.975, 1, 12.706), (0.975, 2, 4.303), (0.975, 4, 2.776), (0.975, 9, 2.262), (0.975, 29, 2.045),
@@ -82,3 +82,30 @@ def test_ci_summary_keeps_only_finite_numbers():
     assert got["ci95"] == pytest.approx(t_quantile(0.975, 1) * math.sqrt(2.0) / math.sqrt(2))
     assert ci_summary([5.0]) == {"mean": 5.0, "ci95": None, "n": 1}
     assert ci_summary([None]) == {"mean": None, "ci95": None, "n": 0}
+
+
+def test_welch_interval_matches_scipy_on_random_samples():
+    """An independent float64 reference: scipy's Welch t-test and its confidence interval of the difference."""
+    from scipy import stats
+
+    rng = np.random.default_rng(3)
+    for n_a, n_b in ((2, 2), (5, 5), (3, 9), (12, 4)):
+        a, b = rng.normal(0.4, 0.3, n_a), rng.normal(0.1, 0.05, n_b) * rng.uniform(0.5, 3.0)
+        got = welch_ci(a.tolist(), b.tolist())
+        ref = stats.ttest_ind(a, b, equal_var=False).confidence_interval(0.95)
+        assert got["mean"] == pytest.approx(a.mean() - b.mean(), rel=1e-12)
+        assert got["mean"] - got["ci95"] == pytest.approx(ref.low, rel=1e-7, abs=1e-9)
+        assert got["mean"] + got["ci95"] == pytest.approx(ref.high, rel=1e-7, abs=1e-9)
+        assert (got["n_a"], got["n_b"]) == (n_a, n_b)
+
+
+def test_welch_interval_of_constant_samples_is_a_point():
+    assert welch_ci([1.0, 1.0], [0.25, 0.25, 0.25]) == {"mean": 0.75, "ci95": 0.0, "df": math.inf, "n_a": 2,
+                                                          "n_b": 3}
+
+
+@pytest.mark.parametrize("a,b,field", [([1.0], [1.0, 2.0], "a"), ([1.0, 2.0], [], "b"),
+                                       ([1.0, math.nan], [1.0, 2.0], "a")])
+def test_welch_interval_rejects_samples_without_a_spread_or_with_nan(a, b, field):
+    with pytest.raises(ValueError, match=f"^{field} must"):
+        welch_ci(a, b)

@@ -87,11 +87,10 @@ def mean_ci(values: Sequence[float], level: float = 0.95) -> tuple[float, float]
     if not 0.0 < level < 1.0:
         raise ValueError(f"level must lie strictly between 0 and 1, got {level}")
     n = len(xs)
-    mean = math.fsum(xs) / n
     if n == 1:
-        return mean, math.nan
-    sd = math.sqrt(math.fsum((v - mean) ** 2 for v in xs) / (n - 1))
-    return mean, t_quantile(0.5 + level / 2.0, n - 1) * sd / math.sqrt(n)
+        return xs[0], math.nan
+    mean, var = _mean_var(xs)
+    return mean, t_quantile(0.5 + level / 2.0, n - 1) * math.sqrt(var / n)
 
 
 def ci_summary(values: Sequence[float | None]) -> dict:
@@ -102,3 +101,35 @@ def ci_summary(values: Sequence[float | None]) -> dict:
         return {"mean": None, "ci95": None, "n": 0}
     mean, half = mean_ci(xs)
     return {"mean": mean, "ci95": None if len(xs) < 2 else half, "n": len(xs)}
+
+
+def welch_ci(a: Sequence[float], b: Sequence[float], level: float = 0.95) -> dict:
+    """{mean, ci95, df, n_a, n_b}: the difference of means mean(a) - mean(b) of two independent samples, with
+    Welch's interval, for arms that share no seeds (another project's runs beside ours):
+
+        se² = s_a²/n_a + s_b²/n_b,   df = se⁴ / ((s_a²/n_a)²/(n_a-1) + (s_b²/n_b)²/(n_b-1)),
+        half-width = t_{(1+level)/2, df} · se
+
+    Each sample needs at least two values (a spread to estimate); NaN is a ValueError, as in `mean_ci`."""
+    xs, ys = [float(v) for v in a], [float(v) for v in b]
+    for name, sample in (("a", xs), ("b", ys)):
+        if len(sample) < 2:
+            raise ValueError(f"{name} must hold at least two numbers for a spread, got {sample}")
+        if any(math.isnan(v) for v in sample):
+            raise ValueError(f"{name} must be numbers, got NaN in {sample}")
+    if not 0.0 < level < 1.0:
+        raise ValueError(f"level must lie strictly between 0 and 1, got {level}")
+    (mean_a, var_a), (mean_b, var_b) = (_mean_var(xs), _mean_var(ys))
+    va, vb = var_a / len(xs), var_b / len(ys)
+    se2 = va + vb
+    if se2 == 0.0:
+        return {"mean": mean_a - mean_b, "ci95": 0.0, "df": math.inf, "n_a": len(xs), "n_b": len(ys)}
+    df = se2 * se2 / (va * va / (len(xs) - 1) + vb * vb / (len(ys) - 1))
+    half = t_quantile(0.5 + level / 2.0, df) * math.sqrt(se2)
+    return {"mean": mean_a - mean_b, "ci95": half, "df": df, "n_a": len(xs), "n_b": len(ys)}
+
+
+def _mean_var(xs: list[float]) -> tuple[float, float]:
+    """(mean, unbiased variance) of at least two values."""
+    mean = math.fsum(xs) / len(xs)
+    return mean, math.fsum((v - mean) ** 2 for v in xs) / (len(xs) - 1)
