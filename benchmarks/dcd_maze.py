@@ -3,7 +3,7 @@ zero-shot on the hand-designed suite at five budgets of steps trained on.
 
     python -m benchmarks.dcd_maze                  # runs (or continues) benchmarks/sweeps/dcd_maze.yaml, then reports
     python -m benchmarks.dcd_maze --analyse        # reports the sweep directory as it is now, finished or not
-        [--out-dir DIR] [--parallel 2] [--json PATH]
+        [--out-dir DIR] [--parallel 2] [--json PATH] [--mirror]
 
 The arms are DCD's MiniGrid comparison of ACCEL (Parker-Holder et al. 2022, `facebookresearch/dcd`'s `60_blocks`
 configs; `benchmarks/sweeps/dcd_maze.yaml` says which keys) over the unbounded level space, each with DCD's LSTM-256
@@ -21,12 +21,19 @@ runs stand beside, for the ordering (its per-seed results, mean ± 95% interval,
 differences, its arms sharing no seeds): its budget is 20k updates of 32 x 256 steps (163.84M trained steps) on its
 12 mazes. `--analyse` reads whatever the sweep directory holds (a trial's evaluations so far, its metrics
 so far), so the first runs' curves, trained share and buffer can be looked at before all seeds are spent.
+
+`--mirror` also plays each finished run's last checkpoint on the suite flipped left to right: a mirrored maze is
+as hard as its original, yet a policy that prefers one hand at corners solves one and not the other (seed 0's
+Robust PLR: spiral 0.41 and its mirror 0.00, zigzag 0.00 and 0.62), so one orientation measures a habit as much
+as a skill, and the habit can flip between checkpoints. Reported: each arm's suite, mirror, both together and
+|maze - mirror|, and the paired differences over both.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 from pathlib import Path
 
@@ -34,8 +41,19 @@ import numpy as np
 import yaml
 
 from benchmarks.accel_maze import GENERATED, GENERATED_SETS, complexity_curve, print_complexity
-from benchmarks.common import ROOT, fmt_ci, load_sweep, paired, pairwise, print_table, run_sweep, write_json
-from levelray.contracts.maze import suite_names
+from benchmarks.common import (
+    LEVELRAY,
+    ROOT,
+    fmt_ci,
+    load_sweep,
+    paired,
+    pairwise,
+    print_table,
+    run_levelray,
+    run_sweep,
+    write_json,
+)
+from levelray.contracts.maze import suite_level, suite_names
 from levelray.deploy.report.runs import load_run
 from levelray.deploy.report.stats import ci_summary, welch_ci
 from levelray.deploy.sweep.metrics import evaluation_file
@@ -48,6 +66,8 @@ DCD_SUITE_BY_SEED = {"dr": (0.632, 0.410, 0.726, 0.636, 0.698), "robust": (0.719
                      "accel": (0.913, 0.951, 0.785, 0.950, 0.774)}
 PAIRS = (("dr", "accel"), ("dr", "robust"), ("robust", "accel"))
 SHORT_PATH = 8  # moves: a level the agent can solve by walking to a goal it nearly sees
+MIRROR, MIRROR_SUFFIX = "mirror", "_mirror"  # evaluate-mirror.json; comb -> comb_mirror.txt
+SUITE_EPISODES = 100  # sampled episodes a suite maze, as the spec's suite evaluation
 
 
 def parse(argv: list[str] | None) -> argparse.Namespace:
@@ -56,6 +76,9 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--parallel", type=int, default=2)
     p.add_argument("--analyse", action="store_true", help="report the sweep directory as it is; run nothing")
     p.add_argument("--json", default=str(ROOT / "benchmarks" / "out" / "dcd_maze.json"))
+    p.add_argument("--mirror", action="store_true",
+                   help="also play each finished run's last checkpoint on the suite flipped left to right (100 "
+                        "episodes a maze, kept in the run as evaluate-mirror.json), to tell skill from handedness")
     return p.parse_args(argv)
 
 
@@ -68,6 +91,32 @@ def evaluations(run: Path, budgets: list[int]) -> dict[int, dict]:
         if suite.exists() and generated.exists():
             out[budget] = {"suite": json.loads(suite.read_text()), "generated": json.loads(generated.read_text())}
     return out
+
+
+def write_mirror_suite(folder: Path) -> Path:
+    """The suite's mazes flipped left to right (`MazeLevel.mirrored`), one `<name>_mirror.txt` each: a folder
+    for `levelray evaluate --levels maze-file:FOLDER`."""
+    folder.mkdir(parents=True, exist_ok=True)
+    for name in suite_names():
+        (folder / f"{name}{MIRROR_SUFFIX}.txt").write_text(suite_level(name).mirrored().to_text())
+    return folder
+
+
+def mirror_evaluation(run: Path, folder: Path, samples_trained: int) -> dict[str, float]:
+    """{maze name: success rate} of the run's last checkpoint on the mirrored suite in `folder`, played once
+    (`levelray evaluate`, 100 sampled episodes a maze, as the suite) and kept as `evaluate-mirror.json`; the
+    checkpoint must be the one evaluated at the last budget (`samples_trained`)."""
+    cached = run / evaluation_file(MIRROR)
+    if not cached.exists():
+        stdout = run_levelray([*LEVELRAY, "evaluate", str(run), "--levels", f"maze-file:{folder}", "--episodes",
+                               str(SUITE_EPISODES), "--json"], run / "evaluate-mirror.log",
+                              env={**os.environ, "OMP_NUM_THREADS": "1"})
+        cached.write_text(stdout)
+    out = json.loads(cached.read_text())
+    if out["samples_trained"] != samples_trained:
+        raise SystemExit(f"{cached}: played a checkpoint at {out['samples_trained']:,} trained steps, the last "
+                         f"budget's evaluation one at {samples_trained:,}")
+    return {name: out["results"][f"{name}{MIRROR_SUFFIX}"]["success_rate"] for name in suite_names()}
 
 
 def replay_profile(run: Path, env: dict) -> dict | None:
@@ -217,6 +266,36 @@ def draw_curve(ax, curve: dict, budgets: list[int], label: str) -> None:
     ax.grid(alpha=0.3)
 
 
+def summarise_mirror(results: list[dict], arms: list[str], final: int) -> dict:
+    """The last budget's suite beside its mirror, over the runs played on both: per arm the suite, the mirror,
+    both together (the mean over the 20 mazes) and the handedness (the mean over mazes of |maze - mirror|), each
+    mean ± 95% CI over seeds; the paired differences of both together; per maze the seed means of each side."""
+    runs = [{"arm": r["arm"], "seed": r["seed"], "suite": r["budgets"][final]["suite_solved"],
+             "maze": r["budgets"][final]["mazes"], "mirror": r["mirror"]} for r in results if r.get("mirror")]
+    for r in runs:
+        r["mirror_suite"] = float(np.mean(list(r["mirror"].values())))
+        r["both"] = (r["suite"] + r["mirror_suite"]) / 2
+        r["handedness"] = float(np.mean([abs(r["maze"][m] - r["mirror"][m]) for m in suite_names()]))
+    keys = ("suite", "mirror_suite", "both", "handedness")
+    return {"arms": {a: {k: ci_summary([r[k] for r in runs if r["arm"] == a]) for k in keys} for a in arms},
+            "paired_both": {f"{y}-{x}": paired(runs, x, y, "both") for x, y in PAIRS if x in arms and y in arms},
+            "mazes": {m: {a: [float(np.mean([r[side][m] for r in runs if r["arm"] == a] or [np.nan]))
+                              for side in ("maze", "mirror")] for a in arms} for m in suite_names()}}
+
+
+def print_mirror(mirror: dict, arms: list[str], final: int) -> None:
+    print_table([[a, *(fmt_ci(mirror["arms"][a][k]) for k in ("suite", "mirror_suite", "both", "handedness"))]
+                 for a in arms], ["arm", "suite", "mirrored suite", "both (20 mazes)", "|maze - mirror|"],
+                title=f"the suite and its mirror image at {final:,} trained steps (last checkpoint)")
+    print()
+    print_table([[p, fmt_ci(d)] for p, d in mirror["paired_both"].items()], ["paired (same seed)", "both"],
+                title="paired difference over the suite and its mirror")
+    print()
+    print_table([[m, *(f"{v[0]:.2f} / {v[1]:.2f}" for a in arms for v in [mirror["mazes"][m][a]])]
+                 for m in suite_names()], ["maze", *(f"{a}: maze / mirror" for a in arms)],
+                title="each maze and its mirror image, seed mean")
+
+
 def plot_curves(summary: dict, arms: list[str], budgets: list[int], path: Path) -> list[Path]:
     """Two figures: the suite solved rate against trained steps per arm (at `path`), and each suite maze's
     (`path` with `_mazes` added), seed mean and 95% interval at each budget. Returns their paths."""
@@ -264,10 +343,21 @@ def main(argv: list[str] | None = None) -> int:
     arms, budgets = list(spec["arms"]), list(spec["budgets"])
     results = [trial_result(out / "trials" / f"{arm}-seed{seed}", arm, seed, budgets)
                for seed in spec["seeds"] for arm in arms if (out / "trials" / f"{arm}-seed{seed}").exists()]
+    if args.mirror:
+        folder = write_mirror_suite(out / "mirror_suite")
+        for r in results:
+            if budgets[-1] in r["budgets"]:
+                r["mirror"] = mirror_evaluation(Path(r["run_dir"]), folder,
+                                                r["budgets"][budgets[-1]]["samples_trained"])
     summary = summarise(results, arms, budgets)
+    if args.mirror:
+        summary["mirror"] = summarise_mirror(results, arms, budgets[-1])
     print(f"{spec['base']['env']['id']}, budgets {budgets} trained steps ({budgets[-1] / DCD_TRAINED_STEPS:.1%} of "
           f"DCD's {DCD_TRAINED_STEPS:,}), {len(results)} runs so far")
     print_report(results, summary, arms, budgets)
+    if args.mirror:
+        print()
+        print_mirror(summary["mirror"], arms, budgets[-1])
     figures = plot_curves(summary, arms, budgets, Path(args.json).with_suffix(".png"))
     print(f"learning curves: {', '.join(map(str, figures))}")
     write_json(args.json, {"results": {"spec": spec, "dcd_trained_steps": DCD_TRAINED_STEPS, "summary": summary,

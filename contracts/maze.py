@@ -171,6 +171,15 @@ class MazeLevel:
         """How many inner cells are walls."""
         return int(self.walls.sum())
 
+    def mirrored(self) -> MazeLevel:
+        """The level flipped left to right: column x becomes width - 1 - x and an agent facing right faces left
+        (up and down stay). Every path maps onto a path of the same length, turning the other way at each
+        corner, so a mirrored maze is exactly as hard for a policy without a preferred hand: playing a suite and
+        its mirror tells a skill apart from a habit of turning one way."""
+        flip = {0: 2, 2: 0}
+        return MazeLevel(self.width, self.height, self.walls[:, ::-1], (self.width - 1 - self.agent[0], self.agent[1]),
+                         flip.get(self.agent_dir, self.agent_dir), (self.width - 1 - self.goal[0], self.goal[1]))
+
     def encode(self) -> bytes:
         """Compact, versioned bytes: an 8-byte header (version, width, height, agent x, agent y, agent dir,
         goal x, goal y) then the wall bitmap row by row, packed 8 cells a byte with zero padding

@@ -146,6 +146,28 @@ def test_from_text_errors_name_the_row_and_column(text, message):
         MazeLevel.from_text(text)
 
 
+def test_mirrored_flips_columns_and_the_agents_left_and_right():
+    level = MazeLevel.from_text("""
+        >.#.
+        ..#G
+        .#..
+    """.replace(" ", ""))
+    assert level.mirrored().to_text() == ".#.<\nG#..\n..#.\n"
+    for arrow, facing in (("v", "v"), ("^", "^"), ("<", ">")):
+        text = f"{arrow}..G\n....\n.#..\n"
+        assert MazeLevel.from_text(text).mirrored().to_text() == f"G..{facing}\n....\n..#.\n"
+
+
+def test_mirroring_twice_is_the_identity_and_keeps_every_shortest_path():
+    for seed in range(40):
+        level = generate(seed, 13, 13, (0, 60))
+        mirror = level.mirrored()
+        assert mirror.mirrored() == level
+        assert mirror.num_walls == level.num_walls
+        assert shortest_path_length(mirror) == shortest_path_length(level)
+        assert mirror.walls[:, 0].tolist() == level.walls[:, -1].tolist()
+
+
 def test_generate_is_deterministic_per_seed_and_differs_across_seeds():
     levels = [generate(seed, 13, 13, (0, 60)) for seed in range(40)]
     assert levels == [generate(seed, 13, 13, (0, 60)) for seed in range(40)]
