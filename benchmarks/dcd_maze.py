@@ -196,8 +196,8 @@ def summarise(results: list[dict], arms: list[str], budgets: list[int]) -> dict:
                     for x, y in PAIRS if x in arms and y in arms}
     generated = {a: {s: ci_summary([r[s] for r in at_budget(results, final, s) if r["arm"] == a])
                      for s in GENERATED_SETS} for a in arms}
-    shares = {a: ci_summary([r["trained_fraction"] for r in results if r["arm"] == a and r["trained_fraction"]])
-              for a in arms}
+    shares = {a: ci_summary([r["trained_fraction"] for r in results if r["arm"] == a and final in r["budgets"]])
+              for a in arms}  # finished runs only: a running one is still in its buffer's warm-up share
     dcd = {"suite_solved": {a: ci_summary(DCD_SUITE_BY_SEED[a]) for a in arms if a in DCD_SUITE_BY_SEED},
            "difference": {f"{y}-{x}": welch_ci(DCD_SUITE_BY_SEED[y], DCD_SUITE_BY_SEED[x]) for x, y in PAIRS
                           if {x, y} <= set(arms) & set(DCD_SUITE_BY_SEED)}}
@@ -239,7 +239,8 @@ def print_report(results: list[dict], summary: dict, arms: list[str], budgets: l
     print_table([[a, *(fmt_ci(summary["generated"][a][s]) for s in GENERATED_SETS),
                   fmt_ci(summary["trained_fraction"][a])] for a in arms],
                 ["arm", *GENERATED_SETS, "trained share"],
-                title="generated mazes (DR's training distribution) at the last budget; trained share of env steps")
+                title="generated mazes (DR's training distribution) at the last budget; trained share of env steps "
+                      "(finished runs)")
     print()
     print_table([[r["arm"], r["seed"], r["replay"]["levels"], round(r["replay"]["mean_walls"], 1),
                   round(r["replay"]["mean_path"], 2), round(r["replay"]["replayed_path"], 2),
