@@ -163,6 +163,46 @@ def test_walking_to_the_goal_in_the_vector():
     assert tuple(vec.state[0, :2] - 7) == level.agent and vec.state[0, 3] == 0  # started again
 
 
+class Cycle(LevelDraws):
+    """Hands out `levels` in turn (held as data under edited ids), whichever env asks."""
+
+    def __init__(self, num_envs: int, levels: list[MazeLevel]):
+        super().__init__(num_envs)
+        self.levels, self.drawn = levels, 0
+
+    def next_level(self) -> tuple[int, bool]:
+        level_id = EDITED_ID_BASE + self.drawn % len(self.levels)
+        self.remember({level_id: self.levels[self.drawn % len(self.levels)].encode()})
+        self.drawn += 1
+        return level_id, True
+
+
+def test_a_mirrored_maze_steps_as_the_mirror_image_of_the_original():
+    """`MazeLevel.mirrored` makes a maze exactly as hard: with left and right turns swapped, every view is the
+    original's flipped left to right (the direction channel right <-> left), and rewards and ends are the same, over
+    generated and suite mazes and across resets. So a policy's gap between a maze and its mirror is its own
+    handedness, not the maze's."""
+    cfg = EnvConfig(id="maze:13x13")
+    levels = [level_for_id(seed, 13, 13, (0, 60)) for seed in range(6)] + [
+        level_for_id(suite_level_id(name), 13, 13, (0, 60)) for name in suite_names()]
+    num_envs, rng = 8, np.random.default_rng(5)
+    original = make_env_vector(cfg, num_envs, Cycle(num_envs, levels))
+    mirror = make_env_vector(cfg, num_envs, Cycle(num_envs, [level.mirrored() for level in levels]))
+    obs, obs_m = original.reset(), mirror.reset()
+    flip_dir = np.array([2, 1, 0, 3], dtype=np.uint8)
+    goals = 0
+    for t in range(1500):
+        assert np.array_equal(obs_m[:, ::-1, :, :3], obs[:, :, :, :3]), t
+        assert np.array_equal(obs_m[:, ::-1, :, 3], flip_dir[obs[:, :, :, 3]]), t
+        actions = _random_actions(obs, rng)
+        step, step_m = original.step(actions), mirror.step(np.where(actions < 2, 1 - actions, actions))
+        for name in ("rewards", "terminated", "truncated"):
+            assert np.array_equal(getattr(step, name), getattr(step_m, name)), (t, name)
+        goals += int(step.terminated.sum())
+        obs, obs_m = step.obs, step_m.obs
+    assert goals >= 5  # goals were reached: the check covered ends and resets, not only walls
+
+
 @pytest.mark.parametrize("make_data, field", [
     (lambda lv: bytes((1, 5, 5, 0, 0, 0, 4, 4)) + np.packbits(np.ones(25, bool)).tobytes(), "MazeLevel.walls must "
      "leave at least 2 free cells"),
