@@ -47,7 +47,6 @@ from benchmarks.common import (
     fmt_ci,
     load_sweep,
     paired,
-    pairwise,
     print_table,
     run_levelray,
     run_sweep,
@@ -176,24 +175,20 @@ def at_budget(results: list[dict], budget: int, key: str) -> list[dict]:
             if budget in r["budgets"]]
 
 
-def maze_at_budget(results: list[dict], budget: int, maze: str) -> list[dict]:
-    """`{arm, seed, solved}`: each run's success rate on one suite maze at `budget`."""
-    return [{"arm": r["arm"], "seed": r["seed"], "solved": r["budgets"][budget]["mazes"][maze]} for r in results
-            if budget in r["budgets"]]
-
-
 def summarise(results: list[dict], arms: list[str], budgets: list[int]) -> dict:
     curve = {a: {b: ci_summary([r["suite_solved"] for r in at_budget(results, b, "suite_solved") if r["arm"] == a])
                  for b in budgets} for a in arms}
-    paired_suite = {b: {f"{y}-{x}": pairwise(at_budget(results, b, "suite_solved"), [x, y], "suite_solved")[f"{y}-{x}"]
-                  for x, y in PAIRS if x in arms and y in arms} for b in budgets}
+    pairs = [(x, y) for x, y in PAIRS if x in arms and y in arms]
+    paired_suite = {b: {f"{y}-{x}": paired(at_budget(results, b, "suite_solved"), x, y, "suite_solved")
+                        for x, y in pairs} for b in budgets}
     final = budgets[-1]
     maze_curves = {a: {m: {b: ci_summary([r["budgets"][b]["mazes"][m] for r in results
                                           if r["arm"] == a and b in r["budgets"]]) for b in budgets}
                        for m in suite_names()} for a in arms}
     mazes = {a: {m: maze_curves[a][m][final] for m in suite_names()} for a in arms}
-    paired_mazes = {f"{y}-{x}": {m: paired(maze_at_budget(results, final, m), x, y, "solved") for m in suite_names()}
-                    for x, y in PAIRS if x in arms and y in arms}
+    at_final = at_budget(results, final, "mazes")
+    paired_mazes = {f"{y}-{x}": {m: paired([{**r, "solved": r["mazes"][m]} for r in at_final], x, y, "solved")
+                                 for m in suite_names()} for x, y in pairs}
     generated = {a: {s: ci_summary([r[s] for r in at_budget(results, final, s) if r["arm"] == a])
                      for s in GENERATED_SETS} for a in arms}
     shares = {a: ci_summary([r["trained_fraction"] for r in results if r["arm"] == a and final in r["budgets"]])

@@ -119,7 +119,7 @@ def welch_ci(a: Sequence[float], b: Sequence[float], level: float = 0.95) -> dic
             raise ValueError(f"{name} must be numbers, got NaN in {sample}")
     if not 0.0 < level < 1.0:
         raise ValueError(f"level must lie strictly between 0 and 1, got {level}")
-    (mean_a, var_a), (mean_b, var_b) = (_mean_var(xs), _mean_var(ys))
+    (mean_a, var_a), (mean_b, var_b) = _mean_var(xs), _mean_var(ys)
     va, vb = var_a / len(xs), var_b / len(ys)
     se2 = va + vb
     if se2 == 0.0:
