@@ -52,7 +52,7 @@ from benchmarks.common import (
     run_sweep,
     write_json,
 )
-from levelray.contracts.maze import suite_level, suite_names
+from levelray.contracts.maze import shortest_path_length, suite_level, suite_names
 from levelray.deploy.report.runs import load_run
 from levelray.deploy.report.stats import ci_summary, welch_ci
 from levelray.deploy.sweep.metrics import evaluation_file
@@ -65,6 +65,7 @@ DCD_SUITE_BY_SEED = {"dr": (0.632, 0.410, 0.726, 0.636, 0.698), "robust": (0.719
                      "accel": (0.913, 0.951, 0.785, 0.950, 0.774)}
 PAIRS = (("dr", "accel"), ("dr", "robust"), ("robust", "accel"))
 SHORT_PATH = 8  # moves: a level the agent can solve by walking to a goal it nearly sees
+REFERENCE_LEVELS = 2000  # fresh levels whose complexity the buffers' is set beside
 MIRROR, MIRROR_SUFFIX = "mirror", "_mirror"  # evaluate-mirror.json; comb -> comb_mirror.txt
 SUITE_EPISODES = 100  # sampled episodes a suite maze, as the spec's suite evaluation
 
@@ -145,6 +146,23 @@ def replay_profile(run: Path, env: dict) -> dict | None:
             "mean_walls": float(np.mean([level.num_walls for level in levels]))}
 
 
+def reference_complexity(env: dict, n: int = REFERENCE_LEVELS) -> dict[str, dict[str, float]]:
+    """What the buffers' complexity is measured against: mean walls and mean shortest path (solvable levels) of
+    `n` fresh levels of DR's family (`env`: its env section; seeds 0..n-1) and of the hand-designed suite."""
+    from levelray.contracts.maze import generate, maze_size, parse_blocks
+
+    width, height = maze_size(env["id"])
+    blocks = parse_blocks(env["maze_blocks"])
+    sets = {"fresh levels (DR)": [generate(i, width, height, blocks) for i in range(n)],
+            "suite": [suite_level(m) for m in suite_names()]}
+    out = {}
+    for name, levels in sets.items():
+        paths = [p for p in (shortest_path_length(level) for level in levels) if p]
+        out[name] = {"walls": float(np.mean([level.num_walls for level in levels])),
+                     "path_length": float(np.mean(paths)), "solvable": len(paths) / len(levels)}
+    return out
+
+
 def trial_result(run: Path, arm: str, seed: int, budgets: list[int]) -> dict:
     """One run's numbers so far: its evaluations at each budget reached and its training records."""
     loaded = load_run(run) if (run / "metrics.jsonl").exists() else {"records": [], "config": {}}
@@ -221,9 +239,10 @@ def print_report(results: list[dict], summary: dict, arms: list[str], budgets: l
                 title="paired difference of the suite solved rate")
     print()
     pairs = list(summary["paired_mazes"])
-    print_table([[m, *(fmt_ci(summary["mazes"][a][m], ".2f") for a in arms),
+    shape = {m: (suite_level(m).num_walls, shortest_path_length(suite_level(m))) for m in suite_names()}
+    print_table([[m, *shape[m], *(fmt_ci(summary["mazes"][a][m], ".2f") for a in arms),
                   *(fmt_ci(summary["paired_mazes"][p][m], ".2f") for p in pairs)] for m in suite_names()],
-                ["maze", *arms, *(f"{p} (paired)" for p in pairs)],
+                ["maze", "walls", "path", *arms, *(f"{p} (paired)" for p in pairs)],
                 title=f"each suite maze at {budgets[-1]:,} trained steps")
     for arm in arms:
         print()
@@ -245,6 +264,8 @@ def print_report(results: list[dict], summary: dict, arms: list[str], budgets: l
                  "P(top level)"], title="what each buffer replays, at its newest checkpoint")
     print("\nthe buffer's complexity (mean walls / mean shortest path), seed mean, at tenths of the run so far")
     print_complexity(results, arms, "samples_trained")
+    for name, c in summary["reference_complexity"].items():
+        print(f"{name}: {c['walls']:.1f}/{c['path_length']:.1f} ({c['solvable']:.0%} solvable)")
 
 
 def draw_curve(ax, curve: dict, budgets: list[int], label: str) -> None:
@@ -346,6 +367,7 @@ def main(argv: list[str] | None = None) -> int:
                 r["mirror"] = mirror_evaluation(Path(r["run_dir"]), folder,
                                                 r["budgets"][budgets[-1]]["samples_trained"])
     summary = summarise(results, arms, budgets)
+    summary["reference_complexity"] = reference_complexity({**spec["base"]["env"], **spec["arms"]["dr"]["env"]})
     if args.mirror:
         summary["mirror"] = summarise_mirror(results, arms, budgets[-1])
     print(f"{spec['base']['env']['id']}, budgets {budgets} trained steps ({budgets[-1] / DCD_TRAINED_STEPS:.1%} of "
