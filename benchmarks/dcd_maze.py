@@ -122,8 +122,8 @@ def mirror_evaluation(run: Path, folder: Path, samples_trained: int) -> dict[str
 def replay_profile(run: Path, env: dict) -> dict | None:
     """What the newest checkpoint's level buffer replays: its levels' mean shortest path (over solvable ones)
     plain and weighted by the replay distribution P, and P's share on the top level and on paths under
-    `SHORT_PATH` moves. `env`: the run's env section. None without a buffer (domain randomisation) or a
-    checkpoint."""
+    `SHORT_PATH` moves; its distinct starts (cell and heading) and P's share on the most replayed one. `env`: the
+    run's env section. None without a buffer (domain randomisation) or a checkpoint."""
     from levelray.contracts.maze import MazeLevel, level_for_id, maze_size, parse_blocks, shortest_path_length
     from levelray.deploy.report.runs import load_level_state
     from levelray.level_service.spaces import level_encodings, levels_view
@@ -140,7 +140,11 @@ def replay_profile(run: Path, env: dict) -> dict | None:
               for i in view.seeds.tolist()]
     paths = np.array([shortest_path_length(level) or -1 for level in levels], dtype=np.float64)
     weights, solvable = view.weights, paths > 0
+    start_p: dict[tuple, float] = {}  # P on each start (cell, heading): edits never move it, a lineage keeps it
+    for level, w in zip(levels, weights.tolist(), strict=True):
+        start_p[(level.agent, level.agent_dir)] = start_p.get((level.agent, level.agent_dir), 0.0) + w
     return {"levels": len(levels), "mean_path": float(paths[solvable].mean()),
+            "starts": len(start_p), "top_start_p": max(start_p.values()),
             "replayed_path": float((weights * paths)[solvable].sum() / max(weights[solvable].sum(), 1e-12)),
             "top_level_p": float(weights.max()), "short_path_p": float(weights[solvable & (paths < SHORT_PATH)].sum()),
             "mean_walls": float(np.mean([level.num_walls for level in levels]))}
@@ -258,10 +262,10 @@ def print_report(results: list[dict], summary: dict, arms: list[str], budgets: l
     print()
     print_table([[r["arm"], r["seed"], r["replay"]["levels"], round(r["replay"]["mean_walls"], 1),
                   round(r["replay"]["mean_path"], 2), round(r["replay"]["replayed_path"], 2),
-                  round(r["replay"]["short_path_p"], 3), round(r["replay"]["top_level_p"], 3)]
-                 for r in results if r["replay"]],
+                  round(r["replay"]["short_path_p"], 3), round(r["replay"]["top_level_p"], 3),
+                  r["replay"]["starts"], round(r["replay"]["top_start_p"], 3)] for r in results if r["replay"]],
                 ["arm", "seed", "levels", "mean walls", "mean path", "P-weighted path", f"P(path < {SHORT_PATH})",
-                 "P(top level)"], title="what each buffer replays, at its newest checkpoint")
+                 "P(top level)", "starts", "P(top start)"], title="what each buffer replays, at its newest checkpoint")
     print("\nthe buffer's complexity (mean walls / mean shortest path), seed mean, at tenths of the run so far")
     print_complexity(results, arms, "samples_trained")
     for name, c in summary["reference_complexity"].items():
