@@ -266,8 +266,8 @@ def print_report(results: list[dict], summary: dict, arms: list[str], budgets: l
                   r["replay"]["starts"], round(r["replay"]["top_start_p"], 3)] for r in results if r["replay"]],
                 ["arm", "seed", "levels", "mean walls", "mean path", "P-weighted path", f"P(path < {SHORT_PATH})",
                  "P(top level)", "starts", "P(top start)"], title="what each buffer replays, at its newest checkpoint")
-    print("\nthe buffer's complexity (mean walls / mean shortest path), seed mean, at tenths of the run so far")
-    print_complexity(results, arms, "samples_trained")
+    print("\nthe buffer's complexity (mean walls / mean shortest path), seed mean over finished runs, at tenths")
+    print_complexity([r for r in results if budgets[-1] in r["budgets"]], arms, "samples_trained")
     for name, c in summary["reference_complexity"].items():
         print(f"{name}: {c['walls']:.1f}/{c['path_length']:.1f} ({c['solvable']:.0%} solvable)")
 
