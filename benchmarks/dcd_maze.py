@@ -124,7 +124,7 @@ def replay_profile(run: Path, env: dict) -> dict | None:
     plain and weighted by the replay distribution P, and P's share on the top level and on paths under
     `SHORT_PATH` moves; its distinct starts (cell and heading) and P's share on the most replayed one. `env`: the
     run's env section. None without a buffer (domain randomisation) or a checkpoint."""
-    from levelray.contracts.maze import MazeLevel, level_for_id, maze_size, parse_blocks, shortest_path_length
+    from levelray.contracts.maze import MazeLevel, level_for_id, maze_size, parse_blocks
     from levelray.deploy.report.runs import load_level_state
     from levelray.level_service.spaces import level_encodings, levels_view
 
@@ -150,21 +150,16 @@ def replay_profile(run: Path, env: dict) -> dict | None:
             "mean_walls": float(np.mean([level.num_walls for level in levels]))}
 
 
-def reference_complexity(env: dict, n: int = REFERENCE_LEVELS) -> dict[str, dict[str, float]]:
-    """What the buffers' complexity is measured against: mean walls and mean shortest path (solvable levels) of
-    `n` fresh levels of DR's family (`env`: its env section; seeds 0..n-1) and of the hand-designed suite."""
-    from levelray.contracts.maze import generate, maze_size, parse_blocks
+def reference_complexity(env: dict, n: int = REFERENCE_LEVELS) -> dict[str, dict[str, float | None]]:
+    """What the buffers' complexity is measured against: `contracts.status.LEVEL_COMPLEXITY_KEYS` (as the level
+    service reports its buffer's) over `n` fresh levels of DR's family (`env`: its env section; seeds 0..n-1) and
+    over the hand-designed suite."""
+    from levelray.contracts.maze import maze_size, parse_blocks, suite_level_id
+    from levelray.level_service.maze_stats import MazeComplexity
 
-    width, height = maze_size(env["id"])
-    blocks = parse_blocks(env["maze_blocks"])
-    sets = {"fresh levels (DR)": [generate(i, width, height, blocks) for i in range(n)],
-            "suite": [suite_level(m) for m in suite_names()]}
-    out = {}
-    for name, levels in sets.items():
-        paths = [p for p in (shortest_path_length(level) for level in levels) if p]
-        out[name] = {"walls": float(np.mean([level.num_walls for level in levels])),
-                     "path_length": float(np.mean(paths)), "solvable": len(paths) / len(levels)}
-    return out
+    family = (*maze_size(env["id"]), parse_blocks(env["maze_blocks"]))
+    return {"fresh levels (DR)": MazeComplexity(*family).summary(np.arange(n)),
+            "suite": MazeComplexity(*family).summary([suite_level_id(m) for m in suite_names()])}
 
 
 def trial_result(run: Path, arm: str, seed: int, budgets: list[int]) -> dict:
@@ -269,7 +264,8 @@ def print_report(results: list[dict], summary: dict, arms: list[str], budgets: l
     print("\nthe buffer's complexity (mean walls / mean shortest path), seed mean over finished runs, at tenths")
     print_complexity([r for r in results if budgets[-1] in r["budgets"]], arms, "samples_trained")
     for name, c in summary["reference_complexity"].items():
-        print(f"{name}: {c['walls']:.1f}/{c['path_length']:.1f} ({c['solvable']:.0%} solvable)")
+        print(f"{name}: {c['levels_mean_walls']:.1f}/{c['levels_mean_path_length']:.1f} "
+              f"({1 - c['levels_unsolvable_fraction']:.0%} solvable)")
 
 
 def draw_curve(ax, curve: dict, budgets: list[int], label: str) -> None:
