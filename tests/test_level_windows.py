@@ -299,6 +299,32 @@ def test_the_trained_share_is_p_or_p_over_1_plus_p(backend, accel, tmp_path, one
 
 
 @pytest.mark.timeout(120)
+def test_an_inline_batch_begun_is_trained_even_when_every_report_is_due(tmp_path, one_thread):
+    """Under Robust PLR the inline backend returns to report while an explore window runs, holding the unrolls of a
+    batch begun; when the explore steps then spend the budget, that batch is still trained: every unroll that
+    reached the learner is trained on, whatever the wall clock did (a report always due here)."""
+    import threading
+
+    from levelray.contracts.counters import budget_reached
+    from levelray.deploy.cli import _parser, build_config
+    from levelray.deploy.training.inline import InlineBackend
+
+    parser, dests = _parser()
+    args = _run_args("inline", tmp_path, accel=False)
+    cfg = build_config(parser.parse_args([*args[:args.index("--total-steps")], "--total-steps", "6000"]), dests)
+    backend = InlineBackend(cfg)
+    for _ in range(10_000):
+        stats = backend.core.stats()
+        if budget_reached(cfg, stats["env_steps"], stats["samples_trained"]):
+            break
+        backend.advance(until_time=0.0, until_version=10**9, stop=threading.Event())
+    stats = backend.core.stats()
+    assert budget_reached(cfg, stats["env_steps"], stats["samples_trained"])
+    assert stats["learner_samples_received"] == stats["samples_trained"] > 0
+    backend.close()
+
+
+@pytest.mark.timeout(120)
 def test_an_actor_killed_mid_window_loses_that_windows_results_only(ray_session):
     """An env actor on Ray sends a window's episode results when the window ends: killed two unrolls into its fourth
     window, the level service holds every episode of the three windows before, and none of the fourth's."""

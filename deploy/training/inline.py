@@ -89,8 +89,9 @@ class InlineBackend:
     def train_step(self, until_time: float | None = None) -> dict[str, float]:
         """Collect unrolls round-robin over the workers until `num_fresh` reach the learner, then one
         `LearnerCore.train`. Unrolls a worker keeps (explore windows under Robust PLR) are only counted; where
-        they delay the update past `until_time`, or the budget is spent before a batch begins, {} without an update
-        (the unrolls collected wait for the next call)."""
+        they delay the update past `until_time` (the unrolls collected wait for the next call), or the budget is spent
+        before a batch begins, {} without an update. Once the budget is spent, a batch begun is finished before the
+        call returns: the driver stops on the budget, and a batch left waiting would be received, never trained."""
         while len(self._fresh) < self.core.num_fresh:
             if self.core.budget_spent and not self._fresh:  # a batch begun (counted as received) is trained
                 return {}
@@ -103,8 +104,8 @@ class InlineBackend:
             if worker.withheld:
                 self._tally.add(unroll)
                 self.core.accept_tally(self._tally.take())
-                if until_time is not None and time.time() >= until_time:
-                    return {}
+                if until_time is not None and time.time() >= until_time and not self.core.budget_spent:
+                    return {}  # a report is due; past the budget the begun batch is finished first
             elif self.core.accept(unroll):
                 self._fresh.append(unroll)
         fresh, self._fresh = self._fresh, []
