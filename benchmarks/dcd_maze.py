@@ -157,9 +157,9 @@ def reference_complexity(env: dict, n: int = REFERENCE_LEVELS) -> dict[str, dict
     from levelray.contracts.maze import maze_size, parse_blocks, suite_level_id
     from levelray.level_service.maze_stats import MazeComplexity
 
-    family = (*maze_size(env["id"]), parse_blocks(env["maze_blocks"]))
-    return {"fresh levels (DR)": MazeComplexity(*family).summary(np.arange(n)),
-            "suite": MazeComplexity(*family).summary([suite_level_id(m) for m in suite_names()])}
+    complexity = MazeComplexity(*maze_size(env["id"]), parse_blocks(env["maze_blocks"]))
+    return {"fresh levels (DR)": complexity.summary(np.arange(n)),
+            "suite": complexity.summary([suite_level_id(m) for m in suite_names()])}
 
 
 def trial_result(run: Path, arm: str, seed: int, budgets: list[int]) -> dict:
