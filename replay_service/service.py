@@ -24,7 +24,6 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-import ray
 
 from levelray.contracts import snapshot as snap
 from levelray.contracts.config import ReplayConfig
@@ -189,4 +188,9 @@ class ReplayServiceCore:
         self._schedule.run_if_due(self._snapshot_path, self.snapshot)
 
 
-ReplayService = ray.remote(num_cpus=1)(ReplayServiceCore)
+try:  # Ray is optional: the Ray-free (inline) backend imports only ReplayServiceCore.
+    import ray
+except ImportError:  # pragma: no cover - exercised only where Ray is not installed
+    ray = None
+
+ReplayService = ray.remote(num_cpus=1)(ReplayServiceCore) if ray is not None else None
