@@ -257,7 +257,7 @@ def phase_shares(env_id: str, updates: int) -> dict:
     return {"env": env_id, "updates": updates, "env_s": spent["collect"] - spent["act"], "policy_s": spent["act"],
             "learner_s": spent["train"], "env_share": (spent["collect"] - spent["act"]) / total,
             "policy_share": spent["act"] / total, "learner_share": spent["train"] / total,
-            "numpy_policy": worker._numpy_policy is not None}
+            "numpy_policy": worker.policy.numpy_policy is not None}
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -5,9 +5,10 @@ run directory. Every leaf has a CLI flag: the name in its metadata, or `--<secti
 Unknown keys, wrong types and out-of-range values are rejected with the dotted path of the field; what needs
 several fields (or the machine) is checked once the tree is filled, by `contracts.validate`.
 
-The `env` section (`EnvConfig`, with `is_atari`) lives in `contracts.config_env`, the `model_loss` section
-(`ModelLossConfig`) in `contracts.config_model`, and a leaf's conversion and the sections' base (`Section`,
-`flag`) in `contracts.config_values`, so that this module stays readable; everything is imported from here.
+The `env` section (`EnvConfig`, with `is_atari`) lives in `contracts.config_env`, the `actors` section
+(`ActorConfig`) in `contracts.config_actors`, the `model_loss` section (`ModelLossConfig`) in
+`contracts.config_model`, and a leaf's conversion and the sections' base (`Section`, `flag`) in
+`contracts.config_values`, so that this module stays readable; everything is imported from here.
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ import warnings
 from dataclasses import dataclass, field
 from typing import Any
 
+from levelray.contracts.config_actors import ActorConfig  # noqa: F401  (imported from here everywhere)
 from levelray.contracts.config_env import EnvConfig, is_atari  # noqa: F401  (imported from here everywhere)
 from levelray.contracts.config_model import (  # noqa: F401  (imported from here everywhere)
     MODEL_LOSS_TERMS,
@@ -37,34 +39,6 @@ def _check_import_paths(paths: list[str]) -> None:
     for path in paths:
         if not _IMPORT_PATH.fullmatch(path):
             raise ValueError(f"expected module:attribute (e.g. my_losses:RewardPrediction), got {path!r}")
-
-
-@dataclass(frozen=True)
-class ActorConfig(_Section):
-    num_actors: int = field(default=2, metadata=_flag("--num-actors", "number of env actors", min=0, resumable=True))
-    envs_per_actor: int = field(default=16, metadata=_flag("--envs-per-actor", "environments per actor", min=1))
-    unroll_length: int = field(default=20, metadata=_flag("--unroll-length", "steps per unroll (T)", min=1))
-    seed_prefetch: int = field(
-        default=4, metadata=_flag("--seed-prefetch", "levels each env keeps ready from the level service, at least "
-                                                     "(where episodes are short: about a second of them)", min=1,
-                                                     resumable=True)
-    )
-    unrolls_per_submit: int = field(
-        default=1,
-        metadata=_flag("--unrolls-per-submit", "unrolls an actor sends to the learner per call (fewer, larger calls)",
-                       min=1, resumable=True),
-    )
-    num_cpus: float | None = field(
-        default=None,
-        metadata=_flag("--actor-cpus", "logical CPUs Ray reserves per env actor (none: 1 on a cluster, 0 on the "
-                       "embedded local Ray, so that `levelray scale` may go past the cores)", min=0.0, resumable=True),
-    )
-    max_restarts: int = field(
-        default=6,
-        metadata=_flag("--max-actor-restarts", "times in a row an env actor that dies within a minute of starting "
-                       "is replaced (after 0.5 s, doubling to 30 s); one more failure stops the job", min=0,
-                       resumable=True),
-    )
 
 
 @dataclass(frozen=True)

@@ -41,8 +41,8 @@ field, and a feed-forward learner refuses one that has them.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from typing import NotRequired, TypedDict
+from collections.abc import Callable, Sequence
+from typing import Any, NotRequired, TypedDict
 
 import numpy as np
 
@@ -323,16 +323,17 @@ def _check_core(unroll: Unroll, spec: EnvSpec, K: int, core_size: int) -> None:
         _expect(bool(np.isfinite(a).all()), key, "finite values", "NaN or inf")
 
 
-def stack_unrolls(unrolls: Sequence[Unroll]) -> Unroll:
+def stack_unrolls(unrolls: Sequence[Unroll], concatenate: Callable[..., Any] = np.concatenate) -> Unroll:
     """Concatenate unrolls along the env axis into one batch `[T(+1), B, ...]`.
 
     `final_obs_index` columns are shifted by each unroll's offset; per-unroll scalars become `[n]`
     arrays (`policy_version`, `actor_id`) and per-env columns stay per column (`env_ids [B]`, `core_state
-    [2, B, N]`, `core_inputs [B, E]`: every unroll has them, or none).
+    [2, B, N]`, `core_inputs [B, E]`: every unroll has them, or none). `concatenate(arrays, axis=)` joins the
+    step and core fields: the learner's also joins the tensors an in-process actor kept on its device.
     """
     if not unrolls:
         raise ValueError("stack_unrolls needs at least one unroll")
-    batch = {key: np.concatenate([u[key] for u in unrolls], axis=1) for key in ("obs", *STEP_KEYS)}
+    batch = {key: concatenate([u[key] for u in unrolls], axis=1) for key in ("obs", *STEP_KEYS)}
     batch["env_ids"] = np.concatenate([u["env_ids"] for u in unrolls])
     for key, axis in (("core_state", 1), ("core_inputs", 0)):  # each along its env axis
         have = sum(key in u for u in unrolls)
@@ -340,7 +341,7 @@ def stack_unrolls(unrolls: Sequence[Unroll]) -> Unroll:
             raise ValueError(f"stack_unrolls: {have} of {len(unrolls)} unrolls have {key!r}: a batch is of one "
                              f"policy, recurrent (all) or feed-forward (none)")
         if have:
-            batch[key] = np.concatenate([u[key] for u in unrolls], axis=axis)
+            batch[key] = concatenate([u[key] for u in unrolls], axis=axis)
     widths = [u["obs"].shape[1] for u in unrolls]
     offsets = np.cumsum([0, *widths[:-1]])
     finals = [u["final_obs"] for u in unrolls if u.get("final_obs") is not None and len(u["final_obs"])]

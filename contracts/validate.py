@@ -13,6 +13,8 @@ problem named by the dotted paths of its fields:
   (or not that many); cuda:N with N >= 1 on the Ray backend, whose learner actor sees its one GPU as cuda:0.
   Joining a cluster (`address`), the learner may run on another machine: `RayJob.start` checks the
   cluster's GPUs once it is connected.
+- `actors.device` other than auto, cpu, cuda or cuda:N; cuda on the Ray backend (its env actors act on CPU), or
+  where this machine has no CUDA GPU (or not that many).
 - Clip thresholds that turn learning off or around: `learner.clip_rho` and `learner.clip_pg_rho` <= 0,
   `learner.clip_c` < 0 (0 is allowed: c-bar = 0 cuts every trace, the one-step targets lambda = 0 also
   gives), `learner.grad_clip` = 0 unless `learner.grad_clip_type` is none.
@@ -256,6 +258,30 @@ def _device_problems(cfg: RunConfig) -> list[Problem]:
     return []
 
 
+def _actor_device_problems(cfg: RunConfig) -> list[Problem]:
+    """`actors.device`: its form, the backend that can use it, and the GPU it names."""
+    device = cfg.actors.device
+    match = _DEVICE.fullmatch(device)
+    if match is None:
+        return [Problem(("actors.device",), f"actors.device: expected auto, cpu, cuda or cuda:N, got {device!r}")]
+    if not device.startswith("cuda"):
+        return []
+    if cfg.backend == "ray":
+        return [Problem(("actors.device", "backend"),
+                        f"actors.device = {device!r} with backend ray: the Ray backend's env actors act on CPU (the "
+                        f"learner takes the GPU); use --backend inline for actors on this machine's GPU, or "
+                        f"--actor-device auto")]
+    import torch
+
+    count = torch.cuda.device_count() if torch.cuda.is_available() else 0
+    index = int(match.group(1) or 0)
+    if index >= count:
+        return [Problem(("actors.device",),
+                        f"actors.device = {device!r}, but this machine has {count} CUDA device(s); use "
+                        f"--actor-device auto (the learner's device) or --actor-device cpu")]
+    return []
+
+
 def ray_resources(text: str, field: str = "learner.resources") -> dict[str, float]:
     """`learner.resources` or `service_resources` (`field`), "NAME=AMOUNT[,NAME=AMOUNT]", as Ray's `resources`
     dict; ValueError naming `field` and the part that is not NAME=AMOUNT with AMOUNT > 0."""
@@ -429,7 +455,8 @@ def problems(cfg: RunConfig) -> list[Problem]:
     found = leaf_problems(cfg)
     if found:
         return found
-    return [*_replay_problems(cfg), *_model_problems(cfg), *_device_problems(cfg), *_learner_placement_problems(cfg),
+    return [*_replay_problems(cfg), *_model_problems(cfg), *_device_problems(cfg), *_actor_device_problems(cfg),
+            *_learner_placement_problems(cfg),
             *_clip_problems(cfg), *_interval_problems(cfg), *_video_problems(cfg), *_level_problems(cfg)]
 
 

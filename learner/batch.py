@@ -4,6 +4,11 @@ A batch is `U` unrolls stacked side by side along the column axis (`contracts.tr
 the fresh ones first, in arrival order, then the replayed ones. Unroll `i` owns columns
 `bounds[i]:bounds[i + 1]`; the bounds are computed here once and read by everything that maps per-column
 outputs back to unrolls (replay priorities, the model loss's stored values, level feedback).
+
+An unroll from the inline backend's fast path (`actors.device_policy`) holds its observations, behaviour parameters
+and core state as tensors on the learner's device: they are joined there (`concatenate`), with any host array of the
+same field (a replayed unroll's) copied over, so the batch is never brought back to the host. `on_host` is the same
+unroll with NumPy arrays, for the replay service, which keeps host memory.
 """
 
 from __future__ import annotations
@@ -13,8 +18,23 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
+import torch
 
 from levelray.contracts.trajectory import Unroll, stack_unrolls
+
+
+def concatenate(parts: Sequence[np.ndarray | torch.Tensor], axis: int = 0) -> np.ndarray | torch.Tensor:
+    """`np.concatenate`, or, where any part is a tensor, `torch.cat` on that tensor's device."""
+    tensor = next((p for p in parts if isinstance(p, torch.Tensor)), None)
+    if tensor is None:
+        return np.concatenate(parts, axis=axis)
+    return torch.cat([torch.as_tensor(p).to(tensor.device) for p in parts], dim=axis)
+
+
+def on_host(unroll: Unroll) -> Unroll:
+    """`unroll` with every tensor field as a NumPy array (copied from its device)."""
+    return {key: value.cpu().numpy() if isinstance(value, torch.Tensor) else value  # type: ignore[misc]
+            for key, value in unroll.items()}
 
 
 @dataclass(frozen=True)
@@ -39,7 +59,7 @@ class Batch:
         ids = np.empty(0, dtype=np.int64) if replay_ids is None else np.asarray(replay_ids)
         weights = np.empty(0) if replay_weights is None else np.asarray(replay_weights)
         widths = [u["obs"].shape[1] for u in unrolls]
-        arrays = stack_unrolls(unrolls)
+        arrays = stack_unrolls(unrolls, concatenate)
         per_unroll_weight = np.concatenate([np.ones(len(fresh)), weights]).astype(np.float32)
         arrays["sample_weights"] = np.repeat(per_unroll_weight, widths)
         return cls(arrays, list(fresh), ids, weights, np.cumsum([0, *widths]))

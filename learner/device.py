@@ -27,8 +27,12 @@ def pick_device(requested: str = "auto") -> torch.device:
     return torch.device(requested)
 
 
-def host_to_device(x: np.ndarray, device: torch.device, dtype: torch.dtype | None = None) -> torch.Tensor:
-    """`x` (any shape) as a tensor on `device`, cast to `dtype` there (None: keep its dtype)."""
+def host_to_device(x: np.ndarray | torch.Tensor, device: torch.device, dtype: torch.dtype | None = None
+                   ) -> torch.Tensor:
+    """`x` (any shape) as a tensor on `device`, cast to `dtype` there (None: keep its dtype). A tensor already on
+    `device` (an unroll the inline backend's fast path kept there) is used as it is."""
+    if isinstance(x, torch.Tensor):
+        return x.to(device, dtype) if dtype is not None else x.to(device)
     t = torch.from_numpy(np.ascontiguousarray(x))
     t = t.pin_memory().to(device, non_blocking=True) if device.type == "cuda" else t.to(device)
     return t if dtype is None else t.to(dtype)

@@ -159,7 +159,7 @@ class Learner:
     def set_learning_rate(self, lr: float) -> None:
         self.gradient_step.set_learning_rate(lr)
 
-    def _tensor(self, x: np.ndarray, dtype: torch.dtype | None = None) -> torch.Tensor:
+    def _tensor(self, x: np.ndarray | torch.Tensor, dtype: torch.dtype | None = None) -> torch.Tensor:
         return host_to_device(x, self.device, dtype)
 
     # -- the update ------------------------------------------------------------------------------
@@ -255,11 +255,11 @@ class Learner:
                 raise ValueError(f"batch field {key!r} missing: learner.lstm_size {self.config.lstm_size} is a "
                                  f"recurrent policy, whose unrolls carry their core state")
         previous = core_inputs(batch["actions"], batch["rewards"], self.spec)  # [T, B, E]
-        extra = np.concatenate([batch["core_inputs"][None], previous])
+        extra = torch.cat([self._tensor(batch["core_inputs"], torch.float32)[None],
+                           self._tensor(previous, torch.float32)])
         dones = batch["terminated"] | batch["truncated"]
         starts = np.concatenate([np.zeros_like(dones[:1]), dones])
-        return self._tensor(extra, torch.float32), self._tensor(starts), self._tensor(batch["core_state"],
-                                                                                     torch.float32)
+        return extra, self._tensor(starts), self._tensor(batch["core_state"], torch.float32)
 
     def _recurrent_final_values(self, batch: dict[str, Any], idx: torch.Tensor,
                                 core_out: list[torch.Tensor]) -> torch.Tensor:

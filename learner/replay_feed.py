@@ -16,7 +16,7 @@ import numpy as np
 from levelray.contracts.clients import ReplayClient
 from levelray.contracts.config import ReplayConfig
 from levelray.contracts.trajectory import Unroll
-from levelray.learner.batch import Batch
+from levelray.learner.batch import Batch, on_host
 from levelray.learner.learner import StepOutputs
 from levelray.learner.model_batch import ModelBatch, SequenceSampler, sequence_priorities_by_unroll
 from levelray.learner.priorities import trajectory_priority
@@ -78,6 +78,7 @@ class ReplayFeed:
         if self.replay is None:
             return
         fresh = self._with_model_fields(batch, outputs, version) if self.sequences is not None else batch.fresh
+        fresh = [on_host(u) for u in fresh]  # replay keeps host memory, whatever device an unroll was kept on
         if self.model_priorities:
             if fresh:
                 self.replay.insert(fresh, None)

@@ -148,7 +148,7 @@ def test_network_shapes_popart_layer_and_the_torch_inference_path():
     assert not NumpyPolicy.supports(model)
     vec = make_env_vector(EnvConfig(id="minigrid:DoorKey-5x5", num_levels=10), 3, None, seed=0)
     worker = RolloutWorker(vec, 6, seed=0)
-    assert isinstance(worker.model, MiniGridNet) and worker._numpy_policy is None
+    assert isinstance(worker.model, MiniGridNet) and worker.policy.numpy_policy is None
     unroll = worker.unroll()
     validate_unroll(unroll, vec.spec, unroll_length=6, level_range=(0, 10))
     with torch.inference_mode():

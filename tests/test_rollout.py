@@ -112,16 +112,16 @@ def test_numpy_policy_matches_a_float64_reference_before_and_after_new_weights(e
 
     worker = RolloutWorker(make_env_vector(EnvConfig(id=env_id, num_levels=0), 4, None, seed=0), 5,
                            learner=LearnerConfig(hidden_sizes=[32, 16]), seed=0)
-    assert worker._numpy_policy is not None  # the MLP takes the NumPy path on actors
+    assert worker.policy.numpy_policy is not None  # the MLP takes the NumPy path on actors
     rng = np.random.default_rng(1)
     obs = rng.standard_normal((16, *worker.spec.obs_shape)).astype(np.float32) * 3
     weights = weights_to_numpy(worker.model)
-    np.testing.assert_allclose(worker._numpy_policy.dist_params(obs),
+    np.testing.assert_allclose(worker.policy.numpy_policy.dist_params(obs),
                                _float64_policy_reference(weights, obs, worker.spec.discrete), rtol=1e-5, atol=1e-5)
     # New weights (as an actor receives them from the learner) change what the policy computes.
     new = {k: (v + rng.standard_normal(v.shape).astype(np.float32) * 0.5) for k, v in weights.items()}
     worker.set_weights(7, new)
-    got = worker._numpy_policy.dist_params(obs)
+    got = worker.policy.numpy_policy.dist_params(obs)
     np.testing.assert_allclose(got, _float64_policy_reference(new, obs, worker.spec.discrete), rtol=1e-5, atol=1e-5)
     assert not np.allclose(got, _float64_policy_reference(weights, obs, worker.spec.discrete), atol=1e-3)
     assert worker.policy_version == 7

@@ -1,12 +1,13 @@
 """`levelray train --backend inline`: the whole system in one process, synchronously.
 
 For a GPU box without Ray, for debugging, and for machines that cannot install Ray. The same config, services,
-learner train step (`LearnerCore`) and rollout code as the Ray backend; only the transport differs: actors are
-`RolloutWorker`s stepped in turn, the level and replay services are their cores called directly (each worker's
-episode results go to the level service after each of its unrolls; with level windows each worker asks it for its
-next window when one ends, and a Robust PLR explore window's unrolls are counted, `LearnerCore.accept_tally`, but
-never given to the update). `deploy.training.driver.run` drives it like any
-other backend.
+learner train step (`LearnerCore`) and rollout code as the Ray backend; only the transport differs. Actors are
+`RolloutWorker`s stepped in turn, each acting through a `DevicePolicy` on `actors.device` (auto: the learner's
+device, where they act with the learner's own network and leave their unrolls there for it; on a GPU this is the
+single-GPU fast path). The level and replay services are their cores called directly: each worker's episode results
+go to the level service after each of its unrolls; with level windows each worker asks it for its next window when
+one ends, and a Robust PLR explore window's unrolls are counted (`LearnerCore.accept_tally`) but never given to the
+update. `deploy.training.driver.run` drives it like any other backend.
 """
 
 from __future__ import annotations
@@ -15,6 +16,9 @@ import threading
 import time
 from typing import TYPE_CHECKING, Any
 
+import torch
+
+from levelray.actors.device_policy import DevicePolicy
 from levelray.actors.env_vector import LevelDraws
 from levelray.actors.envs import env_spec, make_env_vector
 from levelray.actors.episode_scorer import EpisodeScorer
@@ -25,6 +29,8 @@ from levelray.contracts.status import StatusSnapshot
 from levelray.deploy.training.components import make_level_service, make_replay
 from levelray.deploy.training.progress import reached_return
 from levelray.learner.core import LearnerCore
+from levelray.learner.device import pick_device
+from levelray.policy.models import build_model
 
 if TYPE_CHECKING:
     from levelray.level_service.service import LevelServiceCore
@@ -43,6 +49,11 @@ class ServiceDraws(LevelDraws):
         return seeds[0], replayed[0]
 
 
+def acting_device(cfg: RunConfig, learner_device: torch.device) -> torch.device:
+    """`actors.device`: auto is the learner's device."""
+    return learner_device if cfg.actors.device == "auto" else pick_device(cfg.actors.device)
+
+
 class InlineBackend:
     uses_ray = False
 
@@ -58,6 +69,9 @@ class InlineBackend:
         if resume_state.get("learner") is not None:
             self.core.load_state_dict(resume_state["learner"])
         K = cfg.actors.envs_per_actor
+        self.acting_device = acting_device(cfg, self.core.learner.device)
+        # on the learner's device the workers act with the learner's own network: no weights to copy
+        self._shares_network = self.acting_device == self.core.learner.device
         self.workers = []
         for i in range(max(1, cfg.actors.num_actors)):
             windows = None
@@ -71,20 +85,35 @@ class InlineBackend:
                 learner=cfg.learner,
                 actor_id=i,
                 env_id_offset=i * K,
-                seed=cfg.seed * 1000 + i,
                 level_draws=draws,
                 scorer=EpisodeScorer.for_run(cfg) if self.levels is not None else None,
                 windows=windows,
+                policy=self._acting_policy(K, seed=cfg.seed * 1000 + i),
             ))
         self._broadcast()
         self._next_worker = 0
         self._fresh: list = []  # unrolls for the next update, collected so far
         self._tally = ExploreTally()
 
+    def _acting_policy(self, num_envs: int, seed: int) -> DevicePolicy:
+        """A worker's policy on `acting_device`: the learner's network (values scaled to reward units by its
+        PopArt statistics, as published weights are), or a copy of it on another device."""
+        learner, cfg = self.core.learner, self.cfg
+        if self._shares_network:
+            norm = learner.value_norm
+            scale = None if norm is None else (lambda: (norm.sigma, norm.mu))
+            return DevicePolicy(learner.model, self.spec, cfg.learner, num_envs, seed, self.acting_device,
+                                value_scale=scale)
+        model = build_model(self.spec, cfg.learner.model, tuple(cfg.learner.hidden_sizes), cfg.learner.lstm_size)
+        return DevicePolicy(model.to(self.acting_device).eval(), self.spec, cfg.learner, num_envs, seed,
+                            self.acting_device)
+
     def _broadcast(self) -> None:
-        version, weights = self.core.learner.get_weights()
+        """The workers act with the learner's latest weights: its version only, where they share its network."""
+        version = self.core.version
+        weights = None if self._shares_network else self.core.learner.get_weights()[1]
         for worker in self.workers:
-            worker.set_weights(version, weights)
+            worker.policy.sync(version, weights)
 
     def train_step(self, until_time: float | None = None) -> dict[str, float]:
         """Collect unrolls round-robin over the workers until `num_fresh` reach the learner, then one
