@@ -46,8 +46,7 @@ class DevicePolicy:
         self.model, self.spec, self.device = model, spec, torch.device(device)
         self._dtype = compute_dtype(learner.precision, self.device, resolve_model_kind(spec, learner.model),
                                     inference=True)
-        cpu = self.device.type == "cpu"
-        self.numpy_policy = NumpyPolicy(model) if cpu and NumpyPolicy.supports(model) else None
+        self.numpy_policy = NumpyPolicy(model) if self._host_views() and NumpyPolicy.supports(model) else None
         self._value_scale = value_scale
         self.policy_version = 0
         self._gen = torch.Generator().manual_seed(seed)
@@ -90,17 +89,24 @@ class DevicePolicy:
         self._host_params = host_params
         self._noise = None
         if self.spec.discrete:
-            noise = self._host(self._rng.gumbel(size=(T, K, self.spec.num_actions)))
-            self._noise = noise.to(device, non_blocking=True)
+            self._noise = self._host(self._rng.gumbel(size=(T, K, self.spec.num_actions))).to(device, non_blocking=True)
+        # On the CPU the buffers are also read and written as NumPy arrays (views), as `HostPolicy` does: at actor
+        # batch sizes torch's per-call dispatch costs more than the work
+        self._views = None
+        if self._host_views():
+            self._views = tuple(None if x is None else x.numpy() for x in (self._obs, self._params, self._values,
+                                                                            self._noise))
         self._core = self._core_at_start()
 
     def step(self, t: int, obs: np.ndarray) -> np.ndarray:
         """Record step `t`'s `obs [K, ...]` on the device, run the network there, and return the actions chosen
         (the step's one wait for the device)."""
-        x = self._obs[t]
-        self._copy_in(x, obs)
-        with torch.no_grad():
-            dist_params, values = self._forward(x, obs)
+        self._copy_in(t, obs)
+        if self.numpy_policy is not None:
+            self._step_in_numpy(t, obs)
+            return self._sample(t)
+        with torch.inference_mode():  # written into the (normal) unroll buffers, which the learner's backward reads
+            dist_params, values = self._forward(self._obs[t])
             self._params[t] = dist_params
             if self._values is not None:
                 self._values[t] = self._in_reward_units(values)
@@ -125,7 +131,7 @@ class DevicePolicy:
     def end(self, obs: np.ndarray) -> Recorded:
         """The unroll's record, `obs [K, ...]` its bootstrap observation: device tensors (NumPy views on the CPU),
         and the values and parameters the level scores read, copied to the host once."""
-        self._copy_in(self._obs[-1], obs)
+        self._copy_in(len(self._obs) - 1, obs)
         fields = {"obs": self._obs, "behaviour_params": self._params, **self._core}
         if self.device.type == "cpu":
             fields = {key: value.numpy() for key, value in fields.items()}
@@ -134,25 +140,38 @@ class DevicePolicy:
         return Recorded(fields, values, host_params)
 
     # -- the network -----------------------------------------------------------------------------
-    def _copy_in(self, out: torch.Tensor, obs: np.ndarray) -> None:
-        """`obs [K, ...]` into the device tensor `out`: through the page-locked staging buffer on a GPU (its last
-        copy is done: each step waits for its actions, which the stream computes after that copy)."""
-        if not self._pinned:
-            out.copy_(torch.from_numpy(obs))
+    def _host_views(self) -> bool:
+        """Whether the buffers are the host's memory, to be read and written as NumPy arrays: on the CPU."""
+        return self.device.type == "cpu"
+
+    def _copy_in(self, t: int, obs: np.ndarray) -> None:
+        """`obs [K, ...]` into step `t` of the observation buffer: through the page-locked staging buffer on a GPU
+        (its last copy is done: each step waits for its actions, which the stream computes after that copy)."""
+        if self._views is not None:
+            self._views[0][t] = obs
+            return
+        if not self._pinned:  # a device without page-locked copies
+            self._obs[t].copy_(torch.from_numpy(obs))
             return
         if self._staging is None:
-            self._staging = torch.empty(out.shape, dtype=out.dtype, pin_memory=True)
+            self._staging = torch.empty(obs.shape, dtype=self._obs.dtype, pin_memory=True)
         self._staging.numpy()[...] = obs
-        out.copy_(self._staging, non_blocking=True)
+        self._obs[t].copy_(self._staging, non_blocking=True)
 
-    def _forward(self, x: torch.Tensor, obs: np.ndarray) -> tuple[torch.Tensor, torch.Tensor | None]:
-        """The network's `(dist_params [K, P], values [K] or None)` on `x [K, ...]` (`obs`, the same on the host,
-        for the NumPy MLP), float32."""
+    def _step_in_numpy(self, t: int, obs: np.ndarray) -> None:
+        """The NumPy MLP's step `t` (on the CPU), into the buffers' NumPy views."""
+        _, params, values, _ = self._views
+        params[t] = self.numpy_policy.dist_params(obs)
+        if values is not None:
+            v = self.numpy_policy.values(obs)
+            if self._value_scale is not None:
+                sigma, mu = self._value_scale()
+                v = v * sigma + mu
+            values[t] = v
+
+    def _forward(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """The network's `(dist_params [K, P], values [K] or None)` on `x [K, ...]`, float32."""
         with_values = self._values is not None
-        if self.numpy_policy is not None:
-            policy = self.numpy_policy
-            return (torch.from_numpy(policy.dist_params(obs)),
-                    torch.from_numpy(policy.values(obs)) if with_values else None)
         with autocast(self.device, self._dtype):
             if self._core_state is not None:
                 self._start_episodes()
@@ -175,6 +194,11 @@ class DevicePolicy:
     def _sample(self, t: int) -> np.ndarray:
         """Step `t`'s actions on the host: argmax(logits + noise) in float64 (as `sample_categorical`), or a Gaussian
         draw from the host generator (as `HostPolicy`)."""
+        if self.spec.discrete and self._views is not None:
+            _, params, _, noise = self._views
+            actions = np.argmax(params[t] + noise[t], axis=1)
+            self._actions_on_device = torch.from_numpy(actions)
+            return actions
         if self.spec.discrete:
             self._actions_on_device = torch.argmax(self._params[t].double() + self._noise[t], dim=1)
             return self._actions_on_device.cpu().numpy()

@@ -46,7 +46,8 @@ def as_present_path(backend: InlineBackend) -> InlineBackend:
 
 def backends(overrides: dict) -> dict[str, InlineBackend]:
     """The fast path and the present path of one run config (seed 0, no level service: domain randomisation)."""
-    cfg = replace_paths(RunConfig(), {"env.num_levels": 0, "levels.strategy": "random", "seed": 0, **overrides})
+    cfg = replace_paths(RunConfig(), {"env.num_levels": 0, "levels.strategy": "random", "seed": 0,
+                                      "total_steps": 10**12, **overrides})
     return {"fast": InlineBackend(cfg), "present": as_present_path(InlineBackend(cfg))}
 
 
