@@ -132,6 +132,38 @@ def test_procgen_vector_close_frees_the_c_env_itself():
     on cffi's library lock) finds nothing left to do."""
     vec = make_env_vector(EnvConfig(id="procgen:coinrun", num_levels=10, start_level=0), 2, seed=0)
     vec.reset()
-    assert not vec.env.closed
+    assert not any(part.closed for part in vec.parts)
     vec.close()
-    assert vec.env.closed
+    assert all(part.closed for part in vec.parts)
+
+
+def test_a_procgen_vector_of_several_parts_plays_each_env_as_alone():
+    """42 envs are procgen parts of `PART_SIZE`, the last one smaller: an env in the first, a middle and the last part,
+    levels injected as its episodes end, steps exactly as a 1-env vector given the same levels and actions (what a
+    part's state swap touches is its own)."""
+    from levelray.actors.procgen_env import PART_SIZE
+
+    K = 42
+    assert PART_SIZE < K and K % PART_SIZE
+    levels = {k: itertools.cycle([(7 * k) % 50, (7 * k + 3) % 50]) for k in range(K)}
+    cfg = EnvConfig(id="procgen:bigfish", num_levels=50)
+    vec = make_env_vector(cfg, K, lambda k: next(levels[k]), seed=1)
+    levels_alone = {k: itertools.cycle([(7 * k) % 50, (7 * k + 3) % 50]) for k in (0, 17, 41)}
+    alone = {k: make_env_vector(cfg, 1, lambda _, k=k: next(levels_alone[k]), seed=2) for k in (0, 17, 41)}
+    obs = vec.reset()
+    for k, one in alone.items():
+        np.testing.assert_array_equal(obs[k], one.reset()[0])
+    rng = np.random.default_rng(0)
+    ends = 0
+    for _ in range(300):
+        actions = rng.integers(0, 15, size=K)
+        step = vec.step(actions)
+        ends += int(step.terminated.sum())
+        for k, one in alone.items():
+            own = one.step(actions[k:k + 1])
+            np.testing.assert_array_equal(step.obs[k], own.obs[0])
+            assert step.rewards[k] == own.rewards[0] and step.terminated[k] == own.terminated[0]
+            assert step.level_seeds[k] == own.level_seeds[0]
+    assert ends > 0 and vec.injections >= K + ends
+    vec.close()
+    assert all(part.closed for part in vec.parts)
