@@ -29,9 +29,16 @@ from levelray.contracts.config_model import (  # noqa: F401  (imported from here
 from levelray.contracts.config_values import ConfigError, coerce_value, field_types
 from levelray.contracts.config_values import Section as _Section
 from levelray.contracts.config_values import flag as _flag
-from levelray.contracts.levels import EDITORS, SCHEDULES, STRATEGIES, TRANSFORMS, UNSCORED_STRATEGIES
+from levelray.contracts.levels import SCHEDULES, STRATEGIES, TRANSFORMS, UNSCORED_STRATEGIES
+from levelray.contracts.plugins import check_plugin_name
 
 _IMPORT_PATH = re.compile(r"[A-Za-z_]\w*(\.[A-Za-z_]\w*)*:[A-Za-z_]\w*")
+
+
+def _check_editor_name(name: str) -> None:
+    """`levels.editor`: none or a plug-in's name (`contracts.plugins`); whether it loads is checked before a run."""
+    if name != "none":
+        check_plugin_name(name)
 
 
 def _check_import_paths(paths: list[str]) -> None:
@@ -206,9 +213,10 @@ class LevelConfig(_Section):
     )
     editor: str = field(
         default="none",
-        metadata=_flag("--level-editor", "accel: after a replayed level's episode is scored, queue a child of it "
-                                         "with levels.num_edits random edits, played as a new level (ACCEL: maze "
-                                         "runs on unbounded levels with Robust PLR)", choices=EDITORS),
+        metadata=_flag("--level-editor", "a level editor: none, accel (after a replayed level's episode is scored, "
+                                         "queue a child of it with levels.num_edits random edits, played as a new "
+                                         "level: ACCEL, maze runs on unbounded levels with Robust PLR), or "
+                                         "module:attribute of your own", check=_check_editor_name),
     )
     num_edits: int = field(
         default=5, metadata=_flag("--level-num-edits", "edits per child of levels.editor (DCD's num_edits)", min=1)

@@ -9,7 +9,7 @@ buffer of the best levels it has found (`level_service.buffer`).
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import NamedTuple, Protocol
+from typing import Protocol
 
 import numpy as np
 
@@ -32,21 +32,6 @@ LOGIT_STRATEGIES = ("policy_entropy", "least_confidence", "min_margin")
 ADVANTAGE_STRATEGIES = ("gae", "value_l1", "positive_value_loss")
 TRANSFORMS = ("constant", "max", "eps_greedy", "rank", "power", "softmax")
 SCHEDULES = ("fixed", "proportionate")
-
-
-class EditorEntry(NamedTuple):
-    """One level editor `levels.editor` may name (ACCEL's: it makes children of replayed levels)."""
-
-    editor: str  # "module:Class" of its `level_service.curriculum.LevelEditor`, imported where the service runs
-    env_prefix: str  # it edits the env family whose ids start with this
-    family: str  # that family, in the words of the config's refusal: "levels.editor X needs <family>, not <env>"
-
-
-# levels.editor: the editors a run may name, "none" for no editing. Adding an editor is its module and one line here.
-EDITORS: dict[str, EditorEntry | None] = {
-    "none": None,
-    "accel": EditorEntry("levelray.level_service.editor:MazeEditor", "maze:", "a maze family (--env maze:<W>x<H>)"),
-}
 
 
 class LevelRange(Protocol):

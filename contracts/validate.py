@@ -32,8 +32,9 @@ problem named by the dotted paths of its fields:
   The model loss needs discrete actions (`check_model_loss_actions`): checked by
   `deploy.training.driver.prepare_run_dir` once the env's spec is known.
 - PLR's level buffer (a scored strategy on an unbounded level space) with no room (`levels.buffer_size` 0).
-- ACCEL's editor (`levels.editor accel`) without what it needs: a maze env (`env.id` maze:<W>x<H>), an unbounded
-  level space (`env.num_levels` 0), a scored `levels.strategy`, and `levels.robust` (children are never trained on).
+- A level editor (`levels.editor`, ACCEL's `accel`) without what it needs: an unbounded level space
+  (`env.num_levels` 0), a scored `levels.strategy`, and `levels.robust` (children are never trained on). The env
+  family it edits is the editor's own to check (`level_service.editors.editor_problems`), before the run starts.
 
 The rules a service also needs of the section it is handed are written here once and called there too, so that
 both refuse in the same words: a section's leaves (`leaf_problems`), the level buffer's needs
@@ -56,7 +57,6 @@ from typing import Any
 
 from levelray.contracts.config import (
     ConfigError,
-    EnvConfig,
     LevelConfig,
     ModelLossConfig,
     RunConfig,
@@ -65,7 +65,7 @@ from levelray.contracts.config import (
     leaves,
     uses_replay,
 )
-from levelray.contracts.levels import EDITORS, UNSCORED_STRATEGIES
+from levelray.contracts.levels import UNSCORED_STRATEGIES
 from levelray.contracts.spec import EnvSpec
 
 # The Ray driver never polls the job more often than this (`deploy.training.ray_backend` waits at least this long
@@ -412,41 +412,35 @@ def _level_problems(cfg: RunConfig) -> list[Problem]:
 
 
 def _editor_problems(cfg: RunConfig) -> list[Problem]:
-    """ACCEL's editor needs what its children are: maze levels held as data, kept in a level buffer
+    """ACCEL's editor needs what its children are: levels held as data, kept in a level buffer
     (`editor_space_problems`), scored by a strategy, and (as ACCEL is Robust PLR plus the editor) played without
-    gradient."""
+    gradient. The env family an editor edits is the editor's to say (`level_service.editors.editor_problems`: the
+    run is checked with it before it starts)."""
     lv = cfg.levels
-    found = editor_space_problems(lv.editor, cfg.env, unbounded=cfg.env.num_levels == 0)
+    found = editor_space_problems(lv.editor, unbounded=cfg.env.num_levels == 0)
     if lv.editor == "none":
         return found
     if lv.strategy in UNSCORED_STRATEGIES:
-        found.append(_editor_needs(lv.editor, "levels.strategy", f"a scored strategy (not {lv.strategy}), such as "
-                                                                 "--level-strategy positive_value_loss"))
+        found.append(editor_needs(lv.editor, "levels.strategy", f"a scored strategy (not {lv.strategy}), such as "
+                                                                "--level-strategy positive_value_loss"))
     if not lv.robust:
-        found.append(_editor_needs(lv.editor, "levels.robust", "Robust PLR (--level-robust): children are scored, "
-                                                               "never trained on"))
+        found.append(editor_needs(lv.editor, "levels.robust", "Robust PLR (--level-robust): children are scored, "
+                                                              "never trained on"))
     return found
 
 
-def editor_space_problems(editor: str, env: EnvConfig | None, *, unbounded: bool) -> list[Problem]:
-    """What an editor (`levels.editor`, an entry of `contracts.levels.EDITORS`) needs of the level space it edits:
-    the env family it edits (its levels are edited as data) and an unbounded space (`unbounded`: its children are
-    levels outside any fixed set). The run config is checked with it, and so is the level service where it makes
-    the editor (`level_service.spaces.make_sampler`, whose level space is the seeds it was given)."""
-    entry = EDITORS.get(editor)
-    if entry is None:
+def editor_space_problems(editor: str, *, unbounded: bool) -> list[Problem]:
+    """What any editor (`levels.editor` other than none) needs of the level space: an unbounded one (`unbounded`: its
+    children are levels outside any fixed set). The run config is checked with it, and so is the level service where
+    it makes the editor (`level_service.editors.editor_problems`, with the editor's env family)."""
+    if editor == "none" or unbounded:
         return []
-    env_id = None if env is None else env.id
-    found = []
-    if not str(env_id).startswith(entry.env_prefix):
-        found.append(_editor_needs(editor, "env.id", f"{entry.family}, not {env_id}"))
-    if not unbounded:
-        found.append(_editor_needs(editor, "env.num_levels", "an unbounded level space (--num-levels 0): its "
-                                                             "children are levels outside any fixed set"))
-    return found
+    return [editor_needs(editor, "env.num_levels", "an unbounded level space (--num-levels 0): its children are "
+                                                   "levels outside any fixed set")]
 
 
-def _editor_needs(editor: str, path: str, what: str) -> Problem:
+def editor_needs(editor: str, path: str, what: str) -> Problem:
+    """The refusal of `levels.editor` `editor` for want of `what` (in the words of field `path`)."""
     return Problem(("levels.editor", path), f"levels.editor {editor} needs {what}")
 
 

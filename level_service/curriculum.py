@@ -15,8 +15,8 @@ a source from a run's config and reads its state back; the level service (`level
 through `LevelSource` and `levels_view`.
 
 An **editor** (ACCEL's) makes children of levels and holds the levels it made, so that they can be played, scored
-and saved with the buffer; one per env family, each registered by one line of `contracts.levels.EDITORS`
-(`level_service.editors` imports it).
+and saved with the buffer; one per env family, a plug-in (`level_service.editors.LEVEL_EDITORS`: a built-in by its
+name, a user's own by `module:attribute`).
 """
 
 from __future__ import annotations
@@ -51,6 +51,8 @@ class LevelEditor(Protocol):
     """
 
     family: str  # the levels it edits, in words ("13x13 mazes with (0, 60) walls"): a saved state resumes only with it
+    edits_env: str  # the prefix of the env ids of the family it edits ("maze:"), a class attribute
+    edits_family: str  # that family, in the words of a refusal ("a maze family (--env maze:<W>x<H>)")
 
     @classmethod
     def for_run(cls, env: EnvConfig, levels: LevelConfig) -> LevelEditor:

@@ -40,6 +40,7 @@ from levelray.contracts.maze import (
     parse_blocks,
     shortest_path_length,
 )
+from levelray.level_service.editors import LEVEL_EDITORS
 
 __all__ = ["EDIT_KINDS", "MazeEditor", "edit_maze"]
 
@@ -85,12 +86,16 @@ def edit_maze(level: MazeLevel, num_edits: int, rng: np.random.Generator) -> Maz
                      (goal % width, goal // width))
 
 
+@LEVEL_EDITORS.register("accel")
 class MazeEditor:
     """The children of one maze run and the encodings of its edited levels (see the module doc).
 
     `blocks` is the family's `--maze-blocks` range, with which a seed becomes a level; `queue_limit` the most
     children waiting to be played (beyond it the oldest is dropped, counted in `num_queue_dropped`);
     `drop_unsolvable` drops the children whose goal is unreachable instead of queueing them."""
+
+    edits_env = "maze:"  # the env ids of the family it edits (`level_service.editors.editor_problems`)
+    edits_family = "a maze family (--env maze:<W>x<H>)"
 
     def __init__(self, width: int, height: int, blocks: tuple[int, int], num_edits: int, queue_limit: int,
                  drop_unsolvable: bool = False):
@@ -110,7 +115,7 @@ class MazeEditor:
     @classmethod
     def for_run(cls, env: EnvConfig, levels: LevelConfig) -> MazeEditor:
         """The editor of a maze run's `env` and `levels` sections (`maze:<W>x<H>`: what the editor needs of a run
-        is checked once, by `contracts.validate.editor_space_problems`, before this is called); at most
+        is checked by `level_service.editors.editor_problems` before this is called); at most
         `levels.buffer_size` children wait to be played."""
         width, height = maze_size(env.id)
         return cls(width, height, parse_blocks(env.maze_blocks), levels.num_edits, levels.buffer_size,

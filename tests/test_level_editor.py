@@ -221,12 +221,22 @@ def test_a_state_missing_an_encoding_or_from_another_family_is_refused():
         LevelServiceCore(None, ACCEL, env=other, rng=0, initial_state=unpackb(packb(saved)))
 
 
-def test_config_checks_name_what_the_editor_needs():
+def _checked_before_a_run(cfg) -> list:
+    """The editor's problems a run is refused with before it starts: the run config's (`contracts.validate`) and the
+    editor's own of its env family (`level_service.editors.editor_problems`, from `prepare_run_dir`)."""
     from levelray.contracts.validate import problems
+    from levelray.level_service.editors import editor_problems
+
+    found = problems(cfg)
+    own = editor_problems(cfg.levels.editor, cfg.env, unbounded=cfg.env.num_levels == 0)
+    return [*[p for p in own if p not in found], *found]
+
+
+def test_config_checks_name_what_the_editor_needs():
 
     base = {"env": {"id": "maze:13x13", "num_levels": 0, "maze_blocks": "0"},
             "levels": {"strategy": "value_l1", "robust": True, "editor": "accel"}}
-    assert problems(from_dict(base)) == []
+    assert _checked_before_a_run(from_dict(base)) == []
     for change, paths in (
         ({"env": {"id": "minigrid:Empty-5x5"}}, ("levels.editor", "env.id")),
         ({"env": {"num_levels": 100}}, ("levels.editor", "env.num_levels")),
@@ -234,7 +244,7 @@ def test_config_checks_name_what_the_editor_needs():
         ({"levels": {"robust": False}}, ("levels.editor", "levels.robust")),
     ):
         cfg = {section: {**base[section], **change.get(section, {})} for section in base}
-        found = [p for p in problems(from_dict(cfg)) if "levels.editor" in p.paths]
+        found = [p for p in _checked_before_a_run(from_dict(cfg)) if "levels.editor" in p.paths]
         assert [p.paths for p in found] == [paths], change
     with pytest.raises(Exception, match="num_edits"):
         from_dict({"levels": {"num_edits": 0}})
@@ -242,14 +252,12 @@ def test_config_checks_name_what_the_editor_needs():
 
 def test_the_level_service_refuses_an_editor_without_its_level_space_as_the_config_does():
     """What the editor needs of the level space (a maze family, unbounded) is one rule: the level service refuses
-    with the run config's own words, and takes the rest of ACCEL's settings as given."""
-    from levelray.contracts.validate import problems
-
+    with the words a run is refused with before it starts, and takes the rest of ACCEL's settings as given."""
     base = {"env": {"id": "maze:13x13", "num_levels": 0, "maze_blocks": "0"},
             "levels": {"strategy": "value_l1", "robust": True, "editor": "accel"}}
     for env in ({"id": "minigrid:Empty-5x5"}, {"num_levels": 100}, {"id": "CartPole-v1", "num_levels": 20}):
         cfg = from_dict({"env": {**base["env"], **env}, "levels": base["levels"]})
-        words = [p.message for p in problems(cfg) if "levels.editor" in p.paths]
+        words = [p.message for p in _checked_before_a_run(cfg) if "levels.editor" in p.paths]
         assert words and all("levels.editor accel needs" in w for w in words), env
         seeds = None if cfg.env.num_levels == 0 else range(cfg.env.num_levels)
         with pytest.raises(ValueError) as refused:

@@ -1,7 +1,7 @@
 """The curriculum interface (`level_service.curriculum`): both level sources draw by kind and say their replay
-probability, domain randomisation is the level buffer at replay probability 0, and an editor registered by one line
-(the example of docs/guides/writing-a-curriculum.md, shown there word for word) runs in the level service and in a
-training run."""
+probability, domain randomisation is the level buffer at replay probability 0, and an editor written in tests/ and
+named by `module:attribute` (the example of docs/guides/writing-a-curriculum.md, shown there word for word) runs in
+the level service and in a training run, with no edit of the package."""
 
 from __future__ import annotations
 
@@ -13,11 +13,11 @@ import numpy as np
 import pytest
 
 from levelray.contracts.config import ConfigError, EnvConfig, LevelConfig, from_dict
-from levelray.contracts.levels import EDITORS, EditorEntry
 from levelray.contracts.maze import EDITED_ID_BASE, MazeLevel, level_for_id
 from levelray.contracts.snapshot import packb, unpackb
 from levelray.level_service.buffer import LevelBuffer
 from levelray.level_service.curriculum import LevelSource
+from levelray.level_service.editors import check_editor
 from levelray.level_service.sampler import LevelSampler
 from levelray.level_service.service import LevelServiceCore
 from tests.support import episode_results
@@ -25,20 +25,15 @@ from tests.wall_editor import WallEditor
 
 ROOT = Path(__file__).resolve().parents[1]
 GUIDE = ROOT / "docs" / "guides" / "writing-a-curriculum.md"
-WALLS = EditorEntry("tests.wall_editor:WallEditor", "maze:", "a maze family (--env maze:<W>x<H>)")
+WALLS = "tests.wall_editor:WallEditor"  # the editor of the guide, by its module:attribute
 EMPTY = EnvConfig(id="maze:13x13", num_levels=0, maze_blocks="0")
 
 
-@pytest.fixture
-def walls_registered(monkeypatch):
-    monkeypatch.setitem(EDITORS, "walls", WALLS)
-
-
-def test_the_guide_shows_the_tested_example_and_its_registration_line():
+def test_the_guide_shows_the_tested_example_and_how_to_name_it():
     text = GUIDE.read_text()
     blocks = re.findall(r"```python\n(.*?)```", text, re.S)
     assert blocks[0] == (ROOT / "tests" / "wall_editor.py").read_text()
-    assert eval("{" + blocks[1] + "}", {"EditorEntry": EditorEntry}) == {"walls": WALLS}  # the line this test registers
+    assert f"--level-editor {WALLS}" in text  # the name this test runs it by
     assert "writing-a-curriculum.md" in (ROOT / "docs" / "guides" / "curricula.md").read_text()
     assert "guides/writing-a-curriculum.md" in (ROOT / "mkdocs.yml").read_text()
 
@@ -59,14 +54,16 @@ def test_a_child_gains_exactly_num_edits_walls_never_on_the_agent_or_the_goal():
 
 def _walls_config(**kw) -> LevelConfig:
     return LevelConfig(**{"strategy": "value_l1", "buffer_size": 8, "rho": 0.5, "replay_prob": 0.8, "robust": True,
-                          "editor": "walls", **kw})
+                          "editor": WALLS, **kw})
 
 
-def test_a_registered_editor_runs_in_the_level_service_and_resumes(walls_registered, tmp_path):
-    """Registered by its line, `levels.editor walls` passes the run config's checks, the service builds it from
-    the config, plays its children first, and a snapshot brings the same editor back with its levels."""
-    assert from_dict({"env": {"id": "maze:13x13", "num_levels": 0},
-                      "levels": {"strategy": "value_l1", "robust": True, "editor": "walls"}}).levels.editor == "walls"
+def test_an_editor_named_by_module_attribute_runs_in_the_level_service_and_resumes(tmp_path):
+    """Named by its module:attribute, the editor passes the run's checks, the service builds it from the config,
+    plays its children first, and a snapshot brings the same editor back with its levels."""
+    cfg = from_dict({"env": {"id": "maze:13x13", "num_levels": 0},
+                     "levels": {"strategy": "value_l1", "robust": True, "editor": WALLS}})
+    assert cfg.levels.editor == WALLS
+    check_editor(cfg.env, cfg.levels)
     path = str(tmp_path / "levels.msgpack")
     # replay decided per episode (no level windows): each scored replay queues a child
     core = LevelServiceCore(None, _walls_config(window=0), env=EMPTY, rng=0, snapshot_path=path)
@@ -95,25 +92,31 @@ def test_a_registered_editor_runs_in_the_level_service_and_resumes(walls_registe
     assert resumed.draw_levels(16) == core.draw_levels(16)
 
 
-def test_an_unregistered_editor_is_refused_naming_the_key(tmp_path):
+def test_an_editor_that_does_not_exist_is_refused_naming_the_key_the_kind_and_what_exists(tmp_path):
     with pytest.raises(ConfigError, match="levels.editor"):
-        from_dict({"levels": {"editor": "walls"}})
-    with pytest.raises(ValueError, match="levels.editor"):
-        LevelServiceCore(None, _walls_config(), env=EMPTY, rng=0)
+        from_dict({"levels": {"editor": "Wall Editor"}})
+    for name, words in (("walls", r"--level-editor 'walls' \(levels.editor\): no level editor is called that; built "
+                                  r"in: accel"),
+                        ("tests.wall_editor:Nothing", "levels.editor.*has no 'Nothing'"),
+                        ("tests.no_such_module:WallEditor", "levels.editor.*cannot import 'tests.no_such_module'")):
+        with pytest.raises(ConfigError, match=words):
+            check_editor(EMPTY, _walls_config(editor=name))
+        with pytest.raises(ValueError, match="levels.editor"):
+            LevelServiceCore(None, _walls_config(editor=name), env=EMPTY, rng=0)
 
 
-def test_a_state_written_with_one_editor_is_refused_by_another(walls_registered):
+def test_a_state_written_with_one_editor_is_refused_by_another():
     core = LevelServiceCore(None, _walls_config(), env=EMPTY, rng=0)
     saved = unpackb(packb(core.state_dict()))
     accel = LevelServiceCore(None, _walls_config(editor="accel"), env=EMPTY, rng=0)
     before = packb(accel.state_dict())
-    with pytest.raises(ValueError, match="written with level editor walls"):
+    with pytest.raises(ValueError, match=f"written with level editor {WALLS}"):
         accel.load_state_dict(saved)
     assert packb(accel.state_dict()) == before
 
 
 @pytest.mark.timeout(300)
-def test_a_training_run_with_the_registered_editor(walls_registered, tmp_path, one_thread):
+def test_a_training_run_with_the_editor_named_by_module_attribute(tmp_path, one_thread):
     """An inline run from empty rooms edits with the example: its children enter the buffer as data."""
     from levelray.deploy.cli import main
     from levelray.deploy.rundir import RunDir
@@ -121,7 +124,7 @@ def test_a_training_run_with_the_registered_editor(walls_registered, tmp_path, o
 
     run = tmp_path / "walls"
     args = ["train", "--backend", "inline", "--env", "maze:13x13", "--maze-blocks", "0", "--num-levels", "0",
-            "--level-editor", "walls", "--level-robust", "--level-strategy", "positive_value_loss",
+            "--level-editor", WALLS, "--level-robust", "--level-strategy", "positive_value_loss",
             "--level-buffer-size", "2000", "--level-rho", "0.02", "--level-replay-prob", "0.8", "--num-actors", "1",
             "--envs-per-actor", "8", "--unroll-length", "20", "--level-window", "40", "--batch-size", "2",
             "--max-episode-steps", "30", "--total-steps", "12000", "--metrics-port", "0", "--report-interval", "0.5",
@@ -130,7 +133,7 @@ def test_a_training_run_with_the_registered_editor(walls_registered, tmp_path, o
     last = json.loads((run / "metrics.jsonl").read_text().splitlines()[-1])
     assert last["levels_edited"] > 0
     saved = load_resume_state(RunDir(run))["levels"]
-    assert saved["config"]["editor"] == "walls" and saved["editor"]["counts"]["num_children"] > 0
+    assert saved["config"]["editor"] == WALLS and saved["editor"]["counts"]["num_children"] > 0
 
 
 # ----------------------------------------------------------------------------- the level source protocol

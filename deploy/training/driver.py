@@ -387,6 +387,10 @@ def prepare_run_dir(
     except ValueError as exc:
         raise ConfigError(f"--env: {exc}") from None
     check_model_loss_actions(cfg.model_loss, spec, cfg.env.id)
+    if cfg.levels.editor != "none":  # an editor that does not load, or edits another env family, is refused here
+        from levelray.level_service.editors import check_editor
+
+        check_editor(cfg.env, cfg.levels)
     if cfg.learner.auxiliary_losses:  # a loss that does not import is refused here, not in the learner's process
         from levelray.learner.auxiliary import load_all
 
