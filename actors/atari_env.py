@@ -42,6 +42,7 @@ import numpy as np
 from gymnasium import spaces
 
 from levelray.actors.env_vector import LevelSource, StepResult, spec_of_one_env
+from levelray.actors.envs import register_family
 from levelray.actors.gymnasium_env import GymnasiumVector
 from levelray.contracts.config import EnvConfig
 from levelray.contracts.spec import EnvSpec
@@ -200,3 +201,6 @@ def spec(cfg: EnvConfig) -> EnvSpec:
 
 def ids() -> list[str]:
     return [PREFIX + "<game>"]
+
+
+register_family("atari", __name__)  # at the end: the family is this module's functions above

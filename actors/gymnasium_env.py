@@ -25,6 +25,7 @@ from levelray.actors.env_vector import (
     rgb_frame,
     spec_of_one_env,
 )
+from levelray.actors.envs import register_family
 from levelray.contracts.config import EnvConfig
 from levelray.contracts.spec import EnvSpec
 
@@ -241,3 +242,6 @@ def spec(cfg: EnvConfig) -> EnvSpec:
 
 def ids() -> list[str]:
     return sorted(gym.envs.registry.keys())
+
+
+register_family("gymnasium", __name__)  # at the end: the family is this module's functions above

@@ -28,6 +28,7 @@ import math
 import numpy as np
 
 from levelray.actors.env_vector import EnvVector, LevelChooser, LevelSource, StepResult, rgb_frame, spec_of_one_env
+from levelray.actors.envs import register_family
 from levelray.contracts.config import EnvConfig
 from levelray.contracts.maze import ENV_FORM as FORM
 from levelray.contracts.maze import ENV_PREFIX as PREFIX
@@ -208,3 +209,6 @@ def spec(cfg: EnvConfig) -> EnvSpec:
 
 def ids() -> list[str]:
     return [FORM]
+
+
+register_family("maze", __name__)  # at the end: the family is this module's functions above

@@ -19,6 +19,7 @@ import re
 import gymnasium as gym
 
 from levelray.actors.env_vector import LevelSource, spec_of_one_env
+from levelray.actors.envs import register_family
 from levelray.actors.gymnasium_env import GymnasiumVector
 from levelray.contracts.config import EnvConfig
 from levelray.contracts.spec import MINIGRID_OBS, EnvSpec
@@ -118,3 +119,6 @@ def spec(cfg: EnvConfig) -> EnvSpec:
 
 def ids() -> list[str]:
     return [PREFIX + "<name>"]
+
+
+register_family("minigrid", __name__)  # at the end: the family is this module's functions above

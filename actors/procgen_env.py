@@ -21,6 +21,7 @@ from collections import OrderedDict
 import numpy as np
 
 from levelray.actors.env_vector import EnvVector, LevelChooser, LevelSource, StepResult, rgb_frame
+from levelray.actors.envs import register_family
 from levelray.contracts.config import EnvConfig
 from levelray.contracts.spec import EnvSpec
 
@@ -231,3 +232,6 @@ def spec(cfg: EnvConfig) -> EnvSpec:
 
 def ids() -> list[str]:
     return [PREFIX + game for game in PROCGEN_GAMES]
+
+
+register_family("procgen", __name__)  # at the end: the family is this module's functions above

@@ -12,6 +12,7 @@ import re
 from dataclasses import dataclass, field
 
 from levelray.contracts.config_values import Section, flag
+from levelray.contracts.plugins import check_plugin_name
 
 # DCD's maze setting for PLR-perp (Jiang et al. 2021b): 25 walls in a 13x13 maze.
 DEFAULT_MAZE_BLOCKS = "25"
@@ -25,6 +26,12 @@ def _check_maze_blocks(text: str) -> None:
     parse_blocks(text)
 
 
+def _check_family(name: str) -> None:
+    """`env.family`: auto or a plug-in's name (`contracts.plugins`); whether it loads: where envs are built."""
+    if name != "auto":
+        check_plugin_name(name)
+
+
 @dataclass(frozen=True)
 class EnvConfig(Section):
     id: str = field(
@@ -32,6 +39,13 @@ class EnvConfig(Section):
         metadata=flag("--env", "environment: procgen:<game>, minigrid:<name> (e.g. minigrid:DoorKey-8x8), "
                                "maze:<W>x<H> (e.g. maze:13x13, the inner size), atari:<game> (e.g. "
                                "atari:breakout = ALE/Breakout-v5) or any gymnasium id (e.g. CartPole-v1)"),
+    )
+    family: str = field(
+        default="auto",
+        metadata=flag("--env-family", "the env family that builds env.id: auto (the built-in whose ids include it), a "
+                      "built-in's name (procgen, minigrid, maze, atari, gymnasium) or module:attribute of your own "
+                      "(an object with matches, make_vector, spec and ids: actors.envs.EnvFamily)",
+                      check=_check_family),
     )
     distribution_mode: str = field(
         default="easy", metadata=flag("--distribution-mode", "procgen distribution mode", choices=("easy", "hard"))

@@ -2,7 +2,8 @@
 
 A plug-in is given either by a short name, one of the built-ins that register themselves beside their code
 (`@LEVEL_EDITORS.register("accel")` on ACCEL's maze editor), or as `module:attribute`, a user's own, imported where
-it runs: on the command line or in YAML, with no edit of the package. A name that is neither is refused naming the
+it runs (the directory levelray is started in is on the path, as for `python -m`): on the command line or in YAML,
+with no edit of the package. A name that is neither is refused naming the
 flag, the kind and what exists.
 
 A kind lives in the part that uses its plug-ins (the level service's editors in `level_service.editors`, ...) and
@@ -13,7 +14,9 @@ nothing until a run needs it. This module is the mechanism alone: it names no pl
 from __future__ import annotations
 
 import importlib
+import os
 import re
+import sys
 from collections.abc import Callable, Sequence
 from typing import Generic, TypeVar
 
@@ -72,13 +75,18 @@ class PluginKind(Generic[T]):
         return self._builtins[spec]
 
     def _imported_plugin(self, spec: str) -> T:
+        """`module:attribute` imported, the working directory on the path as `python -m` puts it there (the
+        `levelray` command's own script does not): a module beside where levelray is started imports."""
         module_name, _, attribute = spec.partition(":")
+        if os.getcwd() not in sys.path:
+            sys.path.append(os.getcwd())
         try:
             module = importlib.import_module(module_name)
         except ImportError as exc:
-            raise ConfigError(f"{self.flag} {spec} ({self.key}): cannot import {module_name!r} ({exc}); a {self.kind} "
-                              f"of your own must import where it runs (on a local Ray, the directory levelray is "
-                              f"started from is on every process's path)") from None
+            article = "an" if self.kind[0] in "aeiou" else "a"
+            raise ConfigError(f"{self.flag} {spec} ({self.key}): cannot import {module_name!r} ({exc}); {article} "
+                              f"{self.kind} of your own must import where it runs, from the directory levelray is "
+                              f"started in or the Python path") from None
         if not hasattr(module, attribute):
             raise ConfigError(f"{self.flag} {spec} ({self.key}): {module_name!r} has no {attribute!r}")
         return getattr(module, attribute)

@@ -131,7 +131,7 @@ def test_an_unknown_reserved_id_is_refused_naming_it(level_id):
 
 @pytest.mark.parametrize("env_id", ["maze:13", "maze:0x5", "maze:axb", "maze:13x13x2", "maze:2x13", "maze:13x64"])
 def test_bad_maze_names_say_the_form(env_id):
-    assert family_of(env_id).__name__.endswith("maze_env")
+    assert family_of(EnvConfig(id=env_id)).__name__.endswith("maze_env")
     with pytest.raises(ValueError, match=r"maze:<W>x<H>"):
         env_spec(EnvConfig(id=env_id))
 
