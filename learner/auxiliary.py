@@ -13,14 +13,17 @@ after every applied step it calls `after_step`. What the loss may set, each with
   by norm at `grad_clip`; it steps after the learner's step, on this loss's gradient at the update's starting
   weights).
 - `sampler`: a `ReplaySampler` that cuts this loss's batch from replayed unrolls (`learner.replay_feed`, which
-  feeds one such loss and stores the learner's values with the unrolls it inserts: `model_batch.MODEL_FIELDS`);
-  its output reaches `loss` as `inputs.replayed`, and the update skips the loss when there is none yet.
+  feeds one such loss and inserts each fresh unroll as the sampler's `stored` makes it, with the learner's values
+  on it); its output reaches `loss` as `inputs.replayed`, and the update skips the loss when there is none yet (the
+  update's metrics then carry `<name>_batch_missing` = 1).
+- `replay_priorities`: True where replay's priorities are this loss's (`AuxiliaryOutput.priorities`, one per item
+  its sampler cut, folded per unroll), in place of V-trace's TD errors; needs a `sampler`.
 - `state_dict` / `load_state_dict`: what a checkpoint keeps of it, under the key `<name>_loss`.
 
 A run names its losses by import path (`learner.auxiliary_losses`, `--auxiliary-loss module:attribute`); `load`
-imports them, in whichever process builds the learner (the inline driver, or the Ray learner actor). The model
-loss (`learner.model_loss.ModelLoss`) is one, built from its own config section. docs/architecture.md,
-"Adding an auxiliary loss", has a worked example.
+imports them, in whichever process builds the learner (the inline driver, or the Ray learner actor). A built-in
+loss that a section of the run config turns on is in `CONFIGURED`, and `run_losses` puts both together.
+docs/architecture.md, "Adding an auxiliary loss", has a worked example.
 """
 
 from __future__ import annotations
@@ -35,12 +38,16 @@ import numpy as np
 import torch
 from torch import nn
 
-from levelray.contracts.config import ConfigError, LearnerConfig
+from levelray.contracts.config import ConfigError, LearnerConfig, RunConfig
 from levelray.contracts.spec import EnvSpec
+from levelray.contracts.trajectory import Unroll
 from levelray.learner.device import host_to_device
 from levelray.learner.losses import Forward
 
 KEY = "learner.auxiliary_losses"
+# The built-in auxiliary losses that a section of the run config turns on, each `module:function`: the function takes
+# the run config and returns the factories its section asks for (none while it is off).
+CONFIGURED = ("levelray.learner.model_loss:configured_losses",)
 _NAME = re.compile(r"[a-z][a-z0-9_]*")
 
 
@@ -73,15 +80,26 @@ class AuxiliaryOutput(NamedTuple):
 
     loss: torch.Tensor  # a scalar, before `weight`
     metrics: dict[str, float]
-    priorities: np.ndarray | None = None  # [n] one per sequence `sampler` cut: replay priorities
+    priorities: np.ndarray | None = None  # [n] one per item `sampler` cut (`replay_ids`' order): replay priorities
 
 
 class ReplaySampler(Protocol):
-    """Cuts an auxiliary loss's batch from a replay sample (`learner.model_batch.SequenceSampler`)."""
+    """Cuts an auxiliary loss's batch from a replay sample, and says what replay keeps of a fresh unroll for it."""
 
-    def num_unrolls(self) -> int: ...
+    def num_unrolls(self) -> int:
+        """Unrolls to sample from replay for one batch."""
 
-    def gather(self, sample: dict[str, Any], version: int) -> Any: ...
+    def gather(self, sample: dict[str, Any], version: int) -> Any:
+        """The loss's batch (`inputs.replayed`) from a replay sample (`ids`, `items`, `weights`) at learner
+        `version`."""
+
+    def replay_ids(self, replayed: Any) -> np.ndarray:
+        """`[n]` the replay id of the unroll each item of `replayed` (a `gather` output) came from, in the order of
+        the loss's `AuxiliaryOutput.priorities`."""
+
+    def stored(self, unroll: Unroll, values: np.ndarray, final_values: np.ndarray, version: int) -> Unroll:
+        """A fresh `unroll` as replay keeps it: with what `gather` reads of it later, from the learner's values on
+        it in the update at `version` (`values [T+1, K]`, `final_values [T, K]` at truncated steps, reward units)."""
 
     def state_dict(self) -> Any: ...
 
@@ -98,6 +116,7 @@ class AuxiliaryLoss(ABC):
     grad_clip: float = 40.0  # the separate optimiser's gradient norm clip
     modules: Sequence[nn.Module] = ()
     sampler: ReplaySampler | None = None
+    replay_priorities: bool = False  # True: replay's priorities are this loss's (needs a sampler)
 
     @abstractmethod
     def loss(self, model: nn.Module, inputs: AuxiliaryInputs) -> AuxiliaryOutput:
@@ -122,7 +141,8 @@ AuxiliaryFactory = Callable[[AuxiliarySetup], AuxiliaryLoss]
 def check_losses(losses: Sequence[AuxiliaryLoss]) -> None:
     """ValueError, naming the loss, for what the learner cannot run: a name that is not a lower-case identifier
     or that two losses share (their metrics and checkpoint keys would collide), an optimiser that is neither
-    shared nor separate, or a second loss that samples replay (`ReplayFeed` feeds one)."""
+    shared nor separate, priorities for replay without a sampler, or a second loss that samples replay
+    (`ReplayFeed` feeds one)."""
     seen: set[str] = set()
     for aux in losses:
         if not isinstance(aux, AuxiliaryLoss):
@@ -135,6 +155,9 @@ def check_losses(losses: Sequence[AuxiliaryLoss]) -> None:
         if aux.optimizer not in ("shared", "separate"):
             raise ValueError(f"{KEY}: {type(aux).__name__}.optimizer must be shared or separate, got "
                              f"{aux.optimizer!r}")
+        if aux.replay_priorities and aux.sampler is None:
+            raise ValueError(f"{KEY}: {type(aux).__name__}.replay_priorities needs a sampler: its priorities are "
+                             f"those of the items the sampler cut from replay")
     if sum(aux.sampler is not None for aux in losses) > 1:
         raise ValueError(f"{KEY}: at most one auxiliary loss may sample replay (have a sampler)")
 
@@ -159,3 +182,13 @@ def load(path: str) -> AuxiliaryFactory:
 
 def load_all(paths: Sequence[str]) -> list[AuxiliaryFactory]:
     return [load(path) for path in paths]
+
+
+def run_losses(cfg: RunConfig) -> list[AuxiliaryFactory]:
+    """A run's auxiliary losses in the order the learner adds them: the built-ins its config turns on
+    (`CONFIGURED`), then those `learner.auxiliary_losses` names, imported in this process."""
+    configured = []
+    for path in CONFIGURED:
+        module_name, _, function = path.partition(":")
+        configured.extend(getattr(importlib.import_module(module_name), function)(cfg))
+    return [*configured, *load_all(cfg.learner.auxiliary_losses or [])]

@@ -3,7 +3,8 @@
 A batch is `U` unrolls stacked side by side along the column axis (`contracts.trajectory.stack_unrolls`):
 the fresh ones first, in arrival order, then the replayed ones. Unroll `i` owns columns
 `bounds[i]:bounds[i + 1]`; the bounds are computed here once and read by everything that maps per-column
-outputs back to unrolls (replay priorities, the model loss's stored values, level feedback).
+outputs back to unrolls (replay priorities, the values stored with them for a loss that samples replay, level
+feedback).
 
 An unroll from the inline backend's fast path (`actors.device_policy`) holds its observations, behaviour parameters
 and core state as tensors on the learner's device: they are joined there (`concatenate`), with any host array of the

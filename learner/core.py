@@ -1,7 +1,7 @@
 """The learner's train step and its bookkeeping, written once for both transports.
 
-`LearnerCore.train(fresh)` is everything one update does: mix replayed unrolls into the batch, sample the model
-loss's sequences from replay (`model_loss.loss muzero`; both through `ReplayFeed`), take a V-trace (+ model)
+`LearnerCore.train(fresh)` is everything one update does: mix replayed unrolls into the batch, sample the batch of
+the auxiliary loss that trains on replay, if one does (both through `ReplayFeed`), take a V-trace (+ auxiliary)
 gradient step and write the new priorities back to replay. The learner never talks to the level service: the actors
 score their episodes and tell it (`actors.episode_scorer`). `accept(unroll)` counts what arrives (env steps,
 episodes, policy lag) and drops an unroll too stale to learn from. The Ray learner actor (`learner.service`) wraps
@@ -37,9 +37,8 @@ from levelray.contracts.counters import (
 from levelray.contracts.spec import EnvSpec
 from levelray.contracts.status import LearnerCoreStats
 from levelray.contracts.trajectory import StepTally, Unroll, validate_tally
-from levelray.learner.auxiliary import load_all
+from levelray.learner.auxiliary import run_losses
 from levelray.learner.learner import Learner, NonFiniteUpdate
-from levelray.learner.model_loss import model_losses
 from levelray.learner.replay_feed import ReplayFeed
 
 # Upper bounds of the policy-lag histogram (versions); the last bucket is open (+Inf).
@@ -61,13 +60,10 @@ class LearnerCore:
     ):
         self.cfg = cfg
         self.spec = spec
-        # the model loss, then the losses `learner.auxiliary_losses` names, imported in this process
-        auxiliary = [*model_losses(cfg.model_loss), *load_all(cfg.learner.auxiliary_losses or [])]
-        self.learner = Learner(spec, cfg.learner, seed=cfg.seed, auxiliary=auxiliary)
-        sequences = next((aux.sampler for aux in self.learner.auxiliary if aux.sampler is not None), None)
-        model_priorities = cfg.model_loss.loss != "none" and cfg.model_loss.priority == "model"
-        self.replay_feed = ReplayFeed(cfg.replay, cfg.learner.batch_size, replay, sequences=sequences,
-                                      model_priorities=model_priorities)
+        # the built-in losses the config turns on, then those `learner.auxiliary_losses` names (in this process)
+        self.learner = Learner(spec, cfg.learner, seed=cfg.seed, auxiliary=run_losses(cfg))
+        sampling = next((aux for aux in self.learner.auxiliary if aux.sampler is not None), None)
+        self.replay_feed = ReplayFeed(cfg.replay, cfg.learner.batch_size, replay, sampling=sampling)
         self.lock = threading.Lock()
         self.counters = zero_counters()  # its learner_version, samples_trained and replay_updates: see `_counters`
         self.job_env_steps: int | None = None  # several learners: every rank's env steps, as of the last update
@@ -166,22 +162,23 @@ class LearnerCore:
         """One update on `fresh` (`num_fresh` unrolls) plus replayed ones; returns the loss metrics ({} for a
         skipped non-finite update: no priorities from it, they would be NaN too)."""
         batch = self.replay_feed.batch(fresh)
-        model_batch = self.replay_feed.model_batch(self.learner.version)
+        replayed = self.replay_feed.replayed(self.learner.version)
         lr = self.learning_rate(self._job_env_steps())
         self.learner.set_learning_rate(lr)
         arrays = batch.arrays
         if self.cfg.levels.robust:  # Robust PLR: new levels are played to be scored, never learned from
             arrays = {**arrays, "mask": arrays["level_replayed"]}
         try:
-            result = self.learner.update(arrays, model_batch)
+            result = self.learner.update(arrays, replayed)
         except NonFiniteUpdate as exc:
             self._count_nonfinite(str(exc))
             return {}
         self.nonfinite_in_a_row = 0
         metrics = {**result.metrics, "learning_rate": lr}
-        if self.replay_feed.sequences is not None and model_batch is None:
-            metrics["model_batch_missing"] = 1.0
-        self.replay_feed.after_update(batch, result.outputs, model_batch, self.learner.version)
+        sampling = self.replay_feed.sampling
+        if sampling is not None and replayed is None:  # replay held too few unrolls for its batch yet
+            metrics[f"{sampling.name}_batch_missing"] = 1.0
+        self.replay_feed.after_update(batch, result.outputs, replayed, self.learner.version)
         with self.lock:
             self.last_metrics = metrics
         return metrics

@@ -10,10 +10,9 @@ What "the same step as one learner on the union of the batches" takes, and why e
   gradient of the mean over the union. `union_count` gives `sum(n)` (and whether any rank trains at all: a
   batch wholly masked on every rank is no update, on every rank alike).
 - PopArt moves its moments on the union's targets: `sum` reduces the ranks' sums, sums of squares and counts.
-- An auxiliary loss (`learner.auxiliary`; the model loss is one) is a mean over a fixed number of items per rank:
-  its gradient is a plain average. An update where only some ranks ran it (the model loss's batch comes from
-  replay, which fills at a different time on each) leaves its term out on every rank: the ranks must take the
-  same step.
+- An auxiliary loss (`learner.auxiliary`) is a mean over a fixed number of items per rank: its gradient is a plain
+  average. An update where only some ranks ran it (a loss whose batch comes from replay, which fills at a
+  different time on each) leaves its term out on every rank: the ranks must take the same step.
 - A non-finite loss or gradient on any rank skips the update on every rank (`learner.NonFiniteUpdate`).
 
 The all-reduce sums every rank's tensors in one buffer: the ranks get the same bits back, and every later step

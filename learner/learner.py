@@ -8,11 +8,11 @@
    (`_recurrent_inputs`);
 2. `_targets`: V-trace returns and policy-gradient advantages, in float32 whatever the network's precision
    (they are regression targets and importance ratios, where half precision would lose the small differences);
-   with PopArt (`value_normalization.PopArt`) its statistics then move onto them;
+   the value head's statistics (`value_normalization`: PopArt, or the identity without it) then move onto them;
 3. `_loss_terms`: IMPALA's named scalar terms (policy, value, entropy, action bound, total), and each auxiliary
    loss's (`learner.auxiliary`: a representation loss, say), which reads the same batch and forward pass;
 4. one gradient step (`optimisation.GradientStep`: backward, the all-reduce with several learners, the non-finite
-   check, PopArt's rescale of the value layer, clipping, the optimiser step(s)), then each auxiliary loss's
+   check, the value head's output-preserving rescale, clipping, the optimiser step(s)), then each auxiliary loss's
    `after_step`.
 
 It returns an `UpdateResult`: the metrics and the per-step `StepOutputs` that the caller turns into replay
@@ -22,7 +22,6 @@ priorities and PLR feedback (and replay's stored values for a loss that samples 
 
 from __future__ import annotations
 
-import functools
 import logging
 from collections.abc import Sequence
 from typing import Any, NamedTuple
@@ -44,7 +43,7 @@ from levelray.learner.data_parallel import DataParallel
 from levelray.learner.device import host_to_device, pick_device
 from levelray.learner.losses import Forward, impala_losses
 from levelray.learner.optimisation import GradientStep, StepResult, torso_parameters
-from levelray.learner.value_normalization import PopArt, value_output_layer, weights_in_reward_units
+from levelray.learner.value_normalization import value_head
 from levelray.policy import distributions
 from levelray.policy.models import build_model, resolve_model_kind
 from levelray.policy.precision import autocast, compute_dtype
@@ -69,8 +68,8 @@ class StepOutputs(NamedTuple):
     values: np.ndarray  # [T+1, B] V(x_t), reward units
     final_values: np.ndarray  # [T, B] V(final obs) at truncated steps, 0 elsewhere; reward units
     dist_params: np.ndarray  # [T, B, P] the learner's policy distribution parameters (logits when discrete)
-    model_priorities: np.ndarray | None  # [n] one per sequence the replay-sampling auxiliary loss trained on; None
-    # without one, or when it had no batch
+    sampled_priorities: np.ndarray | None  # [n] the replay-sampling auxiliary loss's `AuxiliaryOutput.priorities`,
+    # one per item it trained on; None without such a loss, or when it had no batch
 
 
 class UpdateResult(NamedTuple):
@@ -90,7 +89,7 @@ def behaviour_kl(log_rhos: torch.Tensor, weights: torch.Tensor) -> float:
 
 
 class Learner:
-    """The policy network, its gradient step (optimisers) and PopArt statistics, and the auxiliary losses that
+    """The policy network, its gradient step (optimisers) and value head's scale, and the auxiliary losses that
     the factories in `auxiliary` build from an `AuxiliarySetup` (`learner.auxiliary`; `LearnerCore` passes the
     run config's)."""
 
@@ -122,13 +121,12 @@ class Learner:
         for aux in self.auxiliary:
             for module in aux.modules:
                 module.to(self.device)
-        # PopArt (learner/value_normalization.py): the value head outputs normalised values.
-        self.value_norm = PopArt(config.popart_beta) if config.value_normalization else None
-        rescale = None
-        if self.value_norm is not None:
-            rescale = functools.partial(self.value_norm.rescale_, value_output_layer(self.model))
+        # The scale the value head outputs (learner/value_normalization.py): PopArt's normalised values, or reward
+        # units without value normalisation (the identity).
+        self.value_norm = value_head(self.model, config)
         torso = torso_parameters(self.model, spec, self.device) if self.auxiliary else ()
-        self.gradient_step = GradientStep(config, self.model, self.auxiliary, torso, before_clip=rescale)
+        self.gradient_step = GradientStep(config, self.model, self.auxiliary, torso,
+                                          before_clip=self.value_norm.rescale_head)
         self.version = 0
         self.samples_trained = 0
         self.data_parallel: DataParallel | None = None
@@ -178,8 +176,8 @@ class Learner:
         weights = self._weights(batch, vt)
         trained = weights.numel() if batch.get("mask") is None else int(np.count_nonzero(batch["mask"]))
         union = trained if self.data_parallel is None else self.data_parallel.union_count(trained)
-        if self.value_norm is not None:  # the statistics move onto this batch's targets before the loss reads them
-            self.value_norm.update(vt.vs, weights > 0, None if self.data_parallel is None else self.data_parallel.sum)
+        reduce = None if self.data_parallel is None else self.data_parallel.sum  # several learners: over all ranks
+        self.value_norm.update_statistics(vt.vs, weights, reduce)  # onto this batch's targets, before the loss
         terms = self._loss_terms(forward, vt, weights)
         aux = self._auxiliary_losses(AuxiliaryInputs(batch, forward, weights, replayed, self.device))
         weighted = [None if out is None else loss.weight * out.loss
@@ -227,8 +225,7 @@ class Learner:
         else:
             dist_params, values = self._network(obs.reshape(T1 * B, *obs.shape[2:]))
             dist_params, values = dist_params.view(T1, B, -1), values.view(T1, B)
-        if self.value_norm is not None:  # reward units, with the statistics before this update
-            values = self.value_norm.unnormalize(values)
+        values = self.value_norm.unnormalize(values)  # reward units, with the statistics before this update
         final_values = None
         if batch.get("final_obs") is not None and len(batch["final_obs"]):
             idx = self._tensor(batch["final_obs_index"], torch.long)
@@ -237,8 +234,7 @@ class Learner:
                     _, v_final = self._network(self._tensor(batch["final_obs"]), compiled=False)
                 else:
                     v_final = self._recurrent_final_values(batch, idx, core_out)
-                if self.value_norm is not None:
-                    v_final = self.value_norm.unnormalize(v_final)
+                v_final = self.value_norm.unnormalize(v_final)
             final_values = torch.zeros(T1 - 1, B, dtype=torch.float32, device=self.device)
             final_values[idx[:, 0], idx[:, 1]] = v_final
         actions = self._tensor(batch["actions"])
@@ -314,9 +310,9 @@ class Learner:
     def _loss_terms(self, forward: Forward, vt: vtrace.VTraceReturns, weights: torch.Tensor
                     ) -> dict[str, torch.Tensor]:
         """IMPALA's loss terms (`losses.impala_losses`) as named scalars, `total` among them, with the steps
-        weighted by `weights [T, B]`. With PopArt, value targets, predictions and advantages in the head's units
-        under the statistics this batch moved (the prediction is then the rescaled head's output: see
-        `value_normalization.preserve_outputs_`)."""
+        weighted by `weights [T, B]`. Value targets, predictions and advantages in the value head's units under the
+        statistics this batch moved (the prediction is then the rescaled head's output: see
+        `value_normalization.preserve_outputs_`; reward units without value normalisation)."""
         cfg = self.config
         T = vt.vs.shape[0]
         target = forward.dist_params[:T]
@@ -325,12 +321,10 @@ class Learner:
             bound_excess = distributions.mean_bound_excess(
                 distributions.split_gaussian(target)[0], self._action_low, self._action_high
             )
-        value_targets, value_preds, pg_advantages = vt.vs, forward.values[:T], vt.pg_advantages
-        if self.value_norm is not None:
-            value_targets, value_preds = self.value_norm.normalize(vt.vs), self.value_norm.normalize(value_preds)
-            pg_advantages = pg_advantages / self.value_norm.sigma
+        norm = self.value_norm
         losses = impala_losses(
-            forward.log_probs, pg_advantages, value_targets, value_preds,
+            forward.log_probs, norm.normalize_advantages(vt.pg_advantages), norm.normalize(vt.vs),
+            norm.normalize(forward.values[:T]),
             distributions.entropy(target, self.spec.discrete),
             value_weight=cfg.value_weight, entropy_weight=cfg.entropy_weight, weights=weights,
             action_bound_excess=bound_excess, action_bound_weight=cfg.action_bound_weight,
@@ -348,13 +342,12 @@ class Learner:
 
     def _skipped(self, total: torch.Tensor, terms: dict[str, torch.Tensor], aux: list[AuxiliaryOutput | None],
                  step: StepResult) -> NonFiniteUpdate:
-        """Put PopArt's statistics back and say what diverged: the model, optimisers and version are unchanged
+        """Put the value head's statistics back and say what diverged: the model, optimisers and version are unchanged
         (the gradient step was not taken).
 
         A NaN/Inf step would poison Adam's moments and every weight at once; skipping it keeps the last good
         model, and the caller decides when too many skips in a row mean the run has diverged."""
-        if self.value_norm is not None:
-            self.value_norm.undo()
+        self.value_norm.undo()
         parts = {"loss_total": total, "loss_policy": terms["policy"], "loss_value": terms["value"],
                  "entropy": terms["entropy"]}
         values = {k: float(v.detach()) for k, v in parts.items()}
@@ -390,9 +383,8 @@ class Learner:
             "value_mean": values.mean().item(),
             "version": self.version,
             "batch_steps": T * B,
+            **self.value_norm.metrics(),
         }
-        if self.value_norm is not None:
-            metrics.update(value_norm_mu=self.value_norm.mu, value_norm_sigma=self.value_norm.sigma)
         return metrics
 
     @torch.no_grad()
@@ -406,15 +398,15 @@ class Learner:
             values=forward.values.detach().cpu().numpy(),
             final_values=final_values.cpu().numpy(),
             dist_params=forward.dist_params[:T].detach().cpu().numpy(),
-            model_priorities=priorities,
+            sampled_priorities=priorities,
         )
 
     def get_weights(self) -> tuple[int, dict[str, np.ndarray]]:
-        """The version and NumPy weights actors load. With PopArt the value layer is published in reward units
-        (`weights_in_reward_units`): actors score levels with the values V-trace uses, and never normalise."""
+        """The version and NumPy weights actors load, the value layer published in reward units
+        (`weights_in_reward_units` with PopArt): actors score levels with the values V-trace uses, and never
+        normalise."""
         weights = weights_to_numpy(self.model)
-        if self.value_norm is not None:
-            weights_in_reward_units(self.model, weights, self.value_norm.mu, self.value_norm.sigma)
+        self.value_norm.publish(weights)
         return self.version, weights
 
     def state_dict(self) -> dict[str, Any]:

@@ -1,10 +1,11 @@
 """A `Learner`'s checkpoint state: the policy network, every optimiser, the version and counters, torch's
-generator, PopArt's statistics and each auxiliary loss's own state (the model loss's modules, target network and
-sequence sampler), under `<name>_loss`.
+generator, the value head's statistics (`value_normalization`: PopArt's, None without it) and each auxiliary
+loss's own state (its modules, and whatever else it keeps: a target network, a sampler's generator), under
+`<name>_loss`.
 
 Loading checks first that the checkpoint's optimisers are this learner's, so a refused checkpoint changes
-nothing; value normalisation switched on or off between save and resume is reconciled by rescaling the value
-head, so its outputs in reward units stay the same.
+nothing; value normalisation switched on or off between save and resume is reconciled by the value head
+(`ValueHead.load_state_dict` rescales it), so its outputs in reward units stay the same.
 """
 
 from __future__ import annotations
@@ -15,18 +16,17 @@ import torch
 
 from levelray.learner.auxiliary import AuxiliaryLoss
 from levelray.learner.optimisation import GradientStep
-from levelray.learner.value_normalization import IDENTITY, PopArt, preserve_outputs_, value_output_layer
+from levelray.learner.value_normalization import ValueHead
 
 
 class Learner(Protocol):
     """What of `learner.Learner` a checkpoint reads and restores (a protocol: that module imports this one)."""
 
-    config: Any
     model: torch.nn.Module
     gradient_step: GradientStep
     version: int
     samples_trained: int
-    value_norm: PopArt | None
+    value_norm: ValueHead
     auxiliary: tuple[AuxiliaryLoss, ...]
 
 
@@ -38,7 +38,7 @@ def state_dict(learner: Learner) -> dict[str, Any]:
         "version": learner.version,
         "samples_trained": learner.samples_trained,
         "torch_rng": torch.get_rng_state(),
-        "value_normalization": learner.value_norm.state_dict() if learner.value_norm is not None else None,
+        "value_normalization": learner.value_norm.state_dict(),
         **{f"{aux.name}_loss": aux.state_dict() for aux in learner.auxiliary},
     }
 
@@ -51,19 +51,7 @@ def load_state_dict(learner: Learner, state: dict[str, Any]) -> None:
     learner.samples_trained = int(state.get("samples_trained", 0))
     if "torch_rng" in state:
         torch.set_rng_state(state["torch_rng"].cpu())
-    _load_value_normalization(learner, state.get("value_normalization"))
+    learner.value_norm.load_state_dict(state.get("value_normalization"))
     for aux in learner.auxiliary:  # a checkpoint from before the loss was on leaves it fresh
         if state.get(f"{aux.name}_loss") is not None:
             aux.load_state_dict(state[f"{aux.name}_loss"])
-
-
-def _load_value_normalization(learner: Learner, saved: dict | None) -> None:
-    """Statistics from the checkpoint; a checkpoint and a learner that disagree on value normalisation
-    are reconciled by rescaling the value head, so its outputs in reward units stay the same."""
-    if learner.value_norm is not None:  # loaded in place: the gradient step's rescale holds this object
-        learner.value_norm.load_state_dict(saved if saved is not None else IDENTITY)
-        return
-    if saved is not None:  # trained normalised, resumed without: fold the statistics into the head
-        stats = PopArt(learner.config.popart_beta)
-        stats.load_state_dict(saved)
-        preserve_outputs_(value_output_layer(learner.model), (stats.mu, stats.sigma), (0.0, 1.0), grads=False)

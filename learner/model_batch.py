@@ -1,9 +1,10 @@
-"""The model loss's batch: sequences cut from replayed unrolls, and their priorities back per unroll.
+"""The model loss's batch: sequences cut from replayed unrolls, and what replay keeps of a fresh unroll for it.
 
 `SequenceSampler.gather(sample, version)` turns a replay sample (`ids`, `items`, `weights`) into
 `model_loss.batch_size` sequences, each one column of one stored unroll from a uniformly drawn start t.
 `SEQUENCES_PER_UNROLL` columns come from each sampled unroll, so fewer unrolls cross the wire. NumPy, no
-gradients. `sequence_priorities_by_unroll` folds the loss's per-sequence priorities into one per unroll.
+gradients. It is the model loss's `sampler` (`learner.auxiliary.ReplaySampler`): `stored` adds `MODEL_FIELDS` to a
+fresh unroll, and `replay_ids` says which unroll each sequence's priority belongs to.
 """
 
 from __future__ import annotations
@@ -21,8 +22,8 @@ from levelray.contracts.trajectory import Unroll
 # actor is ~4 MB, so drawing each sequence from its own unroll would move batch_size of them per update.
 SEQUENCES_PER_UNROLL = 4
 
-# What a replayed unroll must carry for the model loss: written by `LearnerReplay.after_update` when the
-# unroll went in fresh.
+# What a replayed unroll must carry for the model loss: written by `SequenceSampler.stored` when the unroll went
+# in fresh.
 MODEL_FIELDS = ("model_values", "model_final_values", "inserted_at")
 
 
@@ -112,6 +113,19 @@ class SequenceSampler:
             ids=ids[which].astype(np.int64),
         )
 
+    @staticmethod
+    def replay_ids(batch: ModelBatch) -> np.ndarray:
+        """`[n]` the replay id of each sequence's unroll: where its priority goes."""
+        return batch.ids
+
+    @staticmethod
+    def stored(unroll: Unroll, values: np.ndarray, final_values: np.ndarray, version: int) -> Unroll:
+        """A fresh `unroll` as replay keeps it for the model loss: with the values the learner computed for it in
+        this update (`model_values [T+1, K]`, `model_final_values [T, K]`, reward units: the stored bootstrap
+        values) and `inserted_at` (learner `version`: the dynamic horizon's age)."""
+        return {**unroll, "model_values": values.astype(np.float32),
+                "model_final_values": final_values.astype(np.float32), "inserted_at": version}
+
     def state_dict(self) -> dict[str, Any]:
         return self.rng.bit_generator.state
 
@@ -132,13 +146,3 @@ def _final_observations(unrolls: list[Unroll], blocks: list[Block], obs: np.ndar
     final_obs = np.concatenate(finals) if finals else np.zeros((0, *obs.shape[2:]), obs.dtype)
     final_obs_index = (np.concatenate(index) if index else np.zeros((0, 2))).astype(np.int64, copy=False)
     return final_obs, final_obs_index
-
-
-def sequence_priorities_by_unroll(ids: np.ndarray, priorities: np.ndarray, eta: float) -> tuple[np.ndarray, np.ndarray]:
-    """One priority per sampled unroll from its sequences' priorities, as the TD priorities aggregate steps:
-    eta * max + (1 - eta) * mean. Returns (unique ids, priorities)."""
-    unique, inverse = np.unique(ids, return_inverse=True)
-    peak = np.full(len(unique), -np.inf)
-    np.maximum.at(peak, inverse, priorities)
-    mean = np.bincount(inverse, weights=priorities, minlength=len(unique)) / np.bincount(inverse, minlength=len(unique))
-    return unique, eta * peak + (1.0 - eta) * mean

@@ -10,14 +10,16 @@ real x_{t+k}. There is no tree search: the policy target is the behaviour policy
 target network's policy), and the representation is what the model learns for the agent.
 
 It reaches the learner as an auxiliary loss (`learner.auxiliary`): `ModelLoss`, named `model`, which
-`model_losses(cfg.model_loss)` builds when `model_loss.loss` is muzero. Data flow per learner update
-(`LearnerCore.train`):
-1. `learner.replay_feed.ReplayFeed.model_batch` samples unrolls from replay and cuts `model_loss.batch_size`
+`model_losses(cfg.model_loss)` builds when `model_loss.loss` is muzero (`configured_losses`, one of the built-ins
+`auxiliary.CONFIGURED` lists). Data flow per learner update (`LearnerCore.train`):
+1. `learner.replay_feed.ReplayFeed.replayed` samples unrolls from replay and cuts `model_loss.batch_size`
    sequences from them (`learner.model_batch.SequenceSampler`, the loss's `sampler`).
 2. `loss(net, batch)` inside `Learner.update`: `targets` (n-step returns capped at episode ends,
    `model_targets.window_targets` masks), the unrolled predictions, per-term losses `[n, K + 1]`, and each
    sequence's priority sqrt(sum_k w_k value_mask_k l_v,k). `Learner` adds `loss_weight * total`.
 3. `after_update(net)`: the target network's schedule (`learner.target_network.TargetNetwork`).
+4. With `model_loss.priority model` (the loss's `replay_priorities`) the priorities go back to replay in place of
+   V-trace's (`ReplayFeed.after_update`).
 
 Stored targets: the values the learner computed for an unroll when it trained on it fresh
 (`model_values [T+1, K]`, `model_final_values [T, K]` at truncated steps, reward units) and the behaviour
@@ -36,7 +38,7 @@ import torch
 from torch import nn
 from torch.nn import functional as F
 
-from levelray.contracts.config import MODEL_LOSS_TERMS, ModelLossConfig
+from levelray.contracts.config import MODEL_LOSS_TERMS, ModelLossConfig, RunConfig
 from levelray.contracts.validate import check_model_loss_actions, lstm_model_loss_message
 from levelray.learner import vtrace
 from levelray.learner.auxiliary import (
@@ -384,7 +386,8 @@ class MuZeroLoss:
 class ModelLoss(AuxiliaryLoss):
     """`model_loss.loss muzero` as the learner's auxiliary loss `model`: a `MuZeroLoss` on the sequences its
     `SequenceSampler` cuts from replay, with `model_loss`'s weight, optimiser mode and clip; its priorities go
-    back to replay. Its checkpoint state is the `MuZeroLoss`'s with the sampler's generator (`rng`)."""
+    back to replay with `model_loss.priority model`. Its checkpoint state is the `MuZeroLoss`'s with the sampler's
+    generator (`rng`)."""
 
     name = "model"
     optimizer_option = "--model-optimizer"
@@ -396,6 +399,7 @@ class ModelLoss(AuxiliaryLoss):
                                  device=setup.device)
         self.modules = (self.muzero.module,)
         self.sampler = SequenceSampler(cfg, setup.seed)
+        self.replay_priorities = cfg.priority == "model"
 
     def loss(self, model: nn.Module, inputs: AuxiliaryInputs) -> AuxiliaryOutput:
         return AuxiliaryOutput(*self.muzero.loss(model, inputs.replayed))
@@ -415,3 +419,8 @@ def model_losses(cfg: ModelLossConfig | None) -> list[AuxiliaryFactory]:
     """The learner's auxiliary losses that `model_loss` asks for: `ModelLoss` with `loss muzero`, none with
     `none` (or no section)."""
     return [functools.partial(ModelLoss, cfg)] if cfg is not None and cfg.loss == "muzero" else []
+
+
+def configured_losses(cfg: RunConfig) -> list[AuxiliaryFactory]:
+    """What the run config's `model_loss` section turns on (`auxiliary.CONFIGURED`)."""
+    return model_losses(cfg.model_loss)

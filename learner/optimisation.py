@@ -8,8 +8,9 @@ is added to the agent's, with a separate one its own optimiser steps on it after
 gradients are taken at the weights the update started from). Every norm is computed
 once and serves both the non-finite check and clipping. A step whose loss or gradient is NaN/Inf on any rank is
 not taken: the result says so (`StepResult.applied`) and the gradients are cleared, so the caller can leave
-everything as it was. `before_clip` (PopArt's output-preserving rescale) changes the gradient after the check
-and before the norm that clips it.
+everything as it was. `before_clip` (the value head's output-preserving rescale, `ValueHead.rescale_head`) changes
+the gradient after the check and before the norm that clips it; it returns whether it did, and the norm is taken
+again only then.
 """
 
 from __future__ import annotations
@@ -75,7 +76,7 @@ class GradientStep:
     """The optimisers and the step; `data_parallel` (set by `Learner.join`) reduces the gradients over ranks."""
 
     def __init__(self, config: LearnerConfig, model: nn.Module, auxiliary: Sequence[AuxiliaryLoss],
-                 torso: Collection[int] = (), before_clip: Callable[[], None] | None = None):
+                 torso: Collection[int] = (), before_clip: Callable[[], bool] | None = None):
         self.clip, self.clip_type = config.grad_clip, config.grad_clip_type
         agent = list(model.parameters())
         # What the agent's optimiser trains and its norm and clip walk every update: the list made once
@@ -131,8 +132,7 @@ class GradientStep:
                                                    for aux in self.auxiliary):
             self.optimizer.zero_grad(set_to_none=True)
             return StepResult(False, grad_norm, metrics)
-        if self.before_clip is not None:  # it rescales gradients too: their norm changes
-            self.before_clip()
+        if self.before_clip is not None and self.before_clip():  # it rescaled gradients too: their norm changed
             grad_norm = _norm([p.grad for p in self.trained if p.grad is not None])
         _clip(self.trained, grad_norm, self.clip, self.clip_type)
         self.optimizer.step()

@@ -1,10 +1,11 @@
-"""Per-trajectory priority from per-step absolute TD errors (R2D2 mixture of max and mean)."""
+"""Per-trajectory priority from per-step absolute TD errors (R2D2 mixture of max and mean), and per unroll from its
+items' priorities (an auxiliary loss's, one per item it cut from replay) the same way."""
 
 from __future__ import annotations
 
 import numpy as np
 
-__all__ = ["trajectory_priority"]
+__all__ = ["priorities_by_unroll", "trajectory_priority"]
 
 
 def _to_numpy(x, name: str) -> np.ndarray:
@@ -49,3 +50,13 @@ def trajectory_priority(abs_td, eta: float = 0.9, mask=None) -> np.ndarray:
     mx = np.where(valid, td, 0.0).max(axis=0)  # td >= 0, so 0 is a neutral fill for max
     mean = np.where(valid, td, 0.0).sum(axis=0) / np.maximum(count, 1)
     return np.where(count > 0, eta * mx + (1.0 - eta) * mean, 0.0)
+
+
+def priorities_by_unroll(ids: np.ndarray, priorities: np.ndarray, eta: float) -> tuple[np.ndarray, np.ndarray]:
+    """One priority per sampled unroll from the priorities `[n]` of its items (`ids [n]`: each item's unroll), as
+    the TD priorities aggregate steps: eta * max + (1 - eta) * mean. Returns (unique ids, priorities)."""
+    unique, inverse = np.unique(ids, return_inverse=True)
+    peak = np.full(len(unique), -np.inf)
+    np.maximum.at(peak, inverse, priorities)
+    mean = np.bincount(inverse, weights=priorities, minlength=len(unique)) / np.bincount(inverse, minlength=len(unique))
+    return unique, eta * peak + (1.0 - eta) * mean

@@ -1,5 +1,5 @@
-"""The learner's one link to the replay service: replayed unrolls into the V-trace batch, sequences into the
-model loss's batch, and priorities back after the update.
+"""The learner's one link to the replay service: replayed unrolls into the V-trace batch, the batch of the auxiliary
+loss that samples replay (if any: `AuxiliaryLoss.sampler`), and priorities back after the update.
 
 `replay_ratio` r is the fraction of each batch's unrolls drawn from replay: with `batch_size` n,
 round(r * n) are replayed and the rest are fresh (LASER, Schmitt et al. 2020, found r in 0.5-0.875 stable;
@@ -11,15 +11,17 @@ linearly from `beta` to 1 over `beta_anneal_updates`.
 
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
 
 from levelray.contracts.clients import ReplayClient
 from levelray.contracts.config import ReplayConfig
 from levelray.contracts.trajectory import Unroll
+from levelray.learner.auxiliary import AuxiliaryLoss
 from levelray.learner.batch import Batch, on_host
 from levelray.learner.learner import StepOutputs
-from levelray.learner.model_batch import ModelBatch, SequenceSampler, sequence_priorities_by_unroll
-from levelray.learner.priorities import trajectory_priority
+from levelray.learner.priorities import priorities_by_unroll, trajectory_priority
 
 
 class ReplayFeed:
@@ -27,19 +29,19 @@ class ReplayFeed:
     over Ray; None: no replay service).
 
     Round trips per update: up to two samples before it — `batch` (the V-trace batch's replayed unrolls, when
-    `replay_ratio > 0`) and `model_batch` (the model loss's unrolls, when `sequences` is given) — and up to
-    three writes after it in `after_update`: the fresh unrolls inserted, the replayed unrolls' new TD
-    priorities, and the model batch's unrolls' model priorities (`model_priorities=True`, which then replace
-    the TD ones). Over Ray the samples wait for their reply and the writes do not."""
+    `replay_ratio > 0`) and `replayed` (the unrolls that `sampling`, the auxiliary loss that samples replay, cuts
+    its batch from) — and up to three writes after it in `after_update`: the fresh unrolls inserted, the replayed
+    unrolls' new TD priorities, and the priorities of the unrolls `sampling` trained on, where replay takes its
+    priorities (`AuxiliaryLoss.replay_priorities`, which then replace the TD ones). Over Ray the samples wait for
+    their reply and the writes do not."""
 
     def __init__(self, cfg: ReplayConfig, batch_size: int, replay: ReplayClient | None, *,
-                 sequences: SequenceSampler | None = None, model_priorities: bool = False):
+                 sampling: AuxiliaryLoss | None = None):
         if not 0.0 <= cfg.replay_ratio < 1.0:
             raise ValueError(f"replay_ratio must be in [0, 1), got {cfg.replay_ratio}")
         self.cfg = cfg
         self.replay = replay
-        self.sequences = sequences
-        self.model_priorities = model_priorities
+        self.sampling = sampling
         self.num_replayed = int(round(cfg.replay_ratio * batch_size))
         self.num_fresh = batch_size - self.num_replayed
         if self.num_fresh < 1:
@@ -58,33 +60,34 @@ class ReplayFeed:
                 return Batch.stack(fresh, list(sample["items"]), sample["ids"], sample["weights"])
         return Batch.stack(fresh)
 
-    def model_batch(self, version: int) -> ModelBatch | None:
-        """The model loss's sequences for the update at learner `version` (None: model loss off, or replay not
-        ready yet / unavailable; the update then trains the RL loss alone)."""
-        if self.sequences is None or self.replay is None:
+    def replayed(self, version: int) -> Any:
+        """The batch `sampling`'s sampler cuts from replay for the update at learner `version` (None: no loss
+        samples replay, or replay is not ready yet / unavailable; the update then leaves that loss out)."""
+        if self.sampling is None or self.replay is None:
             return None
-        sample = self.replay.sample(self.sequences.num_unrolls(), self.beta())
+        sampler = self.sampling.sampler
+        sample = self.replay.sample(sampler.num_unrolls(), self.beta())
         if sample is None or not len(sample["items"]):
             return None
-        return self.sequences.gather(sample, version)
+        return sampler.gather(sample, version)
 
-    def after_update(self, batch: Batch, outputs: StepOutputs, model_batch: ModelBatch | None,
-                     version: int) -> None:
+    def after_update(self, batch: Batch, outputs: StepOutputs, replayed: Any, version: int) -> None:
         """Write the update's results to replay. TD priorities: one per unroll from `abs_td [T, B]`
         (eta * max + (1 - eta) * mean over its columns), for the fresh unrolls as they go in and for the
-        replayed ones. Model priorities: fresh unrolls go in with the largest priority seen so far, replayed
-        ones keep theirs, and the model batch's unrolls get their sequences' priorities."""
+        replayed ones. Where replay takes `sampling`'s priorities instead: fresh unrolls go in with the largest
+        priority seen so far, replayed ones keep theirs, and the unrolls `replayed` was cut from get their items'
+        priorities (`outputs.sampled_priorities`, folded the same way over each unroll's items)."""
         self.updates += 1
         if self.replay is None:
             return
-        fresh = self._with_model_fields(batch, outputs, version) if self.sequences is not None else batch.fresh
-        fresh = [on_host(u) for u in fresh]  # replay keeps host memory, whatever device an unroll was kept on
-        if self.model_priorities:
+        # replay keeps host memory, whatever device an unroll was kept on
+        fresh = [on_host(u) for u in self._stored(batch, outputs, version)]
+        if self.sampling is not None and self.sampling.replay_priorities:
             if fresh:
                 self.replay.insert(fresh, None)
-            if model_batch is not None:
-                self.replay.update_priorities(*sequence_priorities_by_unroll(
-                    model_batch.ids, outputs.model_priorities, self.cfg.eta))
+            if replayed is not None:
+                self.replay.update_priorities(*priorities_by_unroll(
+                    self.sampling.sampler.replay_ids(replayed), outputs.sampled_priorities, self.cfg.eta))
             return
         prios = np.array([float(trajectory_priority(outputs.abs_td[:, cols].reshape(-1, 1), eta=self.cfg.eta)[0])
                           for cols in batch.unroll_columns()])
@@ -93,13 +96,11 @@ class ReplayFeed:
         if len(batch.replay_ids):
             self.replay.update_priorities(batch.replay_ids, prios[batch.num_fresh:])
 
-    @staticmethod
-    def _with_model_fields(batch: Batch, outputs: StepOutputs, version: int) -> list[Unroll]:
-        """Fresh unrolls as the replay service keeps them for the model loss: with the values the learner
-        computed for them in this update (`model_values [T+1, K]`, `model_final_values [T, K]`, reward
-        units: the stored bootstrap values) and `inserted_at` (learner version: the dynamic horizon's age)."""
-        return [
-            {**u, "model_values": outputs.values[:, cols].astype(np.float32),
-             "model_final_values": outputs.final_values[:, cols].astype(np.float32), "inserted_at": version}
-            for u, cols in zip(batch.fresh, batch.unroll_columns(), strict=False)
-        ]
+    def _stored(self, batch: Batch, outputs: StepOutputs, version: int) -> list[Unroll]:
+        """Fresh unrolls as replay keeps them: as `sampling`'s sampler stores them (with the learner's values on
+        each, its columns of `outputs.values [T+1, B]` and `outputs.final_values [T, B]`), or as they came."""
+        if self.sampling is None:
+            return batch.fresh
+        stored = self.sampling.sampler.stored
+        return [stored(u, outputs.values[:, cols], outputs.final_values[:, cols], version)
+                for u, cols in zip(batch.fresh, batch.unroll_columns(), strict=False)]

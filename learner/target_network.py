@@ -1,9 +1,9 @@
-"""The model loss's target network: slow copies of the agent's network and of the latent model.
+"""An auxiliary loss's target network: slow copies of the agent's network and of the loss's own module.
 
-MuZero's reanalyse and EfficientZero's consistency term read targets from a network that is not the one being
-trained, so they do not chase their own updates. Every `period` learner updates the copies move towards the
-online weights, `theta' <- (1 - tau) theta' + tau theta` (tau = 1: a plain copy, as MuZero does); buffers
-(e.g. normalisation statistics) are copied, not averaged.
+Targets read from a network that is not the one being trained (a latent model's reanalysed values, or its
+consistency term's projections) do not chase their own updates. Every `period` learner updates the copies move
+towards the online weights, `theta' <- (1 - tau) theta' + tau theta` (tau = 1: a plain copy); buffers (e.g.
+normalisation statistics) are copied, not averaged.
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ from torch import nn
 
 
 class TargetNetwork:
-    """`net` and `module`: frozen copies of the online network and latent model, updated by `after_update`."""
+    """`net` and `module`: frozen copies of the online network and the loss's module, updated by `after_update`."""
 
     def __init__(self, net: nn.Module, module: nn.Module, *, period: int, tau: float):
         self.net = copy.deepcopy(net).requires_grad_(False)
@@ -38,7 +38,7 @@ class TargetNetwork:
                 tb.copy_(b)
 
     def state_dict(self) -> dict[str, Any]:
-        """The copies' weights on the CPU and the update count (keys as in the model loss's checkpoint)."""
+        """The copies' weights on the CPU and the update count (keys as in its loss's checkpoint)."""
         def cpu(m: nn.Module) -> dict[str, torch.Tensor]:
             return {k: v.detach().to("cpu", copy=True) for k, v in m.state_dict().items()}
 

@@ -16,6 +16,11 @@ clamped to [1e-4, 1e6]. Per update (`Learner.update`):
 An update that is skipped (a non-finite loss or gradient) puts the statistics back (`undo`). `PopArt` is the one
 owner of both halves: the statistics `update` moved are the ones `rescale_` and `undo` start from.
 
+The learner holds its value head's scale as one `ValueHead` (`value_head`), which it calls the same way whether
+normalisation is on or off, so its update has no branch on it: `NormalisedHead` is PopArt bound to the network's
+value output layer; `RewardUnitsHead`, without normalisation, is the identity (mu 0, sigma 1), whose methods return
+their input or do nothing, so the update costs what it would without the calls.
+
 Why: CartPole's discounted targets grow to ~100 while Adam moves each weight by about lr per step.
 Without normalisation the tanh value tower reaches those outputs by saturating its last hidden layer (measured: 98% of
 units at |h| > 0.99 after ~300 updates at lr 1e-3): a constant output, explained variance 0 from then on,
@@ -31,13 +36,17 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
-from typing import Any
+from typing import Any, Protocol
 
 import numpy as np
 import torch
 from torch import nn
 
+from levelray.contracts.config import LearnerConfig
+
 SIGMA_MIN, SIGMA_MAX = 1e-4, 1e6
+# (sigma, mu), read at each call: what the actors sharing the learner's network scale its values by
+ValueScaleFn = Callable[[], tuple[float, float]]
 
 
 class PopArt:
@@ -154,3 +163,135 @@ def weights_in_reward_units(model: nn.Module, weights: dict[str, np.ndarray], mu
     w, b = weights[f"{name}.weight"], weights[f"{name}.bias"]
     weights[f"{name}.weight"] = (w.astype(np.float64) * sigma).astype(w.dtype)
     weights[f"{name}.bias"] = (b.astype(np.float64) * sigma + mu).astype(b.dtype)
+
+
+class ValueHead(Protocol):
+    """The scale the policy network's value output is in, and everything the learner does with it: values in
+    reward units are `mu + sigma * v` for the head's output `v`."""
+
+    mu: float
+
+    @property
+    def sigma(self) -> float: ...
+
+    @property
+    def value_scale(self) -> ValueScaleFn | None:
+        """What actors acting with the learner's own network scale its values by; None: they are reward units."""
+
+    def normalize(self, x: torch.Tensor) -> torch.Tensor: ...
+
+    def unnormalize(self, x: torch.Tensor) -> torch.Tensor: ...
+
+    def normalize_advantages(self, advantages: torch.Tensor) -> torch.Tensor: ...
+
+    def update_statistics(self, targets: torch.Tensor, weights: torch.Tensor,
+                          reduce: Callable[[torch.Tensor], torch.Tensor] | None) -> None: ...
+
+    def rescale_head(self) -> bool: ...
+
+    def undo(self) -> None: ...
+
+    def metrics(self) -> dict[str, float]: ...
+
+    def publish(self, weights: dict[str, np.ndarray]) -> None: ...
+
+    def state_dict(self) -> dict[str, Any] | None: ...
+
+    def load_state_dict(self, saved: dict[str, Any] | None) -> None: ...
+
+
+class NormalisedHead(PopArt):
+    """PopArt over `model`'s value output layer (`value_output_layer`): the head outputs normalised values."""
+
+    def __init__(self, model: nn.Module, beta: float):
+        super().__init__(beta)
+        self.model = model
+        self.layer = value_output_layer(model)
+
+    @property
+    def value_scale(self) -> ValueScaleFn:
+        return self._scale
+
+    def _scale(self) -> tuple[float, float]:
+        return self.sigma, self.mu
+
+    def normalize_advantages(self, advantages: torch.Tensor) -> torch.Tensor:
+        """Policy-gradient advantages `[T, B]` in the head's units, as PopArt-IMPALA scales them."""
+        return advantages / self.sigma
+
+    def update_statistics(self, targets: torch.Tensor, weights: torch.Tensor,
+                          reduce: Callable[[torch.Tensor], torch.Tensor] | None) -> None:
+        """ART: the moments move onto the value targets `[T, B]` of the trained steps (`weights [T, B]` > 0),
+        summed over several learners by `reduce`."""
+        self.update(targets, weights > 0, reduce)
+
+    def rescale_head(self) -> bool:
+        """POP for the last `update_statistics`: the layer and its gradients rescaled (`rescale_`); True, as the
+        gradients' norm has changed with them."""
+        self.rescale_(self.layer)
+        return True
+
+    def metrics(self) -> dict[str, float]:
+        return {"value_norm_mu": self.mu, "value_norm_sigma": self.sigma}
+
+    def publish(self, weights: dict[str, np.ndarray]) -> None:
+        """The value layer of `weights` (NumPy copies of the network's) in reward units (`weights_in_reward_units`)."""
+        weights_in_reward_units(self.model, weights, self.mu, self.sigma)
+
+    def load_state_dict(self, saved: dict[str, Any] | None) -> None:
+        """The saved statistics, in place (the gradient step's rescale holds this object); a checkpoint trained
+        without normalisation (None) starts them at the identity, which its head's outputs are in."""
+        super().load_state_dict(saved if saved is not None else IDENTITY)
+
+
+class RewardUnitsHead:
+    """No value normalisation: the head outputs reward units, its scale is the identity and nothing moves."""
+
+    mu = 0.0
+    sigma = 1.0
+    value_scale = None
+
+    def __init__(self, model: nn.Module):
+        self.model = model
+
+    def normalize(self, x: torch.Tensor) -> torch.Tensor:
+        return x
+
+    def unnormalize(self, x: torch.Tensor) -> torch.Tensor:
+        return x
+
+    def normalize_advantages(self, advantages: torch.Tensor) -> torch.Tensor:
+        return advantages
+
+    def update_statistics(self, targets: torch.Tensor, weights: torch.Tensor,
+                          reduce: Callable[[torch.Tensor], torch.Tensor] | None) -> None:
+        """Nothing to move (and nothing to reduce over several learners)."""
+
+    def rescale_head(self) -> bool:
+        """Nothing rescaled: False, the gradients are as they were."""
+        return False
+
+    def undo(self) -> None:
+        """Nothing moved."""
+
+    def metrics(self) -> dict[str, float]:
+        return {}
+
+    def publish(self, weights: dict[str, np.ndarray]) -> None:
+        """The weights are in reward units already."""
+
+    def state_dict(self) -> None:
+        return None  # the checkpoint's `value_normalization`: None says the head outputs reward units
+
+    def load_state_dict(self, saved: dict[str, Any] | None) -> None:
+        """A checkpoint trained with normalisation: its statistics folded into the value layer, so the head's
+        outputs in reward units stay the same; None (trained without): nothing to do."""
+        if saved is not None:
+            mu, nu = float(saved["mu"]), float(saved["nu"])
+            preserve_outputs_(value_output_layer(self.model), (mu, _sigma(mu, nu)), (0.0, 1.0), grads=False)
+
+
+def value_head(model: nn.Module, config: LearnerConfig) -> ValueHead:
+    """The scale of `model`'s value head under `config`: PopArt with `learner.value_normalization`, else the
+    identity."""
+    return NormalisedHead(model, config.popart_beta) if config.value_normalization else RewardUnitsHead(model)

@@ -310,7 +310,7 @@ def test_priorities_written_back_equal_the_formula():
     torso = torch.cat([net64.policy[:-1](x), net64.value[:-1](x)], dim=1).detach()  # MLP.representation, float64
     assert metrics["feature_rms"] == pytest.approx(float(torso.pow(2).mean().sqrt()), rel=1e-5)
     expected = _expected_priorities(core, net, module, batch)
-    np.testing.assert_allclose(seen["result"].outputs.model_priorities, expected, rtol=1e-4, atol=1e-6)
+    np.testing.assert_allclose(seen["result"].outputs.sampled_priorities, expected, rtol=1e-4, atol=1e-6)
     replay = core.replay_feed.replay._replay
     eta = cfg.replay.eta
     for item in np.unique(batch.ids):

@@ -30,7 +30,7 @@ def td_outputs(abs_td: np.ndarray) -> StepOutputs:
     """An update's outputs where only the TD errors `[T, B]` matter (no model loss)."""
     T, B = abs_td.shape
     return StepOutputs(advantages=abs_td, abs_td=abs_td, values=np.zeros((T + 1, B)), final_values=np.zeros((T, B)),
-                       dist_params=np.zeros((T, B, 2)), model_priorities=None)
+                       dist_params=np.zeros((T, B, 2)), sampled_priorities=None)
 
 
 def test_batch_mixes_replayed_unrolls_with_their_importance_weights():

@@ -96,14 +96,13 @@ class InlineBackend:
         self._tally = ExploreTally()
 
     def _acting_policy(self, num_envs: int, seed: int) -> DevicePolicy:
-        """A worker's policy on `acting_device`: the learner's network (values scaled to reward units by its
-        PopArt statistics, as published weights are), or a copy of it on another device."""
+        """A worker's policy on `acting_device`: the learner's network (values scaled to reward units by its value
+        head's `value_scale`, PopArt's statistics read at each step, as published weights are), or a copy of it on
+        another device."""
         learner, cfg = self.core.learner, self.cfg
         if self._shares_network:
-            norm = learner.value_norm
-            scale = None if norm is None else (lambda: (norm.sigma, norm.mu))
             return DevicePolicy(learner.model, self.spec, cfg.learner, num_envs, seed, self.acting_device,
-                                value_scale=scale)
+                                value_scale=learner.value_norm.value_scale)
         model = build_model(self.spec, cfg.learner.model, tuple(cfg.learner.hidden_sizes), cfg.learner.lstm_size)
         return DevicePolicy(model.to(self.acting_device).eval(), self.spec, cfg.learner, num_envs, seed,
                             self.acting_device)
