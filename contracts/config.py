@@ -14,7 +14,6 @@ The `env` section (`EnvConfig`, with `is_atari`) lives in `contracts.config_env`
 from __future__ import annotations
 
 import dataclasses
-import re
 import warnings
 from dataclasses import dataclass, field
 from typing import Any
@@ -30,9 +29,7 @@ from levelray.contracts.config_values import ConfigError, coerce_value, field_ty
 from levelray.contracts.config_values import Section as _Section
 from levelray.contracts.config_values import flag as _flag
 from levelray.contracts.levels import SCHEDULES, STRATEGIES, TRANSFORMS, UNSCORED_STRATEGIES
-from levelray.contracts.plugins import check_plugin_name
-
-_IMPORT_PATH = re.compile(r"[A-Za-z_]\w*(\.[A-Za-z_]\w*)*:[A-Za-z_]\w*")
+from levelray.contracts.plugins import IMPORT_PATH, check_plugin_name
 
 
 def _check_editor_name(name: str) -> None:
@@ -44,7 +41,7 @@ def _check_editor_name(name: str) -> None:
 def _check_import_paths(paths: list[str]) -> None:
     """`learner.auxiliary_losses`: each entry's form; whether it imports is checked where the learner is built."""
     for path in paths:
-        if not _IMPORT_PATH.fullmatch(path):
+        if not IMPORT_PATH.fullmatch(path):
             raise ValueError(f"expected module:attribute (e.g. my_losses:RewardPrediction), got {path!r}")
 
 

@@ -38,10 +38,12 @@ def check_plugin_name(text: str) -> None:
 
 class PluginKind(Generic[T]):
     """The plug-ins of one kind: `kind` in words ("level editor"), the config `key` and command-line `flag` that name
-    one, and the modules whose import registers the built-ins."""
+    one, the modules whose import registers the built-ins, and (`noun`) what `module:attribute` names, in words."""
 
-    def __init__(self, kind: str, key: str, flag: str, builtin_modules: Sequence[str] = ()):
+    def __init__(self, kind: str, key: str, flag: str, builtin_modules: Sequence[str] = (), *,
+                 noun: str | None = None):
         self.kind, self.key, self.flag = kind, key, flag
+        self.noun = kind if noun is None else noun  # what `module:attribute` names, in a refusal
         self._builtin_modules = tuple(builtin_modules)
         self._builtins: dict[str, T] = {}
         self._imported = False
@@ -88,7 +90,7 @@ class PluginKind(Generic[T]):
                               f"{self.kind} of your own must import where it runs, from the directory levelray is "
                               f"started in or the Python path") from None
         if not hasattr(module, attribute):
-            raise ConfigError(f"{self.flag} {spec} ({self.key}): {module_name!r} has no {attribute!r}")
+            raise ConfigError(f"{self.flag} {spec} ({self.key}): {module_name!r} has no {self.noun} {attribute!r}")
         return getattr(module, attribute)
 
     def _import_builtins(self) -> None:

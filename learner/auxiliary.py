@@ -39,6 +39,7 @@ import torch
 from torch import nn
 
 from levelray.contracts.config import ConfigError, LearnerConfig, RunConfig
+from levelray.contracts.plugins import PluginKind
 from levelray.contracts.spec import EnvSpec
 from levelray.contracts.trajectory import Unroll
 from levelray.learner.device import host_to_device
@@ -162,20 +163,18 @@ def check_losses(losses: Sequence[AuxiliaryLoss]) -> None:
         raise ValueError(f"{KEY}: at most one auxiliary loss may sample replay (have a sampler)")
 
 
+# Auxiliary losses are a plug-in kind (`contracts.plugins`) with no built-in of its own: the model loss, which is,
+# is turned on by its config section (`CONFIGURED`); a user's loss is named by module:attribute.
+AUXILIARY_LOSSES: PluginKind[AuxiliaryFactory] = PluginKind("auxiliary loss", KEY, "--auxiliary-loss",
+                                                            noun="class or function")
+
+
 def load(path: str) -> AuxiliaryFactory:
     """The factory that `path` ("module:attribute", e.g. "my_losses:RewardPrediction") names, imported in this
-    process. ConfigError, naming `learner.auxiliary_losses`, for a path that does not import."""
-    module_name, _, attribute = path.partition(":")
-    if not module_name or not attribute:
-        raise ConfigError(f"{KEY}: expected module:attribute, got {path!r}")
-    try:
-        module = importlib.import_module(module_name)
-    except ImportError as exc:
-        raise ConfigError(f"{KEY}: cannot import {module_name!r} for {path!r} ({exc}); the module must be "
-                          f"importable where the learner runs (on a local Ray, the directory levelray is "
-                          f"started from is on the learner's path)") from None
-    factory = getattr(module, attribute, None)
+    process. ConfigError, naming `learner.auxiliary_losses`, for a path that does not import or names no factory."""
+    factory = AUXILIARY_LOSSES.load(path)
     if not callable(factory):
+        module_name, _, attribute = path.partition(":")
         raise ConfigError(f"{KEY}: {module_name!r} has no class or function {attribute!r} (from {path!r})")
     return factory
 

@@ -47,7 +47,7 @@ def test_a_family_that_does_not_load_or_does_not_take_the_id_is_refused(tmp_path
     for family, env, words in (
         ("corridors", "corridor:walk", "--env-family 'corridors' (env.family): no env family is called that; built "
                                        "in: atari, gymnasium, maze, minigrid, procgen"),
-        ("tests.corridor:NOTHING", "corridor:walk", "'tests.corridor' has no 'NOTHING'"),
+        ("tests.corridor:NOTHING", "corridor:walk", "'tests.corridor' has no env family 'NOTHING'"),
         ("tests.corridor:FAMILY", "CartPole-v1", "--env-family tests.corridor:FAMILY does not build env id "
                                                  "'CartPole-v1'; it takes corridor:<name>"),
         ("maze", "corridor:walk", "--env-family maze does not build env id 'corridor:walk'"),

@@ -97,7 +97,7 @@ def test_an_editor_that_does_not_exist_is_refused_naming_the_key_the_kind_and_wh
         from_dict({"levels": {"editor": "Wall Editor"}})
     for name, words in (("walls", r"--level-editor 'walls' \(levels.editor\): no level editor is called that; built "
                                   r"in: accel"),
-                        ("tests.wall_editor:Nothing", "levels.editor.*has no 'Nothing'"),
+                        ("tests.wall_editor:Nothing", "levels.editor.*has no level editor 'Nothing'"),
                         ("tests.no_such_module:WallEditor", "levels.editor.*cannot import 'tests.no_such_module'")):
         with pytest.raises(ConfigError, match=words):
             check_editor(EMPTY, _walls_config(editor=name))
