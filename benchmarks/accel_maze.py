@@ -136,11 +136,12 @@ def main(argv: list[str] | None = None) -> int:
     arms = [a.strip() for a in args.arms.split(",") if a.strip()]
     spec = sweep_spec(args, arms, seeds)
     started = time.time()
-    results = [trial_result(t) for t in run_sweep(spec, Path(args.out_dir), args.parallel)]
+    sweep = run_sweep(spec, Path(args.out_dir), args.parallel)
+    results = [trial_result(t) for t in sweep["trials"]]
     wall_s = time.time() - started
     summary = {a: {key: ci_summary([r[key] for r in results if r["arm"] == a])
                    for key in ("suite_solved", *GENERATED_SETS, "trained_fraction", "train_wall_s")} for a in arms}
-    pairs = pairwise(results, arms, "suite_solved")
+    pairs = pairwise(results, arms, "suite_solved", sweep, "maze-suite.success_rate")
     mazes = suite_names()
     print(f"\n{args.env}, {args.total_steps:,} env steps per run, seeds {seeds}, buffer {args.buffer_size}, "
           f"{args.parallel} runs at a time, {wall_s / 60:.1f} min in all")

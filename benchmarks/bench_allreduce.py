@@ -10,7 +10,7 @@ gradient as one flat float32 tensor (DDP's buckets are flat tensors of the same 
 `dist.all_reduce` `--repeats` times after 5 warm-up calls. Reported per network: parameters, megabytes
 all-reduced per update, and the median and 90th percentile all-reduce time over rank 0's calls.
 
-Beside the update time of one learner (`bench_learner`, RESULTS.md "bf16 (issue 30)"; pass it with
+Beside the update time of one learner (`bench_learner`, whose times RESULTS.md's bf16 section lists; pass it with
 `--update-ms impala_cnn=789,...` to get the column), the all-reduce's share of an update with N learners is
 `allreduce / (update + allreduce)`: the expected data-parallel efficiency on CPUs where each learner has cores of
 its own. On one 2-core machine both ranks share the same cores, so this measures gloo's cost here, not a speed-up.

@@ -26,7 +26,7 @@ import time
 import numpy as np
 import torch
 
-from benchmarks.common import print_table, write_json
+from benchmarks.common import calls_in, print_table, write_json
 from levelray.contracts.config import LearnerConfig
 from levelray.contracts.spec import MINIGRID_OBS, EnvSpec
 from levelray.learner.learner import Learner
@@ -121,13 +121,7 @@ def measure_inference(model: str, seconds: float, precision: str, lstm_size: int
             dist_params.float().numpy()
             state = torch.stack([h[0], c[0]])
 
-    for _ in range(5):
-        forward()
-    n, start = 0, time.perf_counter()
-    while time.perf_counter() - start < seconds:
-        forward()
-        n += 1
-    elapsed = time.perf_counter() - start
+    n, elapsed = calls_in(forward, seconds)
     return {"model": model, "lstm": lstm_size, "precision": "fp32 (numpy)" if numpy_policy else precision,
             "batch": INFERENCE_BATCH, "calls": n, "obs_per_s": n * INFERENCE_BATCH / elapsed,
             "torch_threads": torch.get_num_threads()}

@@ -21,7 +21,7 @@ import time
 from pathlib import Path
 
 from benchmarks.common import LEVELRAY, ROOT, fmt_ci, print_table, run_levelray, write_json
-from benchmarks.level_service_overhead import read_records, steady_rate
+from benchmarks.level_service_overhead import steady_rate, timed_records
 from levelray.deploy.report.stats import ci_summary
 
 
@@ -32,7 +32,7 @@ def one_run(args: argparse.Namespace, learners: int, seed: int, out: Path) -> di
            "--tensorboard", "false", "--run-dir", str(run), *args.train_args]
     started = time.time()
     run_levelray(cmd, out / f"train-learners{learners}-r{seed}.log")
-    records = read_records(run / "metrics.jsonl")
+    records = timed_records(run)
     rate = steady_rate(records, args.total_steps, 0.2)
     start = next(r for r in records if r["env_steps"] == rate["window_start_env_steps"])
     end = next(r for r in records if r["env_steps"] == rate["window_start_env_steps"] + rate["window_env_steps"])

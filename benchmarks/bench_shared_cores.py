@@ -38,7 +38,6 @@ policy's forward passes and the learner's updates over N updates (`phase_shares`
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import shutil
 import signal
@@ -49,6 +48,7 @@ import time
 from pathlib import Path
 
 from benchmarks.common import LEVELRAY, ROOT, fmt_ci, print_table, write_json
+from levelray.deploy.report.runs import read_records
 from levelray.deploy.report.stats import ci_summary
 
 MINIGRID, CARTPOLE = "minigrid:SimpleCrossingS9N1", "CartPole-v1"
@@ -84,20 +84,6 @@ def train_command(exe: list[str], env_id: str, seed: int, run_dir: Path, extra: 
             "--run-dir", str(run_dir), *extra]
 
 
-def read_records(path: Path) -> list[dict]:
-    """`(time, env_steps)` records of a `metrics.jsonl` (none yet: [])."""
-    if not path.exists():
-        return []
-    out = []
-    for line in path.read_text().splitlines():
-        try:
-            rec = json.loads(line)
-        except json.JSONDecodeError:  # a line being written
-            continue
-        out.append(rec)
-    return out
-
-
 def steps_at(records: list[dict], t: float) -> float:
     """Env steps at time `t`, linear between the records on either side (clamped at the ends)."""
     if t <= records[0]["time"]:
@@ -125,7 +111,7 @@ def run_group(arm: str, envs: list[str], seeds: list[int], seconds: float, out: 
         dirs.append(run_dir)
     try:
         deadline = time.time() + START_TIMEOUT_S
-        while not all(read_records(d / "metrics.jsonl") for d in dirs):
+        while not all(read_records(d, missing_ok=True) for d in dirs):
             failed = [p.args for p in procs if p.poll() is not None]
             if failed or time.time() > deadline:
                 raise SystemExit(f"{tag}: a run ended or did not start in time (logs in {out})")
@@ -145,7 +131,7 @@ def run_group(arm: str, envs: list[str], seeds: list[int], seconds: float, out: 
                 p.wait()
     runs = []
     for env_id, run_dir in zip(envs, dirs, strict=True):
-        records = [r for r in read_records(run_dir / "metrics.jsonl") if "time" in r and "env_steps" in r]
+        records = [r for r in read_records(run_dir) if "time" in r and "env_steps" in r]
         steps = steps_at(records, t1) - steps_at(records, t0)
         threads = next((r.get("torch_threads") for r in reversed(records) if r.get("torch_threads")), None)
         runs.append({"env": env_id, "env_steps": steps, "rate": steps / (t1 - t0), "torch_threads": threads,

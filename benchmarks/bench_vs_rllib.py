@@ -71,7 +71,6 @@ samples/s, a batch of 32 unrolls x 20 steps: the same 640 samples as 2 unrolls o
 from __future__ import annotations
 
 import argparse
-import contextlib
 import json
 import math
 import os
@@ -84,6 +83,7 @@ import time
 from pathlib import Path
 
 from benchmarks.common import print_table, write_json
+from levelray.deploy.report.runs import read_records
 
 ROOT = Path(__file__).resolve().parents[1]
 LEVELRAY = ROOT / ".venv" / "bin" / "levelray"
@@ -256,16 +256,6 @@ def summarize(points: list[tuple[float, float, float | None]], budget_s: float,
     }
 
 
-def read_jsonl(path: Path) -> list[dict]:
-    out = []
-    if not path.exists():
-        return out
-    for line in path.read_text().splitlines():
-        with contextlib.suppress(json.JSONDecodeError):  # a line being written
-            out.append(json.loads(line))
-    return out
-
-
 # ----------------------------------------------------------------------------------------------- levelray
 
 
@@ -297,7 +287,7 @@ def run_levelray(name: str, flags: list[str], budget_s: float, *, stop_at_target
         last_print = 0.0
         while proc.poll() is None:
             time.sleep(0.5)
-            records = read_jsonl(run_dir / "metrics.jsonl")
+            records = read_records(run_dir, missing_ok=True)
             clock = levelray_clock(records)
             now = time.time()
             if clock is None:
@@ -320,7 +310,7 @@ def run_levelray(name: str, flags: list[str], budget_s: float, *, stop_at_target
             sigint_at = sigint_at or time.time()
             stop_process(proc)
     stopped = time.time()
-    records = read_jsonl(run_dir / "metrics.jsonl")
+    records = read_records(run_dir, missing_ok=True)
     if sigint_at is not None:  # what was reported after SIGINT is shutdown, not training
         records = [r for r in records if r["time"] <= sigint_at]
     elif len(records) > 2:  # stopped by itself: drop the record the CLI appends after stopping the actors

@@ -13,7 +13,6 @@ return below 20: one action always, the pole falls in ~9 steps).
 from __future__ import annotations
 
 import argparse
-import json
 import statistics
 import tempfile
 from pathlib import Path
@@ -25,6 +24,7 @@ ARMS = {"popart": True, "plain": False}
 
 def one_run(run_dir: str, *, seed: int, value_normalization: bool, learning_rate: float) -> dict:
     from levelray.contracts.config import RunConfig, replace_paths
+    from levelray.deploy.report.runs import read_records
     from levelray.deploy.rundir import RunDir
     from levelray.deploy.training.driver import train
 
@@ -38,7 +38,7 @@ def one_run(run_dir: str, *, seed: int, value_normalization: bool, learning_rate
         "run_dir": run_dir,
     })
     train(cfg, RunDir.start(run_dir), quiet=True)
-    records = [json.loads(line) for line in (Path(run_dir) / "metrics.jsonl").read_text().splitlines()]
+    records = read_records(run_dir)
     reached = next((r for r in records if (r.get("episode_return_mean") or 0) >= 475), None)
     ev = [r["learner_explained_variance"] for r in records
           if r["env_steps"] > 100_000 and r.get("learner_explained_variance") is not None]

@@ -32,7 +32,6 @@ within `NODE_RECOVERY_S`.
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import random
 import signal
@@ -230,6 +229,7 @@ def run_chaos(run_dir: str | os.PathLike, *, seconds: float, kills: int, seed: i
     already initialised in this process, or starts an embedded one."""
     import ray
 
+    from levelray.deploy.report.runs import read_records
     from levelray.deploy.rundir import RunDir, load_checkpoint
     from levelray.deploy.training.driver import run, train
     from levelray.deploy.training.ray_backend import RayJob
@@ -293,7 +293,7 @@ def run_chaos(run_dir: str | os.PathLike, *, seconds: float, kills: int, seed: i
     if failure:
         raise RuntimeError(f"the job failed under chaos: {failure[0]!r}") from failure[0]
 
-    records = [json.loads(line) for line in (rd.path / "metrics.jsonl").read_text().splitlines()]
+    records = read_records(rd.path)
     backwards = {key: sum(1 for a, b in zip(records[:-1], records[1:], strict=True) if b[key] < a[key])
                  for key in COUNTERS}
     checkpoints, unloadable = RunDir(run_dir).list_checkpoints(), []

@@ -17,11 +17,23 @@ from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from levelray.deploy.report.stats import ci_summary
+from levelray.deploy.report.runs import read_records
+from levelray.deploy.report.stats import paired_ci
 
 # A table column: a key (also the header), (key, header), or (key, header, format) where `format` turns the
 # cell's value into its text. For rows that are sequences the key is unused: cells are taken by position.
 Column = str | tuple[str, str] | tuple[str, str, Callable[[Any], str]]
+
+
+def calls_in(fn: Callable[[], object], seconds: float, *, warmup: int = 5) -> tuple[int, float]:
+    """`(calls, elapsed seconds)` of calling `fn` for at least `seconds`, after `warmup` calls."""
+    for _ in range(warmup):
+        fn()
+    n, start = 0, time.perf_counter()
+    while time.perf_counter() - start < seconds:
+        fn()
+        n += 1
+    return n, time.perf_counter() - start
 
 
 def time_call(fn: Callable[[], object], *, repeats: int = 5, min_time: float = 0.2) -> dict:
@@ -147,21 +159,33 @@ def run_levelray(cmd: list[str], log: Path, env: Mapping[str, str] | None = None
     return proc.stdout
 
 
-def paired(results: list[dict], a: str, b: str, key: str) -> dict:
-    """`b - a` of `key` over the seeds both arms ran (`results`: dicts with `arm`, `seed` and `key`): the
-    `ci_summary` of the per-seed differences, and the seeds."""
-    by = {(r["arm"], r["seed"]): r[key] for r in results}
-    seeds = sorted({s for arm, s in by if arm == a} & {s for arm, s in by if arm == b})
-    return {**ci_summary([by[(b, s)] - by[(a, s)] for s in seeds]), "seeds": seeds}
+def paired(rows: Sequence[Mapping], a: str, b: str, key: str, sweep: Mapping[str, Any] | None = None,
+           metric: str | None = None) -> dict:
+    """`b - a` of `key` seed by seed (`rows`: dicts with `arm`, `seed` and `key`): {mean, ci95, n, seeds}, as
+    `levelray.deploy.report.stats.paired_ci` gives it.
+
+    With `sweep` (the results.json `run_sweep` returns) and `metric` (the sweep's name of the same per-seed number,
+    e.g. `test.success_rate`), a comparison with the sweep's baseline is read from results.json, which holds it
+    already (computed by the same `paired_ci`); another pair, or a number the sweep does not name (one the
+    benchmark derives, or of trials not finished), is computed from `rows`."""
+    entry = (sweep["paired"].get(b, {}).get(metric) if sweep is not None and metric is not None
+             and a == sweep["baseline"] else None)
+    if entry is None:
+        return paired_ci(*({r["seed"]: r[key] for r in rows if r["arm"] == arm} for arm in (a, b)))
+
+    def seeds(arm: str) -> set[int]:
+        return {t["seed"] for t in sweep["trials"] if t["arm"] == arm and metric in t["metrics"]}
+
+    return {"mean": entry["mean"], "ci95": entry["ci"], "n": entry["n"], "seeds": sorted(seeds(a) & seeds(b))}
 
 
 def train_flags_config(flags: Sequence[str]) -> dict:
     """`levelray train` flags (`--level-buffer-size 500`) as the nested config mapping a sweep spec takes, each value
     of its config type (500, not "500")."""
     from levelray.contracts.config import from_dict, get_path
-    from levelray.deploy.cli import _parser
+    from levelray.deploy.cli import build_parser
 
-    parser, dests = _parser()
+    parser, dests = build_parser()
     args = parser.parse_args(["train", *flags])
     out: dict = {}
     for dest, path in dests.items():
@@ -192,12 +216,13 @@ def load_sweep(name: str) -> dict:
     return yaml.safe_load((SWEEPS / f"{name}.yaml").read_text())
 
 
-def run_sweep(spec: Mapping[str, Any], out: Path, parallel: int) -> list[dict]:
+def run_sweep(spec: Mapping[str, Any], out: Path, parallel: int) -> dict[str, Any]:
     """`levelray sweep` of `spec` (a spec mapping, see docs/guides/experiments.md) into `out`, `parallel` trials at
     once; a sweep of the same spec already in `out` is continued (`--resume`: its finished trials are kept), one of
-    another spec ends the benchmark. Returns each trial of results.json with its run's `records` (metrics.jsonl)
-    and `evaluation` (evaluate.json, where the spec has an unnamed evaluation) added, in the sweep's order (seed by
-    seed, the arms interleaved). A trial that did not finish ends the benchmark."""
+    another spec ends the benchmark. Returns its results.json (`levelray.deploy.sweep.results`: the arms, the paired
+    differences from the baseline, the trials), each trial with its run's `records` (metrics.jsonl) and
+    `evaluation` (evaluate.json, where the spec has an unnamed evaluation) added; the trials are in the sweep's
+    order (seed by seed, the arms interleaved). A trial that did not finish ends the benchmark."""
     import yaml
 
     from levelray.deploy.sweep.spec import load_spec
@@ -214,15 +239,15 @@ def run_sweep(spec: Mapping[str, Any], out: Path, parallel: int) -> list[dict]:
         cmd = [*LEVELRAY, "sweep", str(path), "--dir", str(out), "--max-concurrent", str(parallel)]
     print(f"$ levelray {' '.join(cmd[len(LEVELRAY):])}", file=sys.stderr, flush=True)
     subprocess.run(cmd, cwd=ROOT)  # its progress lines go to the terminal
-    results = json.loads((out / "results.json").read_text())
+    results = json.loads((out / "results.json").read_text())  # the sweep writes it; it has no reader of its own
     bad = [f"{t['name']}: {t['status']} {t['error'] or ''}" for t in results["trials"] if t["status"] != "done"]
     if bad:
         raise SystemExit(f"sweep {out} did not finish: {'; '.join(bad)}; continue it by running the benchmark again")
     for trial in results["trials"]:
         run = Path(trial["run_dir"])
-        trial["records"] = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines() if line]
+        trial["records"] = read_records(run)
         trial["evaluation"] = read_evaluation(trial) if (run / "evaluate.json").exists() else None
-    return results["trials"]
+    return results
 
 
 def read_evaluation(trial: Mapping[str, Any], name: str | None = None, budget: int | None = None) -> dict:
@@ -233,14 +258,33 @@ def read_evaluation(trial: Mapping[str, Any], name: str | None = None, budget: i
     return json.loads((Path(trial["run_dir"]) / evaluation_file(name, budget)).read_text())
 
 
+def budget_names(spec: Mapping[str, Any], budgets: Sequence[int]) -> list[tuple[int, int | None]]:
+    """(budget, the earlier budget that names its metrics and evaluation files, or None) of each of `budgets`, the
+    spec's budgets (or its one `total_steps` where it has none), as the sweep names them
+    (`levelray.deploy.sweep.results.budget_tables`): the last budget's are the run's final ones, named as in a
+    sweep without budgets."""
+    from levelray.deploy.sweep.results import budget_tables
+
+    return [(budget, earlier) for budget, (earlier, _) in zip(budgets, budget_tables(spec), strict=True)]
+
+
+def metric_at(metric: str, earlier: int | None) -> str:
+    """The sweep's name of `metric` at an `earlier` budget (None: the run's end): `test.return_mean@400000`
+    (`levelray.deploy.sweep.metrics.at_budget`)."""
+    from levelray.deploy.sweep.metrics import at_budget
+
+    return next(iter(at_budget({metric: 0.0}, earlier)))
+
+
 def records_until(records: list[dict], env_steps: float) -> list[dict]:
     """The metrics.jsonl records up to `env_steps` (a budget's last record, `training.env_steps@<budget>`)."""
     return [r for r in records if r.get("env_steps", 0) <= env_steps]
 
 
-def pairwise(results: list[dict], arms: Sequence[str], key: str) -> dict[str, dict]:
-    """`paired` of `key` for every pair of arms, later minus earlier: {"b-a": ci_summary and seeds}."""
-    return {f"{b}-{a}": paired(results, a, b, key) for i, a in enumerate(arms) for b in arms[i + 1:]}
+def pairwise(rows: Sequence[Mapping], arms: Sequence[str], key: str, sweep: Mapping[str, Any] | None = None,
+             metric: str | None = None) -> dict[str, dict]:
+    """`paired` of `key` for every pair of arms, later minus earlier: {"b-a": {mean, ci95, n, seeds}}."""
+    return {f"{b}-{a}": paired(rows, a, b, key, sweep, metric) for i, a in enumerate(arms) for b in arms[i + 1:]}
 
 
 def fmt_ci(stat: Mapping | None, spec: str = ".3f") -> str:
@@ -254,12 +298,19 @@ def fmt_ci(stat: Mapping | None, spec: str = ".3f") -> str:
 RETURN_WINDOW = 100  # episodes behind `episode_return_mean` once the run has finished that many
 
 
-def steps_to_threshold(records: list[dict], threshold: float) -> int | None:
-    """First env_steps in `metrics.jsonl` records at which the training return, a mean over the last 100
-    episodes, reached `threshold` (None: never). Records before the 100th episode are skipped: one lucky early
-    episode is a mean of one (a first version of model_loss_benefit reported DoorKey "reached 0.8" at 3,200
-    steps that way)."""
+def steps_to_threshold(records: list[dict], threshold: float, *, held_out: bool = False) -> int | None:
+    """First env steps in a run's `metrics.jsonl` records at which it reached `threshold` (None: never).
+
+    By default, of the training return, the mean over the last 100 episodes: records before the 100th episode are
+    skipped, since there the mean is over a few episodes and one lucky early one would count as reaching it. With
+    `held_out`, of the success rate of the run's periodic held-out evaluation (`test_success_rate`, at the env steps
+    that evaluation played at, `test_env_steps`): for protocols that judge generalisation, not training."""
     for r in records:
+        if held_out:
+            rate = r.get("test_success_rate")
+            if rate is not None and rate >= threshold:
+                return int(r.get("test_env_steps", r["env_steps"]))
+            continue
         ret = r.get("episode_return_mean")
         if ret is not None and ret >= threshold and (r.get("episodes") or 0) >= RETURN_WINDOW:
             return int(r["env_steps"])

@@ -32,6 +32,7 @@ import time
 from pathlib import Path
 
 from benchmarks.common import LEVELRAY, ROOT, fmt_ci, print_table, run_levelray, steps_to_threshold, write_json
+from levelray.deploy.report.runs import read_records
 from levelray.deploy.report.stats import ci_summary
 
 ENV = "Pendulum-v1"
@@ -53,7 +54,7 @@ def run_one(arm: str, seed: int, args, out: Path, episodes: int) -> dict:
     start = time.time()
     run_levelray(cmd, out / f"train-{arm}-seed{seed}.log")
     wall = time.time() - start
-    records = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines() if line.strip()]
+    records = read_records(run)
     returns = [r["episode_return_mean"] for r in records
                if r.get("episode_return_mean") is not None and (r.get("episodes") or 0) >= 100]
     last = records[-1]

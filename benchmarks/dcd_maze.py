@@ -44,6 +44,7 @@ from benchmarks.accel_maze import GENERATED, GENERATED_SETS, complexity_curve, p
 from benchmarks.common import (
     LEVELRAY,
     ROOT,
+    budget_names,
     fmt_ci,
     load_sweep,
     paired,
@@ -56,6 +57,7 @@ from levelray.contracts.maze import shortest_path_length, suite_level, suite_nam
 from levelray.deploy.report.runs import load_run
 from levelray.deploy.report.stats import ci_summary, welch_ci
 from levelray.deploy.sweep.metrics import evaluation_file
+from levelray.deploy.sweep.trial import trial_dir
 
 DCD_TRAINED_STEPS = 20_000 * 32 * 256  # DCD's 20k PPO updates of 32 envs x 256 steps
 # DCD's own runs at 20k updates, each seed's mean solved rate over its 12 mazes, from the per-seed, per-maze
@@ -82,11 +84,11 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
     return p.parse_args(argv)
 
 
-def evaluations(run: Path, budgets: list[int]) -> dict[int, dict]:
-    """Budget -> {"suite": evaluate json, "generated": evaluate json} of the budgets the run has reached."""
+def evaluations(run: Path, names: list[tuple[int, int | None]]) -> dict[int, dict]:
+    """Budget -> {"suite": evaluate json, "generated": evaluate json} of the budgets the run has reached; `names`:
+    `benchmarks.common.budget_names` of the spec (the files the sweep wrote at each budget)."""
     out = {}
-    for i, budget in enumerate(budgets):
-        earlier = budget if i < len(budgets) - 1 else None
+    for budget, earlier in names:
         suite, generated = run / evaluation_file(None, earlier), run / evaluation_file(GENERATED, earlier)
         if suite.exists() and generated.exists():
             out[budget] = {"suite": json.loads(suite.read_text()), "generated": json.loads(generated.read_text())}
@@ -162,12 +164,13 @@ def reference_complexity(env: dict, n: int = REFERENCE_LEVELS) -> dict[str, dict
             "suite": complexity.summary([suite_level_id(m) for m in suite_names()])}
 
 
-def trial_result(run: Path, arm: str, seed: int, budgets: list[int]) -> dict:
-    """One run's numbers so far: its evaluations at each budget reached and its training records."""
+def trial_result(run: Path, arm: str, seed: int, names: list[tuple[int, int | None]]) -> dict:
+    """One run's numbers so far: its evaluations at each budget reached (`names`: `budget_names`) and its training
+    records."""
     loaded = load_run(run) if (run / "metrics.jsonl").exists() else {"records": [], "config": {}}
     records = loaded["records"]
     last = records[-1] if records else {}
-    evals = evaluations(run, budgets)
+    evals = evaluations(run, names)
     out = {"arm": arm, "seed": seed, "run_dir": str(run), "env_steps": last.get("env_steps", 0),
            "samples_trained": last.get("samples_trained", 0),
            "wall_s": last["time"] - records[0]["time"] if records else None,  # evaluations and restarts included
@@ -186,27 +189,30 @@ def trial_result(run: Path, arm: str, seed: int, budgets: list[int]) -> dict:
     return out
 
 
-def at_budget(results: list[dict], budget: int, key: str) -> list[dict]:
-    """`{arm, seed, key}` of the runs evaluated at `budget`."""
+def evaluated_at(results: list[dict], budget: int, key: str) -> list[dict]:
+    """`{arm, seed, key}` of the runs evaluated at `budget` (`trial_result`'s `budgets`)."""
     return [{"arm": r["arm"], "seed": r["seed"], key: r["budgets"][budget][key]} for r in results
             if budget in r["budgets"]]
 
 
 def summarise(results: list[dict], arms: list[str], budgets: list[int]) -> dict:
-    curve = {a: {b: ci_summary([r["suite_solved"] for r in at_budget(results, b, "suite_solved") if r["arm"] == a])
-                 for b in budgets} for a in arms}
+    """Per arm and budget the seed means, and the paired differences of `PAIRS`. The differences are computed here
+    (`paired` without the sweep) rather than read from results.json: that holds finished trials only, each arm
+    against DR, while this reads the runs still training and pairs Robust PLR with ACCEL too."""
+    curve = {a: {b: ci_summary([r["suite_solved"] for r in evaluated_at(results, b, "suite_solved")
+                                if r["arm"] == a]) for b in budgets} for a in arms}
     pairs = [(x, y) for x, y in PAIRS if x in arms and y in arms]
-    paired_suite = {b: {f"{y}-{x}": paired(at_budget(results, b, "suite_solved"), x, y, "suite_solved")
+    paired_suite = {b: {f"{y}-{x}": paired(evaluated_at(results, b, "suite_solved"), x, y, "suite_solved")
                         for x, y in pairs} for b in budgets}
     final = budgets[-1]
     maze_curves = {a: {m: {b: ci_summary([r["budgets"][b]["mazes"][m] for r in results
                                           if r["arm"] == a and b in r["budgets"]]) for b in budgets}
                        for m in suite_names()} for a in arms}
     mazes = {a: {m: maze_curves[a][m][final] for m in suite_names()} for a in arms}
-    at_final = at_budget(results, final, "mazes")
+    at_final = evaluated_at(results, final, "mazes")
     paired_mazes = {f"{y}-{x}": {m: paired([{**r, "solved": r["mazes"][m]} for r in at_final], x, y, "solved")
                                  for m in suite_names()} for x, y in pairs}
-    generated = {a: {s: ci_summary([r[s] for r in at_budget(results, final, s) if r["arm"] == a])
+    generated = {a: {s: ci_summary([r[s] for r in evaluated_at(results, final, s) if r["arm"] == a])
                      for s in GENERATED_SETS} for a in arms}
     shares = {a: ci_summary([r["trained_fraction"] for r in results if r["arm"] == a and final in r["budgets"]])
               for a in arms}  # finished runs only: a running one is still in its buffer's warm-up share
@@ -358,8 +364,9 @@ def main(argv: list[str] | None = None) -> int:
         spec = load_sweep("dcd_maze")
         run_sweep(spec, out, args.parallel)
     arms, budgets = list(spec["arms"]), list(spec["budgets"])
-    results = [trial_result(out / "trials" / f"{arm}-seed{seed}", arm, seed, budgets)
-               for seed in spec["seeds"] for arm in arms if (out / "trials" / f"{arm}-seed{seed}").exists()]
+    names = budget_names(spec, budgets)
+    results = [trial_result(trial_dir(out, arm, seed), arm, seed, names)
+               for seed in spec["seeds"] for arm in arms if trial_dir(out, arm, seed).exists()]
     if args.mirror:
         folder = write_mirror_suite(out / "mirror_suite")
         for r in results:

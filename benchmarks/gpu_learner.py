@@ -54,7 +54,7 @@ import numpy as np
 import torch
 
 from benchmarks.bench_learner import CASES, OBS_HIGH, make_batch, measure
-from benchmarks.common import print_table, write_json
+from benchmarks.common import calls_in, print_table, write_json
 from levelray.learner.device import host_to_device, pick_device
 from levelray.policy.models import build_model
 from levelray.policy.precision import autocast, bf16_is_fast, compute_dtype
@@ -223,13 +223,7 @@ def inference_case(model: str, lstm: int, batch: int, precision: str, device: to
     peak.reset()
     try:
         step = actor_step(model, lstm, batch, precision, device)
-        for _ in range(5):
-            step()
-        n, start = 0, time.perf_counter()
-        while time.perf_counter() - start < seconds:
-            step()
-            n += 1
-        elapsed = time.perf_counter() - start
+        n, elapsed = calls_in(step, seconds)
     except Exception as e:  # as in `update_case`
         sync_quietly(device)
         return row | {"error": f"{type(e).__name__}: {e}"[:500], "peak_memory_mb": peak.case_mb()}

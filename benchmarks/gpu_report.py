@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from benchmarks.common import write_json
+from levelray.deploy.report.runs import read_records  # imports neither Ray nor an env library: the device has none
 
 GOAL_MAZE_STEPS = 300_000  # env steps/s of the maze fast path with LSTM-256 on one H100/H200 (DCD's 163.84M in 9 min)
 GOAL_CNN_SAMPLES = 20_000  # samples/s of the IMPALA CNN learner in bf16
@@ -71,8 +72,7 @@ def tests(work: Path) -> dict[str, Any]:
 
 def training_run(run_dir: Path, util_csv: Path) -> dict[str, Any]:
     """Env steps/s and trained steps/s between the first and last metrics records, and the GPU's utilisation."""
-    path = run_dir / "metrics.jsonl"
-    records = [json.loads(line) for line in path.read_text().splitlines() if line.strip()] if path.exists() else []
+    records = read_records(run_dir, missing_ok=True)
     if len(records) < 2:
         return {"ran": False, "records": len(records)}
     first, last = records[0], records[-1]
@@ -110,7 +110,8 @@ RUNS = {  # gpu_run.sh's training runs: name -> what it is
 
 
 def goals(learner: dict[str, Any], runs: dict[str, dict[str, Any]]) -> dict[str, Any]:
-    """The issue's two figures against what was measured: the best maze fast path, the best bf16 CNN update."""
+    """The two goals (`GOAL_MAZE_STEPS`, `GOAL_CNN_SAMPLES`) against what was measured: the best maze fast path,
+    the best bf16 CNN update."""
     maze = max((r.get("env_steps_per_s", 0.0) for k, r in runs.items() if k.startswith("maze")), default=None)
     cnn = max((r["samples_per_s"] for r in learner.get("updates", [])
                if r.get("model") == "impala_cnn" and r.get("precision") == "bf16" and r.get("samples_per_s")),

@@ -5,9 +5,9 @@ seeds per arm, the same env-step budget, held-out evaluation.
                                      [--families minigrid,cartpole] [--parallel 1]
                                      [--out-dir DIR] [--json PATH] [-- extra levelray train flags for every arm]
 
-    # the model loss (issue 15): python -m benchmarks.model_loss_benefit, the same as
+    # the model loss: python -m benchmarks.model_loss_benefit, the same as
     python -m benchmarks.learning_ab --flag=--model-loss --arms none,muzero --group-by model_loss.loss
-    # bf16 against fp32 (issue 30)
+    # bf16 against fp32
     python -m benchmarks.learning_ab --flag=--precision --arms fp32,bf16 --group-by learner.precision --seeds 10
 
 Per family, the arms differ only in `FLAG ARM`; every other key is the family's preset, and each seed s is
@@ -161,13 +161,14 @@ def main(argv: list[str] | None = None, defaults: dict | None = None) -> int:
     out = Path(args.out_dir) if args.out_dir else ROOT / "benchmarks" / "out" / args.name
     if out.exists() and not args.out_dir:
         shutil.rmtree(out)
-    runs, budgets = [], {}
+    runs, budgets, sweeps = [], {}, {}
     start = time.time()
     for family in families:
         total = args.total_steps or (FAMILIES[family]["quick_steps"] if args.quick else FAMILIES[family]["steps"])
         budgets[family] = total
         spec = sweep_spec(args, family, total, seeds, episodes)
-        runs += [trial_result(t, family) for t in run_sweep(spec, out / family, max(1, args.parallel))]
+        sweeps[family] = run_sweep(spec, out / family, max(1, args.parallel))
+        runs += [trial_result(t, family) for t in sweeps[family]["trials"]]
         run_levelray([*LEVELRAY, "report", str(out / family), "--group-by", args.group_by, "--out",
                       str(out / family / "report")], out / f"{family}-report.log")
 
@@ -182,8 +183,11 @@ def main(argv: list[str] | None = None, defaults: dict | None = None) -> int:
                        "train return (last 100)", "steps to threshold (reached)", "train s"])
     if args.quick:
         print("note: --quick is a smoke run of the pipeline; its numbers say nothing about the arms")
-    pairs = [{"family": f, "arms": f"{b} - {arms[0]}", "test_return": paired(mine, arms[0], b, "test_return"),
-              "test_success": paired(mine, arms[0], b, "test_success")}
+    # the sweep's own paired differences from its baseline (arms[0]), but for a success the env does not report
+    success = {f: "test.success_rate" if FAMILIES[f]["success_return"] is None else None for f in families}
+    pairs = [{"family": f, "arms": f"{b} - {arms[0]}",
+              "test_return": paired(mine, arms[0], b, "test_return", sweeps[f], "test.return_mean"),
+              "test_success": paired(mine, arms[0], b, "test_success", sweeps[f], success[f])}
              for f in families for mine in [[r for r in runs if r["family"] == f]] for b in arms[1:]]
     print("\npaired difference (same seed), mean ± 95% t-CI")
     print_table([[d["family"], d["arms"], d["test_return"]["n"], fmt_ci(d["test_return"]),

@@ -22,7 +22,6 @@ episodes per step) and `doorkey-fixed` (MiniGrid DoorKey-8x8, 200 training level
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import shutil
 import statistics
@@ -32,6 +31,7 @@ import time
 from pathlib import Path
 
 from benchmarks.common import LEVELRAY, ROOT, fmt_ci, print_table, write_json
+from levelray.deploy.report.runs import read_records
 from levelray.deploy.report.stats import ci_summary
 
 DEFAULT_BASE = "/work/wt/base/.venv/bin/levelray"
@@ -82,8 +82,7 @@ def run_once(exe: list[str], case: str, seed: int, run_dir: Path) -> dict:
             time.sleep(1.0)
     if proc.returncode != 0:
         raise SystemExit(f"{' '.join(cmd)} failed (exit {proc.returncode}); see {log.name}")
-    last = (run_dir / "metrics.jsonl").read_text().splitlines()[-1]
-    env_steps = json.loads(last)["env_steps"]
+    env_steps = read_records(run_dir)[-1]["env_steps"]
     return {"env_steps": env_steps, "service_cpu_s": sum(cpu.values()), "service_processes": len(cpu),
             "load": [round(load0, 2), round(os.getloadavg()[0], 2)]}
 

@@ -4,7 +4,7 @@
         [--total-steps N] [--skip-fraction 0.2] [--backend ray|inline] [--out-dir DIR] [--json PATH]
         [-- extra levelray train flags]
 
-Issue 24's speed requirement: with PLR (`value_l1`) on an unbounded space, env steps/s within 2% of uniform
+The speed requirement this checks: with PLR (`value_l1`) on an unbounded space, env steps/s within 2% of uniform
 sampling (`random`) on the same config. Both arms are `levelray train --num-levels 0` with the env's preset (no
 tuning flag), differing only in `--level-strategy`:
 - `random`: no level service at all (each env draws a fresh seed itself; `contracts.config.uses_level_service`);
@@ -43,7 +43,6 @@ fills during the run (a new level at every episode start until 20% full, then at
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import shutil
 import statistics
@@ -52,6 +51,7 @@ import time
 from pathlib import Path
 
 from benchmarks.common import LEVELRAY, ROOT, fmt_ci, print_table, run_levelray, write_json
+from levelray.deploy.report.runs import read_records
 from levelray.deploy.report.stats import ci_summary
 
 ARMS = ("random", "value_l1")
@@ -70,15 +70,10 @@ def budget_for(env_id: str, quick: bool, given: int | None) -> int:
     return next((n for prefix, n in table.items() if env_id.startswith(prefix)), FALLBACK_STEPS // (10 if quick else 1))
 
 
-def read_records(path: Path) -> list[dict]:
-    """The `metrics.jsonl` records that carry a time and an env-step count, in file order."""
-    out = []
-    for line in path.read_text().splitlines():
-        if line.strip():
-            rec = json.loads(line)
-            if isinstance(rec.get("time"), int | float) and isinstance(rec.get("env_steps"), int | float):
-                out.append(rec)
-    return out
+def timed_records(run_dir: Path) -> list[dict]:
+    """The run's `metrics.jsonl` records that carry a time and an env-step count, in file order."""
+    return [r for r in read_records(run_dir)
+            if isinstance(r.get("time"), int | float) and isinstance(r.get("env_steps"), int | float)]
 
 
 def steady_rate(records: list[dict], total_steps: int, skip_fraction: float) -> dict:
@@ -120,7 +115,7 @@ def one_run(env_id: str, arm: str, seed: int, total: int, args: argparse.Namespa
     run_levelray(train_command(env_id, arm, seed, total, args.backend, run_dir, args.train_args),
                  out / f"train-{name}.log")
     wall_s = time.time() - started
-    records = read_records(run_dir / "metrics.jsonl")
+    records = timed_records(run_dir)
     return {"env": env_id, "arm": arm, "round": seed, "run_dir": str(run_dir), "wall_s": wall_s,
             "env_steps": records[-1]["env_steps"], "load_start": load_start, "load_end": os.getloadavg()[0],
             **steady_rate(records, total, args.skip_fraction)}

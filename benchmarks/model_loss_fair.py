@@ -1,5 +1,5 @@
-"""The fair test of the model loss (issue 26): no model loss, the model loss, and a control whose model loss cannot
-reach the agent, on the same seeds and env-step budgets.
+"""The fair test of the model loss: no model loss, the model loss, and a control whose model loss cannot reach the
+agent, on the same seeds and env-step budgets.
 
     python -m benchmarks.model_loss_fair                       # every family below, 10 seeds, two runs at a time
     python -m benchmarks.model_loss_fair [--families doorkey5,doorkey8_plr,cartpole] [--seeds 0-9]
@@ -16,7 +16,7 @@ with the family's preset, two at a time, one torch thread each); its arms differ
   representation learned something" from what merely running the model loss changes (time, the replay
   service);
 - `reanalyse`: `muzero` with `model_loss.reanalyze_ratio 0.5` (the target network recomputes half the model
-  batch's value and policy targets). DoorKey-5x5 only, as the issue asks.
+  batch's value and policy targets). DoorKey-5x5 only: the one family where it is compared.
 
 Families (`metrics.jsonl` records every 2 s on MiniGrid, every 0.1 s on CartPole, whose 300k steps take seconds,
 so that steps to threshold has a curve to read):
@@ -51,8 +51,10 @@ from pathlib import Path
 
 from benchmarks.common import (
     ROOT,
+    budget_names,
     fmt_ci,
     load_sweep,
+    metric_at,
     paired,
     print_table,
     read_evaluation,
@@ -147,13 +149,12 @@ def diagnostics(records: list[dict]) -> dict[str, float | None]:
     return out
 
 
-def budget_results(trial: dict, family: str, budgets: list[int]) -> list[dict]:
-    """Every budget's result of one (family, arm, seed) trial, from its run directory (`run_sweep`'s trial)."""
+def budget_results(trial: dict, family: str, names: list[tuple[int, int | None]]) -> list[dict]:
+    """Every budget's result of one (family, arm, seed) trial, from its run directory (`run_sweep`'s trial);
+    `names`: `budget_names`."""
     fam, out = FAMILIES[family], []
-    for i, budget in enumerate(budgets):
-        earlier = budget if i < len(budgets) - 1 else None  # the last budget's evaluation is the run's final one
-        suffix = "" if earlier is None else f"@{earlier}"
-        records = records_until(trial["records"], trial["metrics"][f"training.env_steps{suffix}"])
+    for budget, earlier in names:
+        records = records_until(trial["records"], trial["metrics"][metric_at("training.env_steps", earlier)])
         test = read_evaluation(trial, None, earlier)["results"]["test"]
         success = test["success_rate"] if fam["success_return"] is None else (
             sum(r >= fam["success_return"] for r in test["returns"]) / len(test["returns"]))
@@ -166,8 +167,11 @@ def budget_results(trial: dict, family: str, budgets: list[int]) -> list[dict]:
     return out
 
 
-def summarise(results: list[dict], family: str, budget: int, arms: list[str]) -> tuple[list[dict], list[dict]]:
-    """(per-arm summaries, paired differences) of one family at one budget."""
+def summarise(results: list[dict], family: str, budget: tuple[int, int | None], arms: list[str],
+              sweep: dict) -> tuple[list[dict], list[dict]]:
+    """(per-arm summaries, paired differences) of one family at one budget (`budget_names`' pair); `sweep`: the
+    family's results.json, whose differences from its baseline are read where the sweep has the number."""
+    (budget, earlier), fam = budget, FAMILIES[family]
     mine = [r for r in results if r["family"] == family and r["budget"] == budget]
     summary = []
     for arm in arms:
@@ -179,8 +183,10 @@ def summarise(results: list[dict], family: str, budget: int, arms: list[str]) ->
                         "steps_to_threshold": ci_summary(reached), "reached": len(reached)})
     pairs = [(a, b) for a, b in [("none", x) for x in arms if x != "none"] + [("detached", "muzero")]
              if a in arms and b in arms]
+    success = metric_at("test.success_rate", earlier) if fam["success_return"] is None else None  # else derived
     diffs = [{"family": family, "budget": budget, "arms": f"{b} - {a}",
-              "test_return": paired(mine, a, b, "test_return"), "test_success": paired(mine, a, b, "test_success")}
+              "test_return": paired(mine, a, b, "test_return", sweep, metric_at("test.return_mean", earlier)),
+              "test_success": paired(mine, a, b, "test_success", sweep, success)}
              for a, b in pairs]
     return summary, diffs
 
@@ -193,12 +199,13 @@ def main(argv: list[str] | None = None) -> int:
         spec = sweep_spec(args, family)
         if spec is None:
             continue
-        budgets, arms = spec.get("budgets") or [spec["base"]["total_steps"]], list(spec["arms"])
+        names, arms = budget_names(spec, spec.get("budgets") or [spec["base"]["total_steps"]]), list(spec["arms"])
         started = time.time()
-        results += [r for t in run_sweep(spec, out / family, args.parallel) for r in budget_results(t, family, budgets)]
+        sweep = run_sweep(spec, out / family, args.parallel)
+        results += [r for t in sweep["trials"] for r in budget_results(t, family, names)]
         wall += time.time() - started
-        for budget in budgets:
-            s, d = summarise(results, family, budget, arms)
+        for budget in names:
+            s, d = summarise(results, family, budget, arms, sweep)
             summaries += s
             diffs += d
     print(f"\nseeds {args.seeds}, {args.eval_episodes} evaluation episodes per level set, {args.parallel} runs at a "

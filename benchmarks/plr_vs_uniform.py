@@ -49,6 +49,7 @@ from benchmarks.common import (
     print_table,
     run_levelray,
     run_sweep,
+    steps_to_threshold,
     train_flags_config,
     write_json,
 )
@@ -65,15 +66,6 @@ PROTOCOLS = {
     "minigrid": {"spec": "plr_vs_uniform_minigrid", "parallel": 2, "threshold": 0.5, "quick_steps": 20_000,
                  "quick_train": {}},
 }
-
-
-def steps_to_threshold(records: list[dict], threshold: float) -> int | None:
-    """Env steps of the first held-out evaluation whose success rate reached `threshold` (None: never)."""
-    for rec in records:
-        rate = rec.get("test_success_rate")
-        if rate is not None and rate >= threshold:
-            return int(rec.get("test_env_steps", rec["env_steps"]))
-    return None
 
 
 def arm_summary(runs: list[dict], budget: int) -> dict:
@@ -156,7 +148,7 @@ def trial_result(trial: dict, threshold: float | None) -> dict:
         "generalization_gap": ev["generalization_gap"], "eval_episodes": ev["episodes"],
     }
     if threshold is not None:
-        result["steps_to_threshold"] = steps_to_threshold(records, threshold)
+        result["steps_to_threshold"] = steps_to_threshold(records, threshold, held_out=True)
     return result
 
 
@@ -173,7 +165,7 @@ def main(argv: list[str] | None = None) -> int:
         shutil.rmtree(out)
 
     started = time.time()
-    results = [trial_result(t, threshold) for t in run_sweep(spec, out, parallel)]
+    results = [trial_result(t, threshold) for t in run_sweep(spec, out, parallel)["trials"]]
     wall_s = time.time() - started
     run_levelray([*LEVELRAY, "report", str(out), "--out", str(out / "report"), "--group-by", "levels.strategy"],
                  out.parent / f"{out.name}-report.log")

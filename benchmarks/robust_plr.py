@@ -42,10 +42,11 @@ from benchmarks.common import (
     print_table,
     run_levelray,
     run_sweep,
+    steps_to_threshold,
     train_flags_config,
     write_json,
 )
-from benchmarks.plr_vs_uniform import arm_summary, steps_to_threshold
+from benchmarks.plr_vs_uniform import arm_summary
 from levelray.deploy.report.stats import ci_summary
 
 SPEC = ROOT / "benchmarks" / "sweeps" / "robust_plr.yaml"
@@ -96,7 +97,8 @@ def trial_result(trial: dict, threshold: float) -> dict:
         "trained_fraction": last["samples_trained"] / last["env_steps"], "learner_version": last["learner_version"],
         "levels_buffered": last.get("levels_buffered"), "levels_evicted": last.get("levels_evicted"),
         "training_return_last100": last.get("episode_return_mean"), "test_return": test["return_mean"],
-        "test_success": test["success_rate"], "steps_to_threshold": steps_to_threshold(records, threshold),
+        "test_success": test["success_rate"],
+        "steps_to_threshold": steps_to_threshold(records, threshold, held_out=True),
     }
 
 
@@ -111,14 +113,14 @@ def main(argv: list[str] | None = None) -> int:
         shutil.rmtree(out)
     spec = sweep_spec(args, arms, seeds)
     started = time.time()
-    trials = run_sweep(spec, out, args.parallel)
+    sweep = run_sweep(spec, out, args.parallel)
     wall_s = time.time() - started
-    results = [trial_result(t, args.threshold) for t in trials]
+    results = [trial_result(t, args.threshold) for t in sweep["trials"]]
     run_levelray([*LEVELRAY, "report", str(out), "--out", str(out / "report")], out.parent / f"{out.name}-report.log")
     summary = {a: arm_summary([r for r in results if r["arm"] == a], args.total_steps) for a in arms}
     for a in arms:
         summary[a]["trained_fraction"] = ci_summary([r["trained_fraction"] for r in results if r["arm"] == a])
-    pairs = pairwise(results, arms, "test_success")
+    pairs = pairwise(results, arms, "test_success", sweep, "test.success_rate")
     print(f"\n{args.env}, unbounded levels, {args.total_steps:,} env steps per run, seeds {seeds}, buffer "
           f"{args.buffer_size}, {args.parallel} runs at a time, {wall_s / 60:.1f} min in all")
     print_table([[r["arm"], r["seed"], f"{r['env_steps']:,}", round(r["train_wall_s"]), round(r["trained_fraction"], 3),

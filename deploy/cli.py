@@ -80,7 +80,11 @@ def build_config(args: argparse.Namespace, dests: dict[str, str], base: dict | N
     return cfg
 
 
-def _parser() -> tuple[argparse.ArgumentParser, dict[str, str]]:
+def build_parser() -> tuple[argparse.ArgumentParser, dict[str, str]]:
+    """(the `levelray` parser with every command, {argparse dest of a `train` config flag: its dotted config path}).
+
+    Public so that what reads `levelray train` flags outside the command line (the comparison benchmarks turn
+    them into a sweep spec's config) parses them with this parser's flags, defaults and choices, not a copy."""
     parser = argparse.ArgumentParser(prog="levelray", description=__doc__.splitlines()[0])
     sub = parser.add_subparsers(dest="command", required=True)
     train = sub.add_parser("train", help="train an agent")
@@ -104,7 +108,8 @@ def _parser() -> tuple[argparse.ArgumentParser, dict[str, str]]:
     from levelray.deploy.report.command import add_report_arguments
 
     add_evaluate_arguments(sub.add_parser("evaluate", help="returns on training and held-out levels"))
-    add_report_arguments(sub.add_parser("report", help="PNG figures and a Markdown summary of runs"))
+    add_report_arguments(sub.add_parser("report", help="an HTML page of runs (index.html: figures, configs, videos), "
+                                                       "or of a sweep's arms side by side"))
     from levelray.deploy.sweep.command import add_sweep_arguments
 
     add_sweep_arguments(sub.add_parser("sweep", help="arms x seeds of runs on Ray Tune, compared in one table"))
@@ -158,7 +163,7 @@ def main(argv: list[str] | None = None) -> int:
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     for handler in logging.getLogger().handlers:
         handler.addFilter(_end_progress_line)
-    parser, dests = _parser()
+    parser, dests = build_parser()
     args = parser.parse_args(argv)
     try:
         if args.command == "train":

@@ -133,9 +133,9 @@ def _value_name(action: argparse.Action) -> str:
 
 
 def commands_page() -> str:
-    from levelray.deploy.cli import _parser
+    from levelray.deploy.cli import build_parser
 
-    parser, dests = _parser()
+    parser, dests = build_parser()
     subs = _subcommands(parser)
     out = [NOTE.format(source="deploy/cli.py's parser"), "# Commands\n\n",
            f"`levelray` has {len(subs)} commands; `levelray COMMAND --help` prints the same help (this page adds "

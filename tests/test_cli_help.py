@@ -42,3 +42,13 @@ def test_train_help_gives_every_config_flag_its_real_default(capsys):
         entry = re.search(rf"(?:^| ){re.escape(flag)} \[?[A-Z_]+\]? (.*?)(?= --[a-z]|$)", text.split("options:", 1)[1])
         assert entry is not None, flag
         assert f"(default: {shown})" in entry.group(1), (flag, entry.group(1))
+
+
+def test_the_command_list_says_report_writes_an_html_page(capsys):
+    """`levelray --help` describes `report` by what it writes: one HTML page (`deploy.report.html`, index.html)."""
+    with pytest.raises(SystemExit) as exit_info:
+        main(["--help"])
+    assert exit_info.value.code == 0
+    text = " ".join(capsys.readouterr().out.split())
+    entry = re.search(r" report (.*?) sweep ", text.split("positional arguments:", 1)[1])
+    assert entry is not None and "HTML page" in entry.group(1) and "Markdown" not in entry.group(1), text

@@ -4,11 +4,11 @@ import pytest
 import yaml
 
 from levelray.contracts.config import ConfigError, RunConfig, from_dict, leaves, replace_path, to_dict
-from levelray.deploy.cli import _parser, build_config
+from levelray.deploy.cli import build_config, build_parser
 
 
 def parse(argv, tmp_path=None, yaml_text=None):
-    parser, dests = _parser()
+    parser, dests = build_parser()
     if yaml_text is not None:
         path = tmp_path / "run.yaml"
         path.write_text(yaml_text)

@@ -140,7 +140,7 @@ def test_raycluster_manifest():
 
 
 def test_rayjob_manifest_runs_levelray_train_with_a_scrapable_endpoint():
-    from levelray.deploy.cli import _parser, build_config
+    from levelray.deploy.cli import build_config, build_parser
 
     doc = kuberay("rayjob.yaml")
     assert doc["apiVersion"] == "ray.io/v1" and doc["kind"] == "RayJob" and doc["metadata"]["name"]
@@ -148,7 +148,7 @@ def test_rayjob_manifest_runs_levelray_train_with_a_scrapable_endpoint():
     check_ray_cluster_spec(spec["rayClusterSpec"], "rayjob.yaml")
     argv = shlex.split(spec["entrypoint"])
     assert argv[:2] == ["levelray", "train"], argv
-    parser, dests = _parser()
+    parser, dests = build_parser()
     args = parser.parse_args(argv[1:])  # every flag is one `levelray train` knows
     cfg = build_config(args, dests)
     assert cfg.address == "auto"

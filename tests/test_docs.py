@@ -15,7 +15,7 @@ import pytest
 
 from levelray.contracts.config import flag_name, leaves
 from levelray.contracts.trajectory import Unroll
-from levelray.deploy.cli import _parser
+from levelray.deploy.cli import build_parser
 from levelray.deploy.monitoring.metrics import METRICS
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -59,7 +59,7 @@ def codes(text: str) -> set[str]:
 
 
 def subcommands() -> dict[str, argparse.ArgumentParser]:
-    parser, _dests = _parser()
+    parser, _dests = build_parser()
     (action,) = [a for a in parser._actions if isinstance(a, argparse._SubParsersAction)]
     return dict(action.choices)
 

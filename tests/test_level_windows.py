@@ -306,10 +306,10 @@ def test_an_inline_batch_begun_is_trained_even_when_every_report_is_due(tmp_path
     import threading
 
     from levelray.contracts.counters import budget_reached
-    from levelray.deploy.cli import _parser, build_config
+    from levelray.deploy.cli import build_config, build_parser
     from levelray.deploy.training.inline import InlineBackend
 
-    parser, dests = _parser()
+    parser, dests = build_parser()
     args = _run_args("inline", tmp_path, accel=False)
     cfg = build_config(parser.parse_args([*args[:args.index("--total-steps")], "--total-steps", "6000"]), dests)
     backend = InlineBackend(cfg)

@@ -19,13 +19,13 @@ from levelray.contracts.presets import (
     changed_paths,
     family,
 )
-from levelray.deploy.cli import _parser, build_config
+from levelray.deploy.cli import build_config, build_parser
 
 DOCS_HOOKS = Path(__file__).resolve().parents[1] / "docs" / "hooks.py"
 
 
 def cli_config(*argv: str, base: dict | None = None) -> RunConfig:
-    parser, dests = _parser()
+    parser, dests = build_parser()
     return build_config(parser.parse_args(["train", *argv]), dests, base)
 
 

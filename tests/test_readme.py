@@ -14,7 +14,7 @@ import yaml
 
 from levelray.actors.envs import env_spec
 from levelray.contracts.validate import validate
-from levelray.deploy.cli import _parser, build_config, main
+from levelray.deploy.cli import build_config, build_parser, main
 
 ROOT = Path(__file__).resolve().parents[1]
 README = (ROOT / "README.md").read_text()
@@ -77,7 +77,7 @@ def test_readme_examples_cover_the_three_jobs():
 
 @pytest.mark.parametrize("argv", _command_lines(), ids=" ".join)
 def test_readme_command_line_parses_with_the_real_parser(argv):
-    parser, dests = _parser()
+    parser, dests = build_parser()
     known = set(_subparser(parser, argv[0])._option_string_actions)
     # argparse accepts unambiguous abbreviations: a flag README names must be spelled exactly as defined
     unknown = [w for w in argv[1:] if w.startswith("--") and w.split("=")[0] not in known]

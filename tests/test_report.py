@@ -8,9 +8,10 @@ import numpy as np
 import pytest
 import torch
 
+from levelray.contracts.config import ConfigError
 from levelray.deploy.cli import main
 from levelray.deploy.report.command import make_report
-from levelray.deploy.report.runs import level_matrix, load_run
+from levelray.deploy.report.runs import level_matrix, load_run, read_records
 
 TINY = ["--backend", "inline", "--num-actors", "1", "--envs-per-actor", "2", "--unroll-length", "8",
         "--metrics-port", "0", "--report-interval", "0", "--quiet"]
@@ -138,6 +139,25 @@ def test_report_reads_optional_record_keys(tmp_path):
     steps, seeds, stale, source = level_matrix(load_run(run), "staleness")
     assert seeds.tolist() == [10, 11, 12] and stale[:, 2].tolist() == [0, 2, 4, 6, 8]
     assert "| 2.00 |" in (tmp_path / "out" / "summary.md").read_text()  # the last test return (i = 4)
+
+
+def test_read_records_skips_a_torn_last_line_and_refuses_a_damaged_file(tmp_path):
+    """`read_records` of a run directory or its metrics.jsonl: blank lines and a torn last line (a run being
+    written, or killed mid-write) are skipped; a bad line before the last, or no file, is a ConfigError (no file is
+    [] with `missing_ok`: a run that has not reported yet)."""
+    run = tmp_path / "run"
+    run.mkdir()
+    with pytest.raises(ConfigError, match="has no metrics.jsonl"):
+        read_records(run)
+    assert read_records(run, missing_ok=True) == []
+    records = [{"env_steps": 10 * i, "time": float(i)} for i in range(3)]
+    lines = [json.dumps(r) for r in records]
+    (run / "metrics.jsonl").write_text("\n".join([lines[0], "", *lines[1:]]) + '\n{"env_steps": 3')
+    assert read_records(run) == read_records(run / "metrics.jsonl") == records
+    assert load_run(run)["records"] == records
+    (run / "metrics.jsonl").write_text("\n".join([lines[0], '{"env_st', *lines[1:]]) + "\n")
+    with pytest.raises(ConfigError, match="line 2 is not JSON"):
+        read_records(run)
 
 
 def test_returns_are_drawn_against_trained_steps_too(tmp_path):

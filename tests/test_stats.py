@@ -109,3 +109,25 @@ def test_welch_interval_of_constant_samples_is_a_point():
 def test_welch_interval_rejects_samples_without_a_spread_or_with_nan(a, b, field):
     with pytest.raises(ValueError, match=f"^{field} must"):
         welch_ci(a, b)
+
+
+def test_paired_interval_matches_scipy_over_the_seeds_both_arms_have():
+    """`paired_ci` against an independent reference, scipy's paired t-test interval of b - a, over the seeds both
+    arms have a finite number for; the others (a seed one arm lacks, a run that recorded NaN or None) are left out."""
+    from scipy import stats
+
+    from levelray.deploy.report.stats import paired_ci
+
+    rng = np.random.default_rng(4)
+    a = {s: float(v) for s, v in enumerate(rng.normal(0.5, 0.2, 7))}
+    b = {s: a.get(s, 0.5) + float(rng.normal(0.1, 0.05)) for s in range(2, 9)}  # seeds 7, 8: b's alone
+    a[3], b[4] = math.nan, None
+    got = paired_ci(a, b)
+    seeds = [2, 5, 6]
+    assert got["seeds"] == seeds and got["n"] == 3
+    ref = stats.ttest_rel([b[s] for s in seeds], [a[s] for s in seeds]).confidence_interval(0.95)
+    assert got["mean"] == pytest.approx(np.mean([b[s] - a[s] for s in seeds]), rel=1e-12)
+    assert got["mean"] - got["ci95"] == pytest.approx(ref.low, rel=1e-7, abs=1e-9)
+    assert got["mean"] + got["ci95"] == pytest.approx(ref.high, rel=1e-7, abs=1e-9)
+    assert paired_ci({0: 1.0}, {0: 1.5}) == {"mean": 0.5, "ci95": None, "n": 1, "seeds": [0]}
+    assert paired_ci({0: 1.0}, {1: 1.5}) == {"mean": None, "ci95": None, "n": 0, "seeds": []}

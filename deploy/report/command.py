@@ -1,4 +1,4 @@
-"""`levelray report RUN_DIR [RUN_DIR ...] [--out DIR]`: PNG figures and a Markdown summary of runs.
+"""`levelray report RUN_DIR [RUN_DIR ...] [--out DIR]`: an HTML page of runs, with its figures and a summary.
 
 Reads each run's `config.yaml`, `metrics.jsonl` and checkpoints, and writes (matplotlib, Agg, no display):
 

@@ -1,7 +1,10 @@
 """The runs a report draws: each run directory's config, `metrics.jsonl` records and checkpoints, read into
 the series, heat-map matrices, histograms and grouped curves that `deploy.report.figures` plots and
 `deploy.report.command` summarises. A run is a dict `{name, path, config (dict), strategy, buffer, label, records}`;
-`buffer` is True for a run whose level service keeps a level buffer (`--num-levels 0` with a scored strategy)."""
+`buffer` is True for a run whose level service keeps a level buffer (`--num-levels 0` with a scored strategy).
+`read_records` reads `metrics.jsonl` for the report, the sweep (through `load_run`) and the benchmarks, so a run
+killed mid-write reads the same in each. Nothing here imports Ray or an env library: the device run's report
+(`benchmarks/gpu_report.py`) reads its runs with it on a machine that has neither."""
 
 from __future__ import annotations
 
@@ -30,19 +33,7 @@ def load_run(path: str | Path) -> dict[str, Any]:
     p = Path(path)
     if not p.is_dir():
         raise ConfigError(f"RUN_DIR: {p} is not a directory")
-    metrics = p / "metrics.jsonl"
-    if not metrics.exists():
-        raise ConfigError(f"RUN_DIR: {p} has no metrics.jsonl (is it a levelray run directory?)")
-    records = []
-    lines = metrics.read_text().splitlines()
-    for i, line in enumerate(lines):
-        if not line.strip():
-            continue
-        try:
-            records.append(json.loads(line))
-        except json.JSONDecodeError:
-            if i < len(lines) - 1:  # only a torn last line (a run killed mid-write) is tolerated
-                raise ConfigError(f"RUN_DIR: {metrics} line {i + 1} is not JSON") from None
+    records = read_records(p)
     config: dict = {}
     if (p / "config.yaml").exists():
         config = yaml.safe_load((p / "config.yaml").read_text()) or {}
@@ -52,6 +43,32 @@ def load_run(path: str | Path) -> dict[str, Any]:
         buffer = strategy not in UNSCORED_STRATEGIES
         strategy = f"{strategy}, level buffer" if buffer else "unbounded levels"
     return {"name": p.name, "path": p, "config": config, "strategy": strategy, "buffer": buffer, "records": records}
+
+
+def read_records(path: str | Path, *, missing_ok: bool = False) -> list[dict[str, Any]]:
+    """The records of a run's `metrics.jsonl` in file order; `path` is the run directory or the file itself.
+
+    Blank lines are skipped, and so is a torn last line: the run appends one record a line, so a run being
+    written (a benchmark polling it) or killed mid-write ends in a partial line, while a bad line before the last
+    is a damaged file (ConfigError). No file is a ConfigError, or [] with `missing_ok` (a run that has not
+    written its first record yet)."""
+    p = Path(path)
+    metrics = p if p.suffix == ".jsonl" else p / "metrics.jsonl"
+    if not metrics.is_file():
+        if missing_ok:
+            return []
+        raise ConfigError(f"RUN_DIR: {metrics.parent} has no metrics.jsonl (is it a levelray run directory?)")
+    records = []
+    lines = metrics.read_text().splitlines()
+    for i, line in enumerate(lines):
+        if not line.strip():
+            continue
+        try:
+            records.append(json.loads(line))
+        except json.JSONDecodeError:
+            if i < len(lines) - 1:
+                raise ConfigError(f"RUN_DIR: {metrics} line {i + 1} is not JSON") from None
+    return records
 
 
 def label_runs(runs: list[dict]) -> None:

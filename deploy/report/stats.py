@@ -8,14 +8,18 @@ would understate the uncertainty by 40% at n = 5: the interval is Student's t,
 with the t quantile computed here (no SciPy in the project's dependencies): bisection on the CDF,
 which is the regularised incomplete beta function I_x(df/2, 1/2) evaluated by Lentz's continued fraction
 (Numerical Recipes §6.4). Plain floats in and out; nothing from the rest of levelray.
+
+This is the one place such intervals are computed: the report's groups, a sweep's results.json (its arms and its
+paired differences, `deploy.sweep.results`) and the comparison benchmarks all call it, so a number in one of them
+is the number the others give for the same runs.
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Hashable, Mapping, Sequence
 
-__all__ = ["ci_summary", "mean_ci", "t_quantile"]
+__all__ = ["ci_summary", "mean_ci", "paired_ci", "t_quantile", "welch_ci"]
 
 
 def _beta_continued_fraction(a: float, b: float, x: float) -> float:
@@ -96,11 +100,22 @@ def mean_ci(values: Sequence[float], level: float = 0.95) -> tuple[float, float]
 def ci_summary(values: Sequence[float | None]) -> dict:
     """{mean, ci95 (half-width; None below 2 values), n} over the values that are finite numbers: the form
     the report's groups table and the comparison benchmarks' JSON use. No values: mean None, n 0."""
-    xs = [float(v) for v in values if isinstance(v, int | float) and not isinstance(v, bool) and math.isfinite(v)]
+    xs = [float(v) for v in values if _finite(v)]
     if not xs:
         return {"mean": None, "ci95": None, "n": 0}
     mean, half = mean_ci(xs)
     return {"mean": mean, "ci95": None if len(xs) < 2 else half, "n": len(xs)}
+
+
+def paired_ci(a: Mapping[Hashable, float | None], b: Mapping[Hashable, float | None]) -> dict:
+    """`b - a`, seed by seed: the `ci_summary` ({mean, ci95, n}) of the differences `b[s] - a[s]` over the seeds `s`
+    where both arms have a finite number, and `seeds`, those seeds in order. `a`, `b`: seed -> an arm's value.
+
+    Arms that ran the same seeds are compared this way rather than by the difference of their means: what a seed
+    does to both arms (its levels, its initial weights) cancels in each difference, so the interval is narrower
+    when the arms agree seed by seed. Arms that share no seeds need `welch_ci`."""
+    seeds = sorted(s for s in a.keys() & b.keys() if _finite(a[s]) and _finite(b[s]))
+    return {**ci_summary([b[s] - a[s] for s in seeds]), "seeds": seeds}
 
 
 def welch_ci(a: Sequence[float], b: Sequence[float], level: float = 0.95) -> dict:
@@ -127,6 +142,11 @@ def welch_ci(a: Sequence[float], b: Sequence[float], level: float = 0.95) -> dic
     df = se2 * se2 / (va * va / (len(xs) - 1) + vb * vb / (len(ys) - 1))
     half = t_quantile(0.5 + level / 2.0, df) * math.sqrt(se2)
     return {"mean": mean_a - mean_b, "ci95": half, "df": df, "n_a": len(xs), "n_b": len(ys)}
+
+
+def _finite(value: object) -> bool:
+    """A finite number (not a bool): what a run that recorded nothing (None, NaN) or a flag is not."""
+    return isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value)
 
 
 def _mean_var(xs: list[float]) -> tuple[float, float]:

@@ -25,7 +25,7 @@ import math
 from pathlib import Path
 from typing import Any
 
-from levelray.deploy.report.stats import mean_ci
+from levelray.deploy.report.stats import mean_ci, paired_ci
 from levelray.deploy.sweep.metrics import split_metric
 from levelray.deploy.sweep.spec import SweepSpec, trial_name
 from levelray.deploy.sweep.trial import TrialLog, trial_dir
@@ -59,10 +59,10 @@ def summarise(trials: list[dict[str, Any]], arms: list[str], baseline: str) -> d
             continue
         paired = {}
         for m in metrics:
-            diffs = [by[(arm, s)][m] - by[(baseline, s)][m] for a, s in by
-                     if a == arm and (baseline, s) in by and m in by[(arm, s)] and m in by[(baseline, s)]]
-            if diffs:
-                paired[m] = stat(diffs)
+            of = {side: {s: v[m] for (a, s), v in by.items() if a == side and m in v} for side in (baseline, arm)}
+            diff = paired_ci(of[baseline], of[arm])
+            if diff["n"]:
+                paired[m] = {"mean": diff["mean"], "ci": diff["ci95"], "n": diff["n"]}
         out["paired"][arm] = paired
     return out
 
