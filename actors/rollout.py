@@ -19,7 +19,7 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from levelray.actors.acting import HostPolicy, sample_categorical
+from levelray.actors.acting import HostPolicy
 from levelray.actors.device_policy import DevicePolicy
 from levelray.actors.env_vector import EnvVector, LevelDraws, StepResult
 from levelray.actors.episode_scorer import EpisodeScorer
@@ -27,7 +27,7 @@ from levelray.actors.level_windows import LevelWindows
 from levelray.contracts.config import LearnerConfig
 from levelray.contracts.spec import EnvSpec
 
-__all__ = ["RolloutWorker", "sample_categorical"]
+__all__ = ["RolloutWorker"]
 
 
 class RolloutWorker:

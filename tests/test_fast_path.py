@@ -38,21 +38,11 @@ def assert_same_unrolls(got: dict, expected: dict, values_got: np.ndarray, value
     np.testing.assert_allclose(values_got, values_expected, rtol=1e-6, atol=atol)
 
 
-@pytest.mark.parametrize("env_id, lstm, K, T", [
-    ("maze:13x13", 256, 16, 12),
-    ("maze:13x13", 256, 4096, 4),
-    ("maze:13x13", 0, 16, 12),
-    ("CartPole-v1", 0, 16, 12),  # the NumPy MLP on both paths
-    ("CartPole-v1", 8, 16, 12),
-])
-def test_device_policy_on_the_cpu_makes_the_host_policys_unrolls(env_id, lstm, K, T, one_thread, monkeypatch,
-                                                                 torch_path=False):
-    """From the same weights and env seeds, three unrolls with episode ends inside them (a recurrent core reset
-    there): observations, actions, behaviour parameters, core state, rewards, every field equal, and the values
-    the level scores read equal within float error. The fast path's network is the learner's, whose value head is
-    in PopArt's units (sigma 3, mu 0.5 here); the host path's weights are published in reward units."""
-    if torch_path:
-        monkeypatch.setattr(DevicePolicy, "_host_views", lambda self: False)
+def compare_unrolls(env_id: str, lstm: int, K: int, T: int) -> tuple[RolloutWorker, int]:
+    """A `HostPolicy` worker and a `DevicePolicy` (CPU) worker from the same weights and env seeds, three unrolls
+    each, every field compared (`assert_same_unrolls`); returns the device worker and the episode ends seen inside
+    the unrolls. The device policy's network is the learner's, its value head in PopArt's units (sigma 3, mu 0.5
+    here); the host policy's weights are published in reward units."""
     cfg = replace_paths(RunConfig(), {"env.id": env_id, "env.max_episode_steps": 7, "learner.lstm_size": lstm})
     spec = env_spec(cfg.env)
     torch.manual_seed(0)
@@ -74,6 +64,21 @@ def test_device_policy_on_the_cpu_makes_the_host_policys_unrolls(env_id, lstm, K
         expected, got = host_worker.unroll(), device_worker.unroll()
         assert_same_unrolls(got, expected, device_worker.last_values, host_worker.last_values, atol=1e-5)
         ends += int((expected["terminated"] | expected["truncated"])[:-1].sum())
+    return device_worker, ends
+
+
+@pytest.mark.parametrize("env_id, lstm, K, T", [
+    ("maze:13x13", 256, 16, 12),
+    ("maze:13x13", 256, 4096, 4),
+    ("maze:13x13", 0, 16, 12),
+    ("CartPole-v1", 0, 16, 12),  # the NumPy MLP on both paths
+    ("CartPole-v1", 8, 16, 12),
+])
+def test_device_policy_on_the_cpu_makes_the_host_policys_unrolls(env_id, lstm, K, T, one_thread):
+    """Three unrolls with episode ends inside them (a recurrent core reset there): observations, actions, behaviour
+    parameters, core state, rewards, every field equal, and the values the level scores read within float error."""
+    worker, ends = compare_unrolls(env_id, lstm, K, T)
+    assert worker.policy._views is not None  # noqa: SLF001  (the CPU's NumPy views were the path taken)
     assert ends > 0, "no episode ended inside an unroll: the core's resets went unchecked"
 
 
@@ -81,8 +86,10 @@ def test_device_policy_on_the_cpu_makes_the_host_policys_unrolls(env_id, lstm, K
 def test_device_policys_torch_path_makes_the_same_unrolls(env_id, lstm, one_thread, monkeypatch):
     """The path a GPU takes (buffers read and written as tensors, the actions chosen by torch in float64, a recurrent
     core's next input built from the chosen actions on the device), run on the CPU: the same unrolls again."""
-    test_device_policy_on_the_cpu_makes_the_host_policys_unrolls(env_id, lstm, 16, 12, None, monkeypatch,
-                                                                 torch_path=True)
+    monkeypatch.setattr(DevicePolicy, "_host_views", lambda self: False)
+    worker, ends = compare_unrolls(env_id, lstm, 16, 12)
+    assert worker.policy._views is None  # noqa: SLF001  (the tensor path was the one taken)
+    assert ends > 0, "no episode ended inside an unroll: the core's resets went unchecked"
 
 
 @pytest.mark.timeout(300)

@@ -68,7 +68,7 @@ def test_validator_names_the_bad_field(cartpole_unrolls, name, corrupt, field):
 def test_categorical_sampler_matches_softmax_probabilities():
     from scipy import stats
 
-    from levelray.actors.rollout import sample_categorical
+    from levelray.actors.acting import sample_categorical
 
     rng = np.random.default_rng(0)
     logits = np.array([[2.0, 0.0, -1.0, 0.5], [-50.0, 0.0, 0.0, 50.0]])
