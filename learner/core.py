@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import threading
 from collections import deque
+from collections.abc import Mapping
 from typing import Any
 
 import numpy as np
@@ -72,7 +73,7 @@ class LearnerCore:
         self.lag_window: deque[float] = deque(maxlen=10 * RETURN_WINDOW)
         self.lag_counts = np.zeros(len(LAG_BUCKETS) + 1, dtype=np.int64)
         self.lag_sum = 0.0
-        self.last_metrics: dict[str, float] = {}
+        self.last_metrics: Mapping[str, float] = {}
         self.nonfinite_in_a_row = 0
         self.last_nonfinite: str | None = None
 
@@ -158,9 +159,10 @@ class LearnerCore:
         dropped[reason] = dropped.get(reason, 0) + 1
 
     # -- the train step --------------------------------------------------------------------------
-    def train(self, fresh: list[Unroll]) -> dict[str, float]:
+    def train(self, fresh: list[Unroll]) -> Mapping[str, float]:
         """One update on `fresh` (`num_fresh` unrolls) plus replayed ones; returns the loss metrics ({} for a
-        skipped non-finite update: no priorities from it, they would be NaN too)."""
+        skipped non-finite update: no priorities from it, they would be NaN too). The metrics stay on the
+        learner's device until read (`results.Metrics`): `stats()` reads the last update's, at report time."""
         batch = self.replay_feed.batch(fresh)
         replayed = self.replay_feed.replayed(self.learner.version)
         lr = self.learning_rate(self._job_env_steps())
@@ -174,10 +176,11 @@ class LearnerCore:
             self._count_nonfinite(str(exc))
             return {}
         self.nonfinite_in_a_row = 0
-        metrics = {**result.metrics, "learning_rate": lr}
+        extra = {"learning_rate": lr}
         sampling = self.replay_feed.sampling
         if sampling is not None and replayed is None:  # replay held too few unrolls for its batch yet
-            metrics[f"{sampling.name}_batch_missing"] = 1.0
+            extra[f"{sampling.name}_batch_missing"] = 1.0
+        metrics = result.metrics.updated(extra)
         self.replay_feed.after_update(batch, result.outputs, replayed, self.learner.version)
         with self.lock:
             self.last_metrics = metrics

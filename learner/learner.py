@@ -16,8 +16,15 @@
    `after_step`.
 
 It returns an `UpdateResult`: the metrics and the per-step `StepOutputs` that the caller turns into replay
-priorities and PLR feedback (and replay's stored values for a loss that samples it). No Ray here:
-`LearnerCore` drives this class for both the Ray learner actor and the inline backend.
+priorities (and replay's stored values for a loss that samples it). No Ray here: `LearnerCore` drives this class
+for both the Ray learner actor and the inline backend.
+
+The host reads one thing back from the device per update, at its end (`settle`): whether the step was taken,
+with the value head's statistics in the same copy. `step`, everything before, reads nothing (on a GPU the host
+queues the whole update without waiting for it): the non-finite check is made on the device
+(`optimisation.GradientStep`), PopArt's statistics live there, and the metrics and outputs stay there until
+something reads them (`results`: a report reads one update's metrics in many; replay reads three outputs).
+The one read is what a skipped step needs: `NonFiniteUpdate` is raised and the version kept, on the host.
 """
 
 from __future__ import annotations
@@ -43,6 +50,7 @@ from levelray.learner.data_parallel import DataParallel
 from levelray.learner.device import host_to_device, pick_device
 from levelray.learner.losses import Forward, impala_losses
 from levelray.learner.optimisation import GradientStep, StepResult, torso_parameters
+from levelray.learner.results import LATER, Metrics, StepOutputs, UpdateResult, on_host
 from levelray.learner.value_normalization import value_head
 from levelray.policy import distributions
 from levelray.policy.models import build_model, resolve_model_kind
@@ -53,27 +61,22 @@ from levelray.policy.weights import weights_to_numpy
 
 log = logging.getLogger(__name__)
 
-__all__ = ["Forward", "Learner", "NonFiniteUpdate", "StepOutputs", "UpdateResult"]
+__all__ = ["Forward", "Learner", "NonFiniteUpdate", "PendingUpdate", "StepOutputs", "UpdateResult"]
 
 
 class NonFiniteUpdate(ArithmeticError):
     """An update whose loss or gradient was NaN/Inf: it was skipped and the model is unchanged."""
 
 
-class StepOutputs(NamedTuple):
-    """Per-step outputs of one update, NumPy on the host."""
+class PendingUpdate(NamedTuple):
+    """An update as `Learner.step` queued it, before the host has read anything of it (`Learner.settle`)."""
 
-    advantages: np.ndarray  # [T, B] v_s - V(x_s): PLR's scores
-    abs_td: np.ndarray  # [T, B] |v_s - V(x_s)|: replay priorities
-    values: np.ndarray  # [T+1, B] V(x_t), reward units
-    final_values: np.ndarray  # [T, B] V(final obs) at truncated steps, 0 elsewhere; reward units
-    dist_params: np.ndarray  # [T, B, P] the learner's policy distribution parameters (logits when discrete)
-    sampled_priorities: np.ndarray | None  # [n] the replay-sampling auxiliary loss's `AuxiliaryOutput.priorities`,
-    # one per item it trained on; None without such a loss, or when it had no batch
-
-
-class UpdateResult(NamedTuple):
-    metrics: dict[str, float]
+    step: StepResult | None  # None: no step (a batch wholly masked)
+    union: int  # the trained steps of all ranks' batches
+    total: torch.Tensor  # the loss stepped on
+    terms: dict[str, torch.Tensor]  # IMPALA's terms (`Learner._loss_terms`)
+    aux: list[AuxiliaryOutput | None]  # each auxiliary loss's output
+    metrics: Metrics
     outputs: StepOutputs
 
 
@@ -86,6 +89,29 @@ def behaviour_kl(log_rhos: torch.Tensor, weights: torch.Tensor) -> float:
     if not bool(trained.any()):
         return 0.0
     return float(-log_rhos[trained].double().mean())
+
+
+def _any_truncated(batch: dict[str, Any]) -> bool | None:
+    """Whether a step of `batch` is truncated (and not terminated), from its host arrays (nothing read from the
+    device); None where the flags are tensors: V-trace reads them then."""
+    terminated, truncated = batch["terminated"], batch["truncated"]
+    if isinstance(terminated, torch.Tensor) or isinstance(truncated, torch.Tensor):
+        return None
+    return bool(np.any(np.asarray(truncated, dtype=bool) & ~np.asarray(terminated, dtype=bool)))
+
+
+@torch.no_grad()
+def _target_statistics(values: torch.Tensor, vs: torch.Tensor, log_rhos: torch.Tensor, weights: torch.Tensor,
+                       clip_rho: float) -> dict[str, Any]:
+    """The metrics an update's `Metrics` computes when first read, from its values V(x_t) and V-trace targets
+    `vs [T, B]` (reward units), `log_rhos` and the steps' `weights [T, B]`: how well the values explain the
+    targets, the importance ratios and how far the policy is from the behaviour policy (`behaviour_kl`)."""
+    rhos = log_rhos.exp()
+    var_vs = vs.var()
+    explained = 1.0 - (vs - values).var() / var_vs if var_vs > 1e-8 else torch.tensor(0.0)
+    return {"rho_mean": rhos.mean(), "rho_clipped_fraction": (rhos > clip_rho).float().mean(),
+            "explained_variance": explained, "value_mean": values.mean(),
+            "behaviour_kl": behaviour_kl(log_rhos, weights)}
 
 
 class Learner:
@@ -169,7 +195,11 @@ class Learner:
         targets only, `samples_trained` counts them; a batch with none is no update at all, and keeps the
         version). `replayed`: what the auxiliary loss that samples replay (if any) cut from it for this
         update; without it that loss sits this update out. Raises `NonFiniteUpdate`, changing nothing, when a
-        loss or the gradient is not finite."""
+        loss or the gradient is not finite. `step` then `settle`: one read from the device, at the end."""
+        return self.settle(self.step(batch, replayed))
+
+    def step(self, batch: dict[str, Any], replayed: Any = None) -> PendingUpdate:
+        """`update` up to its one read: every kernel of it queued, nothing read back from the device."""
         self.model.train()
         forward = self._forward(batch)
         vt, log_rhos = self._targets(batch, forward)
@@ -177,7 +207,8 @@ class Learner:
         trained = weights.numel() if batch.get("mask") is None else int(np.count_nonzero(batch["mask"]))
         union = trained if self.data_parallel is None else self.data_parallel.union_count(trained)
         reduce = None if self.data_parallel is None else self.data_parallel.sum  # several learners: over all ranks
-        self.value_norm.update_statistics(vt.vs, weights, reduce)  # onto this batch's targets, before the loss
+        if union:  # onto this batch's targets, before the loss (no target moves nothing: nothing to move)
+            self.value_norm.update_statistics(vt.vs, weights, reduce)
         terms = self._loss_terms(forward, vt, weights)
         aux = self._auxiliary_losses(AuxiliaryInputs(batch, forward, weights, replayed, self.device))
         weighted = [None if out is None else loss.weight * out.loss
@@ -185,22 +216,33 @@ class Learner:
         total = terms["total"]
         for term in weighted:
             total = total if term is None else total + term
-        grad_norm, step_metrics = 0.0, {}
-        if union:  # a batch wholly masked (Robust PLR: only new levels) changes nothing and is no new version
-            step = self.gradient_step(total, terms["total"], weighted, trained / union)
-            if not step.applied:
-                raise self._skipped(total, terms, aux, step)
+        # a batch wholly masked (Robust PLR: only new levels) changes nothing and is no new version
+        step = self.gradient_step(total, terms["total"], weighted, trained / union) if union else None
+        metrics = self._metrics(forward, vt, log_rhos, weights, total, terms, step).updated({
+            **{k: v for out in aux if out is not None for k, v in out.metrics.items()},
+            **(step.metrics if step is not None else {}), "behaviour_kl": LATER, "trained_steps": trained})
+        priorities = next((out.priorities for loss, out in zip(self.auxiliary, aux, strict=True)
+                           if out is not None and loss.sampler is not None), None)
+        return PendingUpdate(step, union, total, terms, aux, metrics, self._outputs(forward, vt, priorities))
+
+    def settle(self, pending: PendingUpdate) -> UpdateResult:
+        """The host's one read of an update `step` queued: whether its gradient step was taken, and the value head's
+        statistics in the same copy (its host copy of them, for the actors and the weights published). Taken: the
+        auxiliary losses' `after_step`, a new version; not: `NonFiniteUpdate` (the model, optimisers and version
+        as they were, the statistics put back)."""
+        step = pending.step
+        if step is not None:
+            applied, *read = torch.cat([step.applied.view(1).to(torch.float64),
+                                        *self.value_norm.statistics()]).tolist()
+            self.value_norm.settle(bool(applied), read)
+            if not applied:
+                self.gradient_step.discard()
+                raise self._skipped(pending)
             for loss in self.auxiliary:
                 loss.after_step(self.model)
             self.version += 1
-            self.samples_trained += union
-            grad_norm, step_metrics = step.grad_norm, step.metrics
-        aux_metrics = {k: v for out in aux if out is not None for k, v in out.metrics.items()}
-        metrics = {**self._metrics(forward, vt, log_rhos, total, terms, grad_norm), **aux_metrics, **step_metrics,
-                   "behaviour_kl": behaviour_kl(log_rhos, weights), "trained_steps": trained}
-        priorities = next((out.priorities for loss, out in zip(self.auxiliary, aux, strict=True)
-                           if out is not None and loss.sampler is not None), None)
-        return UpdateResult(metrics, self._outputs(forward, vt, priorities))
+            self.samples_trained += pending.union
+        return UpdateResult(pending.metrics.updated({"version": self.version}), pending.outputs)
 
     def _network(self, obs: torch.Tensor, *, compiled: bool = True) -> tuple[torch.Tensor, torch.Tensor]:
         """The policy network's `(dist_params [N, P], values [N])` on `obs [N, ...]`, computed in
@@ -288,6 +330,7 @@ class Learner:
             self._tensor(batch["truncated"]),
             cfg.discount,
             forward.final_values,
+            any_truncated=_any_truncated(batch),
         )
         values = forward.values.detach().float()
         vt = vtrace.from_importance_weights(
@@ -340,64 +383,63 @@ class Learner:
         return [None if loss.sampler is not None and inputs.replayed is None else loss.loss(self.model, inputs)
                 for loss in self.auxiliary]
 
-    def _skipped(self, total: torch.Tensor, terms: dict[str, torch.Tensor], aux: list[AuxiliaryOutput | None],
-                 step: StepResult) -> NonFiniteUpdate:
-        """Put the value head's statistics back and say what diverged: the model, optimisers and version are unchanged
-        (the gradient step was not taken).
+    def _skipped(self, pending: PendingUpdate) -> NonFiniteUpdate:
+        """Say what diverged: the model, optimisers and version are unchanged (the gradient step was not taken) and
+        the value head's statistics were put back (`settle`). Read on the host: a skip is rare.
 
         A NaN/Inf step would poison Adam's moments and every weight at once; skipping it keeps the last good
         model, and the caller decides when too many skips in a row mean the run has diverged."""
-        self.value_norm.undo()
-        parts = {"loss_total": total, "loss_policy": terms["policy"], "loss_value": terms["value"],
+        terms, step = pending.terms, pending.step
+        parts = {"loss_total": pending.total, "loss_policy": terms["policy"], "loss_value": terms["value"],
                  "entropy": terms["entropy"]}
         values = {k: float(v.detach()) for k, v in parts.items()}
-        for out in aux:
+        for out in pending.aux:
             values.update({k: v for k, v in (out.metrics if out is not None else {}).items() if k.endswith("_loss")})
-        values.update({k: v for k, v in step.metrics.items() if k.startswith("grad_norm_")})
-        values["grad_norm"] = step.grad_norm
+        finite_loss = np.isfinite(values["loss_total"])  # else no gradient was looked at
+        if finite_loss:
+            values.update({k: v for k, v in step.metrics.items() if k.startswith("grad_norm_")})
+        values["grad_norm"] = float(step.grad_norm) if finite_loss else float("nan")
+        values = on_host(values)
         bad = [k for k, v in values.items() if not np.isfinite(v)]
         return NonFiniteUpdate(
             f"non-finite {', '.join(bad)} at learner version {self.version} (update skipped): "
             + ", ".join(f"{k}={v:.4g}" for k, v in values.items())
         )
 
-    @torch.no_grad()
-    def _metrics(self, forward: Forward, vt: vtrace.VTraceReturns, log_rhos: torch.Tensor, total: torch.Tensor,
-                 terms: dict[str, torch.Tensor], grad_norm: float) -> dict[str, float]:
+    def _metrics(self, forward: Forward, vt: vtrace.VTraceReturns, log_rhos: torch.Tensor, weights: torch.Tensor,
+                 total: torch.Tensor, terms: dict[str, torch.Tensor], step: StepResult | None) -> Metrics:
+        """IMPALA's metrics, unread (`results.Metrics`): the losses and the gradient norm as device scalars, the
+        statistics of the targets and ratios (`_target_statistics`) computed at the first read. `version` is
+        this one until `settle` counts the step."""
         T, B = vt.vs.shape
-        values = forward.values[:T]
-        rhos = log_rhos.exp()
-        var_vs = vt.vs.var()
-        explained = 1.0 - (vt.vs - values).var() / var_vs if var_vs > 1e-8 else torch.tensor(0.0)
         clip_rho = self.config.clip_rho if self.config.clip_rho is not None else float("inf")
-        metrics = {
-            "loss_total": float(total),
-            "loss_policy": terms["policy"].item(),
-            "loss_value": terms["value"].item(),
-            "entropy": terms["entropy"].item(),
-            **({"loss_action_bound": terms["action_bound"].item()} if "action_bound" in terms else {}),
-            "grad_norm": grad_norm,
-            "rho_mean": rhos.mean().item(),
-            "rho_clipped_fraction": (rhos > clip_rho).float().mean().item(),
-            "explained_variance": float(explained),
-            "value_mean": values.mean().item(),
+        values = forward.values.detach()[:T]
+        return Metrics({
+            "loss_total": total.detach(),
+            "loss_policy": terms["policy"].detach(),
+            "loss_value": terms["value"].detach(),
+            "entropy": terms["entropy"].detach(),
+            **({"loss_action_bound": terms["action_bound"].detach()} if "action_bound" in terms else {}),
+            "grad_norm": step.grad_norm if step is not None else 0.0,
+            "rho_mean": LATER,
+            "rho_clipped_fraction": LATER,
+            "explained_variance": LATER,
+            "value_mean": LATER,
             "version": self.version,
             "batch_steps": T * B,
             **self.value_norm.metrics(),
-        }
-        return metrics
+        }, lambda: _target_statistics(values, vt.vs, log_rhos, weights, clip_rho))
 
     @torch.no_grad()
     def _outputs(self, forward: Forward, vt: vtrace.VTraceReturns, priorities: np.ndarray | None) -> StepOutputs:
+        """The per-step outputs, left on the device (`StepOutputs` copies a field when it is read)."""
         T = vt.vs.shape[0]
-        advantages = vt.vs - forward.values[:T].detach()
-        final_values = forward.final_values if forward.final_values is not None else torch.zeros_like(vt.vs)
+        values = forward.values.detach()
         return StepOutputs(
-            advantages=advantages.cpu().numpy(),
-            abs_td=advantages.abs().cpu().numpy(),
-            values=forward.values.detach().cpu().numpy(),
-            final_values=final_values.cpu().numpy(),
-            dist_params=forward.dist_params[:T].detach().cpu().numpy(),
+            advantages=vt.vs - values[:T],
+            values=values,
+            final_values=forward.final_values if forward.final_values is not None else torch.zeros_like(vt.vs),
+            dist_params=forward.dist_params[:T].detach(),
             sampled_priorities=priorities,
         )
 

@@ -7,16 +7,23 @@ be finite). An auxiliary loss's gradient is taken apart, before the agent's back
 is added to the agent's, with a separate one its own optimiser steps on it after the agent's step (both
 gradients are taken at the weights the update started from). Every norm is computed
 once and serves both the non-finite check and clipping. A step whose loss or gradient is NaN/Inf on any rank is
-not taken: the result says so (`StepResult.applied`) and the gradients are cleared, so the caller can leave
-everything as it was. `before_clip` (the value head's output-preserving rescale, `ValueHead.rescale_head`) changes
-the gradient after the check and before the norm that clips it; it returns whether it did, and the norm is taken
-again only then.
+not taken: the result says so (`StepResult.applied`), so the caller can leave everything as it was (`discard`
+clears the gradients). `before_clip` (the value head's output-preserving rescale, `ValueHead.rescale_head`) changes
+the gradient after the check and before the norm that clips it, where the step is taken; it returns whether it
+did, and the norm is taken again only then.
+
+The check is made on the device and nothing is read back: on a GPU every read (`.item()`, `float(tensor)`, `if
+tensor`) makes the host wait for all the kernels queued before it, so the update would idle the GPU while the
+host queued the next ones. `applied` is a bool tensor; the norms are tensors; Adam (fused) is given the skip as
+`found_inf`, the flag torch.amp's GradScaler hands it for an overflowing step: its kernel then leaves parameters
+and moments alone and puts the step count back. The caller reads `applied` once, after the whole update is
+queued. RMSprop has no such kernel: its step reads the flag on the host first. With several learners the ranks
+agree on the flag in their all-reduce, which is read on the host anyway (`DataParallel.reduce_gradients`).
 """
 
 from __future__ import annotations
 
 import copy
-import math
 from collections.abc import Callable, Collection, Sequence
 from typing import Any, NamedTuple
 
@@ -30,10 +37,13 @@ from levelray.learner.data_parallel import DataParallel
 
 
 class StepResult(NamedTuple):
-    applied: bool  # False: a loss or gradient was not finite (on some rank); nothing changed
-    grad_norm: float  # the agent optimiser's gradient norm before clipping (NaN when the loss was not finite)
-    metrics: dict[str, float]  # per auxiliary loss that ran: grad_norm_<name>, torso_grad_norm_<name>; and
-    # torso_grad_norm_vtrace, the agent loss's part on the torso
+    """Device scalars, none read back: `applied` decided where the gradients are."""
+
+    applied: torch.Tensor  # bool; False: a loss or gradient was not finite (on some rank); nothing changed
+    grad_norm: torch.Tensor  # the agent optimiser's gradient norm before clipping (NaN where another rank's
+    # loss or gradient was not finite)
+    metrics: dict[str, torch.Tensor | float]  # per auxiliary loss that ran: grad_norm_<name>,
+    # torso_grad_norm_<name>; and torso_grad_norm_vtrace, the agent loss's part on the torso
 
 
 def make_optimizer(config: LearnerConfig, params: list[nn.Parameter]) -> torch.optim.Optimizer:
@@ -103,46 +113,49 @@ class GradientStep:
 
     def __call__(self, total: torch.Tensor, agent: torch.Tensor, auxiliary: Sequence[torch.Tensor | None],
                  share: float) -> StepResult:
-        """One step on `agent + sum(auxiliary)` (`total`); `share`: this rank's fraction of the trained steps."""
+        """One step on `agent + sum(auxiliary)` (`total`); `share`: this rank's fraction of the trained steps. Taken
+        only where `total` and every gradient norm are finite, decided on the device (the module docstring)."""
         self.optimizer.zero_grad(set_to_none=True)
-        metrics: dict[str, float] = {}
-        grads: list[list | None] = [None] * len(self.auxiliary)
-        finite = bool(torch.isfinite(total))
-        if finite:
-            grads = [None if loss is None else self._gradient(aux, loss, metrics)
-                     for aux, loss in zip(self.auxiliary, auxiliary, strict=True)]
-            agent.backward()
-            if any(g is not None for g in grads):
-                metrics["torso_grad_norm_vtrace"] = _norm([p.grad for p in self._torso if p.grad is not None])
+        metrics: dict[str, torch.Tensor | float] = {}
+        grads = [None if loss is None else self._gradient(aux, loss, metrics)
+                 for aux, loss in zip(self.auxiliary, auxiliary, strict=True)]
+        agent.backward()  # also for a loss that is not finite: its step is skipped below, without a host read
+        if any(g is not None for g in grads):
+            metrics["torso_grad_norm_vtrace"] = _norm([p.grad for p in self._torso if p.grad is not None])
         if self.data_parallel is not None:
             finite, grads = self.data_parallel.reduce_gradients(self.trained, share,
-                                                                [aux.params for aux in self.auxiliary], grads, finite)
+                                                                [aux.params for aux in self.auxiliary], grads,
+                                                                bool(torch.isfinite(total)))
+            if not finite:  # on some rank: known on the host here, as the ranks' all-reduce was read
+                return StepResult(torch.zeros((), dtype=torch.bool, device=total.device),
+                                  torch.full((), float("nan")), metrics)
             for aux, g in zip(self.auxiliary, grads, strict=True):
                 if g is not None:  # a separate optimiser clips by the combined gradient's norm
                     metrics[f"grad_norm_{aux.name}"] = _norm([x for x in g if x is not None])
-        grad_norm = float("nan")
-        if finite:
-            for aux, g in zip(self.auxiliary, grads, strict=True):
-                if g is not None and aux.optimizer is None:  # shared: the gradient of the sum
-                    for p, x in zip(aux.params, g, strict=True):
-                        if x is not None:
-                            p.grad = x if p.grad is None else p.grad + x
-            grad_norm = _norm([p.grad for p in self.trained if p.grad is not None])
-        if not math.isfinite(grad_norm) or not all(math.isfinite(metrics.get(f"grad_norm_{aux.name}", 0.0))
-                                                   for aux in self.auxiliary):
-            self.optimizer.zero_grad(set_to_none=True)
-            return StepResult(False, grad_norm, metrics)
-        if self.before_clip is not None and self.before_clip():  # it rescaled gradients too: their norm changed
+        for aux, g in zip(self.auxiliary, grads, strict=True):
+            if g is not None and aux.optimizer is None:  # shared: the gradient of the sum
+                for p, x in zip(aux.params, g, strict=True):
+                    if x is not None:
+                        p.grad = x if p.grad is None else p.grad + x
+        grad_norm = _norm([p.grad for p in self.trained if p.grad is not None])
+        applied = _all_finite([total, grad_norm, *(metrics[f"grad_norm_{aux.name}"] for aux in self.auxiliary
+                                                   if f"grad_norm_{aux.name}" in metrics)])
+        if self.before_clip is not None and self.before_clip(applied):  # it rescaled gradients: their norm changed
             grad_norm = _norm([p.grad for p in self.trained if p.grad is not None])
         _clip(self.trained, grad_norm, self.clip, self.clip_type)
-        self.optimizer.step()
+        skip = (~applied).float()  # `found_inf`: 1.0 where the step is not taken
+        _step(self.optimizer, applied, skip)
         for aux, g in zip(self.auxiliary, grads, strict=True):
             if g is not None and aux.optimizer is not None:
-                _separate_step(aux, g, metrics[f"grad_norm_{aux.name}"])
-        return StepResult(True, grad_norm, metrics)
+                _separate_step(aux, g, metrics[f"grad_norm_{aux.name}"], applied, skip)
+        return StepResult(applied, grad_norm, metrics)
+
+    def discard(self) -> None:
+        """Clear the gradients of a step that was not taken."""
+        self.optimizer.zero_grad(set_to_none=True)
 
     @staticmethod
-    def _gradient(aux: _Auxiliary, loss: torch.Tensor, metrics: dict[str, float]) -> list:
+    def _gradient(aux: _Auxiliary, loss: torch.Tensor, metrics: dict[str, torch.Tensor | float]) -> list:
         """The weighted auxiliary `loss`'s gradient over `aux.params` (None where a parameter gets none), taken
         before the agent's backward (the graph is kept: a loss may read the agent's forward pass); adds its norm
         (`grad_norm_<name>`) and its torso's part (`torso_grad_norm_<name>`) to `metrics`."""
@@ -172,26 +185,52 @@ class GradientStep:
             optimizer.load_state_dict(state[key])
 
 
-def _norm(grads: list[torch.Tensor]) -> float:
-    """The global L2 norm of `grads`."""
-    return float(torch.nn.utils.get_total_norm(grads))
+def _norm(grads: list[torch.Tensor]) -> torch.Tensor:
+    """The global L2 norm of `grads`, a scalar on their device (not read back)."""
+    return torch.nn.utils.get_total_norm(grads)
 
 
-def _clip(params: list[nn.Parameter], norm: float, clip: float, by: str) -> None:
+def _all_finite(scalars: list[torch.Tensor]) -> torch.Tensor:
+    """Whether every one of `scalars` is finite, a bool on the first one's device. `x * 0` is 0 for a finite x and
+    NaN for an infinite or NaN one: the first plus the others times 0 is finite exactly when all are (adding a 0
+    never overflows), one check where a check each costs four ops."""
+    first, *others = scalars
+    for x in others:
+        first = first + x * 0.0
+    return torch.isfinite(first)
+
+
+def _clip(params: list[nn.Parameter], norm: torch.Tensor, clip: float, by: str) -> None:
     """Clip `params`' gradients by `by` ("norm", "value" or "none") at `clip`; `norm` is their global norm as they
     are now (computed once a step: the non-finite check needs it first). By norm: scale by
-    min(1, clip / (norm + 1e-6)), `clip_grad_norm_`'s rule, in float64 as the norm is."""
+    min(1, clip / (norm + 1e-6)), `clip_grad_norm_`'s rule, in float64, on the device."""
     if by == "norm":
-        torch.nn.utils.clip_grads_with_norm_(params, clip, torch.tensor(norm, dtype=torch.float64))
+        torch.nn.utils.clip_grads_with_norm_(params, clip, norm.to(torch.float64))
     elif by == "value":
         torch.nn.utils.clip_grad_value_(params, clip)
 
 
-def _separate_step(aux: _Auxiliary, grads: list, norm: float) -> None:
-    """The separate optimiser's step on its loss's gradient `grads` (taken before the agent's step)."""
+def _step(optimizer: torch.optim.Optimizer, applied: torch.Tensor, skip: torch.Tensor) -> None:
+    """`optimizer.step()` where `applied`. A fused optimiser (Adam here) takes the flag as GradScaler gives it,
+    `found_inf` (`skip`, float32 1.0 for a skipped step), and reads it on the device; another (RMSprop) waits for
+    it on the host."""
+    if optimizer.defaults.get("fused"):
+        optimizer.found_inf = skip
+        try:
+            optimizer.step()
+        finally:
+            optimizer.found_inf = None
+    elif bool(applied):
+        optimizer.step()
+
+
+def _separate_step(aux: _Auxiliary, grads: list, norm: torch.Tensor, applied: torch.Tensor,
+                   skip: torch.Tensor) -> None:
+    """The separate optimiser's step on its loss's gradient `grads` (taken before the agent's step), where
+    `applied` (`_step`)."""
     aux.optimizer.zero_grad(set_to_none=True)
     for p, g in zip(aux.params, grads, strict=True):
         p.grad = g
     _clip([p for p in aux.params if p.grad is not None], norm, aux.grad_clip, "norm")
-    aux.optimizer.step()
+    _step(aux.optimizer, applied, skip)
     aux.optimizer.zero_grad(set_to_none=True)

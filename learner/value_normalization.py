@@ -14,7 +14,9 @@ clamped to [1e-4, 1e6]. Per update (`Learner.update`):
    every unnormalised output is unchanged by the new statistics, and its gradient with it.
 
 An update that is skipped (a non-finite loss or gradient) puts the statistics back (`undo`). `PopArt` is the one
-owner of both halves: the statistics `update` moved are the ones `rescale_` and `undo` start from.
+owner of both halves: the statistics `update` moved are the ones `rescale_` and `undo` start from. All of it runs
+on the learner's device and reads nothing back (the skip is decided there too, see `optimisation`): the host copy
+of the statistics comes with the update's one read (`ValueHead.settle`).
 
 The learner holds its value head's scale as one `ValueHead` (`value_head`), which it calls the same way whether
 normalisation is on or off, so its update has no branch on it: `NormalisedHead` is PopArt bound to the network's
@@ -28,8 +30,9 @@ and advantages carrying the whole target spread. With PopArt the head's targets 
 
 The step size is bias-corrected like Adam's moments: the t-th update uses `beta / (1 - (1 - beta)^t)`, so
 the first batch sets the statistics (instead of pulling them from the arbitrary start 0 and 1 by beta) and
-later ones are an exponential moving average with step size beta. Statistics live in float64 (Python
-floats); before the first update they are the identity (`mu = 0`, `sigma = 1`).
+later ones are an exponential moving average with step size beta. Statistics live in float64 (a tensor on the
+learner's device; Python floats in a checkpoint); before the first update they are the identity (`mu = 0`,
+`sigma = 1`).
 """
 
 from __future__ import annotations
@@ -50,68 +53,149 @@ ValueScaleFn = Callable[[], tuple[float, float]]
 
 
 class PopArt:
-    """Running moments of value targets; `normalize` / `unnormalize` between reward units and the head's."""
+    """Running moments of value targets; `normalize` / `unnormalize` between reward units and the head's.
 
-    def __init__(self, beta: float, sigma_min: float = SIGMA_MIN, sigma_max: float = SIGMA_MAX):
+    The statistics are one float64 tensor `[4]` (mu, nu, count, sigma) on the device of the values they scale, so
+    that an update moves them, normalises with them and rescales the head by them without the host waiting for the
+    device (on a GPU, each read is a wait for every kernel queued before it). `mu`, `nu`, `count` and `sigma` read
+    them on the host: a copy made at the first read after they moved, or handed over by `settle`, which the learner
+    calls with its one read of each update."""
+
+    def __init__(self, beta: float, sigma_min: float = SIGMA_MIN, sigma_max: float = SIGMA_MAX,
+                 device: torch.device | str = "cpu"):
         if not 0.0 < beta <= 1.0:
             raise ValueError(f"beta must be in (0, 1], got {beta}")
         self.beta = float(beta)
         self.sigma_min, self.sigma_max = float(sigma_min), float(sigma_max)
-        self.mu, self.nu, self.count = 0.0, 1.0, 0
-        self._before = (self.mu, self.nu, self.count)  # the statistics before the last `update`
+        self._log_decay = math.log1p(-self.beta) if self.beta < 1.0 else None
+        # the rescale's factors for a skipped step (`rescale_`), made here: on a GPU, a copy to the device
+        self._keep = torch.tensor([1.0, 1.0, 0.0], dtype=torch.float64, device=device)
+        self._set(*self._statistics(0.0, 1.0, 0, torch.device(device)))
+        self._before = self._now()  # the statistics before the last `update`
+
+    def _statistics(self, mu: float, nu: float, count: int, device: torch.device
+                    ) -> tuple[torch.Tensor, tuple[float, float, int, float]]:
+        """Host values as the statistics tensor on `device`, with their host copy."""
+        host = (mu, nu, count, _sigma(mu, nu, self.sigma_min, self.sigma_max))
+        return torch.tensor([mu, nu, float(count), host[3]], dtype=torch.float64, device=device), host
+
+    def _set(self, stats: torch.Tensor, host: tuple[float, float, int, float] | None,
+             mu: torch.Tensor | None = None, sigma: torch.Tensor | None = None) -> None:
+        """New statistics (never written in place: a metric read later still holds the values it was given), with
+        views of their mu and sigma (made here unless given)."""
+        self._stats, self._host = stats, host
+        self._mu, self._sigma = (stats[0], stats[3]) if mu is None else (mu, sigma)
+
+    def _now(self) -> tuple[torch.Tensor, tuple[float, float, int, float] | None, torch.Tensor, torch.Tensor]:
+        """The statistics as they are, for `_set` to put back."""
+        return self._stats, self._host, self._mu, self._sigma
+
+    def _read(self) -> tuple[float, float, int, float]:
+        if self._host is None:
+            mu, nu, count, sigma = self._stats.tolist()
+            self._host = (mu, nu, int(count), sigma)
+        return self._host
+
+    @property
+    def mu(self) -> float:
+        return self._read()[0]
+
+    @mu.setter
+    def mu(self, value: float) -> None:
+        self._assign(mu=float(value))
+
+    @property
+    def nu(self) -> float:
+        return self._read()[1]
+
+    @nu.setter
+    def nu(self, value: float) -> None:
+        self._assign(nu=float(value))
+
+    @property
+    def count(self) -> int:
+        return self._read()[2]
+
+    @count.setter
+    def count(self, value: int) -> None:
+        self._assign(count=int(value))
 
     @property
     def sigma(self) -> float:
-        return _sigma(self.mu, self.nu, self.sigma_min, self.sigma_max)
+        return self._read()[3]
+
+    def _assign(self, **values: float) -> None:
+        """Statistics set from the host (`mu`, `nu`, `count` by name; sigma follows)."""
+        mu, nu, count, _ = self._read()
+        now = {"mu": mu, "nu": nu, "count": count, **values}
+        self._set(*self._statistics(now["mu"], now["nu"], now["count"], self._stats.device))
 
     def normalize(self, x: torch.Tensor) -> torch.Tensor:
-        return (x - self.mu) / self.sigma
+        return (x - self._mu) / self._sigma
 
     def unnormalize(self, x: torch.Tensor) -> torch.Tensor:
-        return x * self.sigma + self.mu
+        return x * self._sigma + self._mu
 
-    @torch.no_grad()
     def update(self, targets: torch.Tensor, mask: torch.Tensor | None = None,
                reduce: Callable[[torch.Tensor], torch.Tensor] | None = None) -> tuple[float, float]:
-        """Move the moments towards the mean and mean square of `targets` (where `mask` is true). `reduce` sums
-        `[sum, sum of squares, count]` over several learners, whose moments then move on all their targets.
-        Returns the previous `(mu, sigma)`, which `preserve_outputs_` needs."""
+        """`move`, and the previous `(mu, sigma)` on the host, which `preserve_outputs_` takes."""
         old = (self.mu, self.sigma)
-        self._before = (self.mu, self.nu, self.count)
-        x = targets.detach().to(torch.float64)
-        if mask is not None:
-            x = x[mask.bool()]
-        if reduce is not None:
-            total, total_sq, n = reduce(torch.stack([x.sum(), x.square().sum(), x.new_tensor(x.numel())])).tolist()
-            mean, mean_sq = (total / n, total_sq / n) if n else (0.0, 0.0)
-        else:
-            n = x.numel()
-            mean, mean_sq = (x.mean().item(), x.square().mean().item()) if n else (0.0, 0.0)
-        if n == 0:
-            return old
-        self.count += 1
-        # beta / (1 - (1 - beta)^t), the denominator without cancellation for small beta
-        step = self.beta / -math.expm1(self.count * math.log1p(-self.beta)) if self.beta < 1.0 else 1.0
-        self.mu += step * (mean - self.mu)
-        self.nu += step * (mean_sq - self.nu)
+        self.move(targets, mask, reduce)
         return old
 
-    def rescale_(self, layer: nn.Linear) -> None:
+    @torch.no_grad()
+    def move(self, targets: torch.Tensor, mask: torch.Tensor | None = None,
+             reduce: Callable[[torch.Tensor], torch.Tensor] | None = None) -> None:
+        """Move the moments towards the mean and mean square of `targets` (where `mask` is true), on their device:
+        nothing is read back. `reduce` sums `[sum, sum of squares, count]` over several learners, whose moments then
+        move on all their targets. No target (an empty mask) moves nothing, the count included."""
+        self._before = self._now()
+        x = targets.detach().to(torch.float64)
+        if mask is None:
+            n = torch.full((), x.numel(), dtype=torch.float64, device=x.device)
+        else:
+            keep = mask if mask.dtype == torch.bool else mask.bool()
+            x, n = torch.where(keep, x, 0.0), keep.sum(dtype=torch.float64)
+        sums = torch.stack([x.sum(), x.square().sum(), n])
+        if reduce is not None:
+            sums = reduce(sums)
+        stats = self._stats if self._stats.device == x.device else self._stats.to(x.device)
+        n, old = sums[2], stats[:2]  # [mu, nu] before
+        seen = n > 0
+        count = stats[2] + seen
+        step = 1.0
+        if self._log_decay is not None:  # beta / (1 - (1 - beta)^t), the denominator without cancellation
+            decay = torch.expm1(count * self._log_decay)  # (1 - beta)^t - 1
+            step = torch.full_like(decay, -self.beta) / decay
+        moments = torch.where(seen, old + step * (sums[:2] / n - old), old)  # [mu, nu]
+        sigma = (moments[1] - moments[0].square()).clamp(min=0.0).sqrt().clamp(self.sigma_min, self.sigma_max)
+        self._set(torch.cat([moments, count.view(1), sigma.view(1)]), None)
+
+    def rescale_(self, layer: nn.Linear, applied: torch.Tensor | None = None) -> None:
         """POP for the last `update`: rescale `layer` (the value head's output layer) and its gradients in place,
-        so that its outputs in reward units under the new statistics are those under the statistics before."""
-        mu, nu, _count = self._before
-        preserve_outputs_(layer, (mu, _sigma(mu, nu, self.sigma_min, self.sigma_max)), (self.mu, self.sigma))
+        so that its outputs in reward units under the new statistics are those under the statistics before.
+        `applied` (a bool on the device): where false the step is skipped (`undo` follows) and nothing changes;
+        decided there, without a read."""
+        _, _, mu0, sigma0 = self._before
+        factors = torch.stack([sigma0, self._sigma, mu0 - self._mu])  # old sigma, new sigma, shift
+        if applied is not None:
+            if self._keep.device != factors.device:
+                self._keep = self._keep.to(factors.device)
+            factors = torch.where(applied, factors, self._keep)
+        _rescale_(layer, *factors.unbind())
 
     def undo(self) -> None:
         """The statistics as they were before the last `update` (an update that was skipped moves nothing)."""
-        self.mu, self.nu, self.count = self._before
+        self._set(*self._before)
 
     def state_dict(self) -> dict[str, Any]:
-        return {"mu": self.mu, "nu": self.nu, "count": self.count, "beta": self.beta}
+        mu, nu, count, _ = self._read()
+        return {"mu": mu, "nu": nu, "count": count, "beta": self.beta}
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
-        self.mu, self.nu, self.count = float(state["mu"]), float(state["nu"]), int(state["count"])
-        self._before = (self.mu, self.nu, self.count)
+        self._set(*self._statistics(float(state["mu"]), float(state["nu"]), int(state["count"]),
+                                    self._stats.device))
+        self._before = self._now()
 
 
 IDENTITY = {"mu": 0.0, "nu": 1.0, "count": 0}  # the statistics before any update: V = v
@@ -132,13 +216,23 @@ def preserve_outputs_(
     (mu0, s0), (mu1, s1) = old, new
     if (mu0, s0) == (mu1, s1):
         return
+    _rescale_(layer, s0, s1, mu0 - mu1, grads=grads)
+
+
+@torch.no_grad()
+def _rescale_(layer: nn.Linear, s0: float | torch.Tensor, s1: float | torch.Tensor, shift: float | torch.Tensor, *,
+              grads: bool = True) -> None:
+    """`preserve_outputs_` from sigma `s0` to `s1`, `shift = old_mu - new_mu`: `W' = W s0 / s1`,
+    `b' = (b s0 + shift) / s1` in float64, gradients times `s1 / s0`. Python floats, or float64 scalars on the
+    layer's device (PopArt's own: nothing is read on the host); equal scales and no shift change nothing."""
     w, b = layer.weight, layer.bias
     w.copy_((w.to(torch.float64) * (s0 / s1)).to(w.dtype))
-    b.copy_(((b.to(torch.float64) * s0 + (mu0 - mu1)) / s1).to(b.dtype))
+    b.copy_(((b.to(torch.float64) * s0 + shift) / s1).to(b.dtype))
     if grads:
+        ratio = s1 / s0
         for p in (w, b):
             if p.grad is not None:
-                p.grad.mul_(s1 / s0)
+                p.grad.mul_(ratio)
 
 
 def value_output_layer(model: nn.Module) -> nn.Linear:
@@ -167,9 +261,11 @@ def weights_in_reward_units(model: nn.Module, weights: dict[str, np.ndarray], mu
 
 class ValueHead(Protocol):
     """The scale the policy network's value output is in, and everything the learner does with it: values in
-    reward units are `mu + sigma * v` for the head's output `v`."""
+    reward units are `mu + sigma * v` for the head's output `v`. Its `mu` and `sigma` are host numbers; what the update
+    calls works on the learner's device and reads nothing back, except `settle` (given the update's one read)."""
 
-    mu: float
+    @property
+    def mu(self) -> float: ...
 
     @property
     def sigma(self) -> float: ...
@@ -187,11 +283,17 @@ class ValueHead(Protocol):
     def update_statistics(self, targets: torch.Tensor, weights: torch.Tensor,
                           reduce: Callable[[torch.Tensor], torch.Tensor] | None) -> None: ...
 
-    def rescale_head(self) -> bool: ...
+    def rescale_head(self, applied: torch.Tensor) -> bool: ...
 
-    def undo(self) -> None: ...
+    def statistics(self) -> list[torch.Tensor]:
+        """The device tensors the head keeps a host copy of: the learner reads them in the same copy as whether the
+        step was taken, and hands them to `settle`."""
 
-    def metrics(self) -> dict[str, float]: ...
+    def settle(self, applied: bool, read: list[float]) -> None:
+        """After the update's one read: `applied`, the statistics moved and `read` (the `statistics()` copied to the
+        host) is their host copy; not applied (a skipped step), they are put back as they were."""
+
+    def metrics(self) -> dict[str, float | torch.Tensor]: ...
 
     def publish(self, weights: dict[str, np.ndarray]) -> None: ...
 
@@ -204,9 +306,9 @@ class NormalisedHead(PopArt):
     """PopArt over `model`'s value output layer (`value_output_layer`): the head outputs normalised values."""
 
     def __init__(self, model: nn.Module, beta: float):
-        super().__init__(beta)
         self.model = model
         self.layer = value_output_layer(model)
+        super().__init__(beta, device=self.layer.weight.device)  # the statistics where the values are
 
     @property
     def value_scale(self) -> ValueScaleFn:
@@ -217,22 +319,33 @@ class NormalisedHead(PopArt):
 
     def normalize_advantages(self, advantages: torch.Tensor) -> torch.Tensor:
         """Policy-gradient advantages `[T, B]` in the head's units, as PopArt-IMPALA scales them."""
-        return advantages / self.sigma
+        return advantages / self._sigma
 
     def update_statistics(self, targets: torch.Tensor, weights: torch.Tensor,
                           reduce: Callable[[torch.Tensor], torch.Tensor] | None) -> None:
         """ART: the moments move onto the value targets `[T, B]` of the trained steps (`weights [T, B]` > 0),
-        summed over several learners by `reduce`."""
-        self.update(targets, weights > 0, reduce)
+        summed over several learners by `reduce`; on the device (`move`)."""
+        self.move(targets, weights > 0, reduce)
 
-    def rescale_head(self) -> bool:
-        """POP for the last `update_statistics`: the layer and its gradients rescaled (`rescale_`); True, as the
-        gradients' norm has changed with them."""
-        self.rescale_(self.layer)
+    def rescale_head(self, applied: torch.Tensor) -> bool:
+        """POP for the last `update_statistics`: the layer and its gradients rescaled (`rescale_`) where `applied`;
+        True, as the gradients' norm has changed with them."""
+        self.rescale_(self.layer, applied)
         return True
 
-    def metrics(self) -> dict[str, float]:
-        return {"value_norm_mu": self.mu, "value_norm_sigma": self.sigma}
+    def statistics(self) -> list[torch.Tensor]:
+        return [self._stats]
+
+    def settle(self, applied: bool, read: list[float]) -> None:
+        if not applied:
+            self.undo()
+            return
+        mu, nu, count, sigma = read
+        self._host = (mu, nu, int(count), sigma)
+
+    def metrics(self) -> dict[str, float | torch.Tensor]:
+        """mu and sigma after this update's move, as device scalars (read with the rest of the metrics)."""
+        return {"value_norm_mu": self._mu, "value_norm_sigma": self._sigma}
 
     def publish(self, weights: dict[str, np.ndarray]) -> None:
         """The value layer of `weights` (NumPy copies of the network's) in reward units (`weights_in_reward_units`)."""
@@ -267,14 +380,17 @@ class RewardUnitsHead:
                           reduce: Callable[[torch.Tensor], torch.Tensor] | None) -> None:
         """Nothing to move (and nothing to reduce over several learners)."""
 
-    def rescale_head(self) -> bool:
+    def rescale_head(self, applied: torch.Tensor) -> bool:
         """Nothing rescaled: False, the gradients are as they were."""
         return False
 
-    def undo(self) -> None:
-        """Nothing moved."""
+    def statistics(self) -> list[torch.Tensor]:
+        return []
 
-    def metrics(self) -> dict[str, float]:
+    def settle(self, applied: bool, read: list[float]) -> None:
+        """Nothing moved, nothing to put back."""
+
+    def metrics(self) -> dict[str, float | torch.Tensor]:
         return {}
 
     def publish(self, weights: dict[str, np.ndarray]) -> None:

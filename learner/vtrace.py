@@ -108,19 +108,25 @@ def episode_end_inputs(
     truncated: torch.Tensor,
     discount: float,
     final_values: torch.Tensor | None = None,
+    *,
+    any_truncated: bool | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Per-step `(discounts, rewards)` for V-trace from gymnasium's episode-end flags.
 
     `rewards, terminated, truncated [T, B]`; `final_values [T, B]` holds V(final observation) where
     `truncated` is set (ignored elsewhere). Terminated steps get discount 0; truncated steps get
     discount 0 and the reward `r_t + discount * V(x_final)`, which bootstraps the cut-off return
-    and cuts the trace into the next episode (see the module docstring).
+    and cuts the trace into the next episode (see the module docstring). `any_truncated`: whether any step
+    is truncated, where the caller knows it from its host arrays (None: read from `truncated`, which on a GPU
+    makes the host wait for the device).
     """
     terminated = terminated.bool()
     truncated = truncated.bool() & ~terminated
     discounts = torch.full_like(rewards, discount)
     discounts = discounts.masked_fill(terminated | truncated, 0.0)
-    if truncated.any():
+    if any_truncated is None:
+        any_truncated = bool(truncated.any())
+    if any_truncated:
         if final_values is None:
             raise ValueError("final_values [T, B] is required when any step is truncated")
         rewards = torch.where(truncated, rewards + discount * final_values, rewards)
