@@ -17,7 +17,7 @@ $(STAMP): pyproject.toml constraints.txt
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
 	$(PY) -m pip install --quiet torch==2.13.0
-	$(PY) -m pip install --quiet -c constraints.txt -e '.[test,lint,docs]'
+	$(PY) -m pip install --quiet -c constraints.txt -e '.[test,lint,docs,wandb]'
 	touch $(STAMP)
 
 train: $(STAMP)
@@ -25,7 +25,7 @@ train: $(STAMP)
 
 # The package's folders, for vulture (dead code at 80% confidence; the suite also checks function and module
 # lengths, tests/test_code_shape.py).
-PACKAGE := actors contracts deploy learner level_service levelray policy replay_service
+PACKAGE := actors contracts deploy families learner level_service levelray policy replay_service
 
 test: $(STAMP)
 	$(VENV)/bin/ruff check .

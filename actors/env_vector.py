@@ -3,7 +3,7 @@
 An env vector steps K copies of one environment, each copy playing a level chosen from outside:
 `level_source(env_index) -> int | None` picks the next level of an env when its episode ends (None: a
 uniform draw from the training level set, `LevelChooser`). Every step reports the level each env really
-played. The families (`actors.procgen_env`, `minigrid_env`, `maze_env`, `atari_env`, `gymnasium_env`) build on
+played. The families (`families.procgen_env`, `minigrid_env`, `maze_env`, `atari_env`, `gymnasium_env`) build on
 this module; `actors.envs` picks the family of an env id.
 
 A vector built with `render=True` (one env, for an episode video or a level's picture) also gives each env's
@@ -104,7 +104,7 @@ class LevelDraws:
     source could not give (None: a uniform draw) counts as new. Subclasses say where the pairs come from.
 
     Levels that exist only as data (ACCEL's children) arrive with their encodings: `encodings` maps their ids
-    to them for the env to build the level from at its reset (`actors.maze_env`). It keeps what is queued and
+    to them for the env to build the level from at its reset (`families.maze.env`). It keeps what is queued and
     what an env plays, and forgets the rest once it grows past twice that.
     """
 

@@ -44,8 +44,8 @@ from benchmarks.common import (
     train_flags_config,
     write_json,
 )
-from levelray.contracts.maze import suite_names
 from levelray.deploy.report.stats import ci_summary
+from levelray.families.maze.level import suite_names
 
 # DCD's published zero-shot solved rates on its held-out mazes (ACCEL paper, 0-60 blocks, 20k updates, 5 seeds)
 DCD_SOLVED = {"dr": 0.62, "robust": 0.71, "accel": 0.875}

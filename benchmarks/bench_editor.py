@@ -25,7 +25,7 @@ import numpy as np
 from benchmarks.common import ROOT, print_table, write_json
 from levelray.contracts.config import EnvConfig, LevelConfig
 from levelray.contracts.levels import EpisodeResults
-from levelray.level_service.editor import MazeEditor
+from levelray.families.maze.editor import MazeEditor
 from levelray.level_service.service import LevelServiceCore
 
 ENV = EnvConfig(id="maze:13x13", num_levels=0, maze_blocks="0-60")

@@ -145,11 +145,11 @@ class JaxUED:
 
 def minigrid_vector(K: int):
     """The MiniGrid-built maze family: K `MiniGridObs(MazeGridEnv)` stepped one at a time."""
-    from levelray.actors.gymnasium_env import GymnasiumVector
-    from levelray.actors.maze_env import default_max_steps
-    from levelray.actors.maze_grid import MazeGridEnv
-    from levelray.actors.minigrid_obs import MiniGridObs
-    from levelray.contracts.maze import level_for_id, parse_blocks
+    from levelray.families.gymnasium_env import GymnasiumVector
+    from levelray.families.maze.env import default_max_steps
+    from levelray.families.maze.grid import MazeGridEnv
+    from levelray.families.maze.level import level_for_id, parse_blocks
+    from levelray.families.minigrid.obs import MiniGridObs
 
     blocks = parse_blocks(ENV.maze_blocks)
 

@@ -522,7 +522,7 @@ def return_at(result: dict, steps: int) -> dict | None:
 def run_minigrid(args) -> dict:
     """levelray (one run per --level-strategies entry) then RLlib IMPALA on args.env, to args.steps env steps each
     or args.budget_s of training, whichever comes first; the load average before and after each run."""
-    from levelray.actors.minigrid_env import gymnasium_id
+    from levelray.families.minigrid import gymnasium_id
 
     name = args.env[len("minigrid:"):]
     gym_id = gymnasium_id(name)

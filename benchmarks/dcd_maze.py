@@ -53,11 +53,11 @@ from benchmarks.common import (
     run_sweep,
     write_json,
 )
-from levelray.contracts.maze import shortest_path_length, suite_level, suite_names
 from levelray.deploy.report.runs import load_run
 from levelray.deploy.report.stats import ci_summary, welch_ci
 from levelray.deploy.sweep.metrics import evaluation_file
 from levelray.deploy.sweep.trial import trial_dir
+from levelray.families.maze.level import shortest_path_length, suite_level, suite_names
 
 DCD_TRAINED_STEPS = 20_000 * 32 * 256  # DCD's 20k PPO updates of 32 envs x 256 steps
 # DCD's own runs at 20k updates, each seed's mean solved rate over its 12 mazes, from the per-seed, per-maze
@@ -126,8 +126,8 @@ def replay_profile(run: Path, env: dict) -> dict | None:
     plain and weighted by the replay distribution P, and P's share on the top level and on paths under
     `SHORT_PATH` moves; its distinct starts (cell and heading) and P's share on the most replayed one. `env`: the
     run's env section. None without a buffer (domain randomisation) or a checkpoint."""
-    from levelray.contracts.maze import MazeLevel, level_for_id, maze_size, parse_blocks
     from levelray.deploy.report.runs import load_level_state
+    from levelray.families.maze.level import MazeLevel, level_for_id, maze_size, parse_blocks
     from levelray.level_service.spaces import level_encodings, levels_view
 
     checkpoints = sorted((run / "checkpoints").glob("ckpt-*"))
@@ -156,8 +156,8 @@ def reference_complexity(env: dict, n: int = REFERENCE_LEVELS) -> dict[str, dict
     """What the buffers' complexity is measured against: `contracts.status.LEVEL_COMPLEXITY_KEYS` (as the level
     service reports its buffer's) over `n` fresh levels of DR's family (`env`: its env section; seeds 0..n-1) and
     over the hand-designed suite."""
-    from levelray.contracts.maze import maze_size, parse_blocks, suite_level_id
-    from levelray.level_service.maze_stats import MazeComplexity
+    from levelray.families.maze.level import maze_size, parse_blocks, suite_level_id
+    from levelray.families.maze.stats import MazeComplexity
 
     complexity = MazeComplexity(*maze_size(env["id"]), parse_blocks(env["maze_blocks"]))
     return {"fresh levels (DR)": complexity.summary(np.arange(n)),

@@ -65,7 +65,7 @@ if ! "$PY" -c 'import gymnasium' 2>/dev/null && ls .whl/*.whl >/dev/null 2>&1; t
   stage wheels 120 "$PY" -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --target "$SITE" .whl/*.whl
 fi
 cp levelray/*.py "$SITE/levelray/"
-for part in contracts policy actors learner level_service replay_service deploy; do
+for part in contracts policy actors learner level_service replay_service families deploy; do
   ln -s "$PWD/$part" "$SITE/levelray/$part"
 done
 export PYTHONPATH="$SITE:$PWD${PYTHONPATH:+:$PYTHONPATH}"
@@ -84,7 +84,8 @@ GL_PATH="${LD_LIBRARY_PATH:-}"
 [ -d .whl/lib ] && GL_PATH="$PWD/.whl/lib${GL_PATH:+:$GL_PATH}"
 
 # -- 2. CUDA tests --------------------------------------------------------------------------------------------
-stage tests "$T_TESTS" "$PY" -m pytest -q -p no:cacheprovider -m gpu tests/test_gpu.py --junitxml "$WORK/pytest.xml"
+stage tests "$T_TESTS" "$PY" -m pytest -q -p no:cacheprovider -m gpu tests/test_gpu.py tests/test_learner_host_reads.py \
+  --junitxml "$WORK/pytest.xml"
 
 # -- 3. learner benchmark -------------------------------------------------------------------------------------
 stage learner "$T_LEARNER" "$PY" -m benchmarks.gpu_learner --device "$DEVICE" --json "$WORK/gpu_learner.json" \

@@ -5,7 +5,7 @@ professional-human-tester scores used throughout the Atari literature (introduce
 and the 57-game table that Agent57, Badia et al. 2020, normalises by). Source of these values: DeepMind's
 dqn_zoo, `dqn_zoo/atari_data.py` (github.com/deepmind/dqn_zoo), copied unchanged. There, both agents'
 episodes start with 1-30 no-op actions and are capped at 108,000 frames (30 minutes), as in
-`actors.atari_env`. Keys are ALE's own game names, as in
+`families.atari_env`. Keys are ALE's own game names, as in
 `atari:<game>`. Games outside the 57 have no reference: their normalised score is None.
 """
 

@@ -7,7 +7,8 @@ several fields (or the machine) is checked once the tree is filled, by `contract
 
 The `env` section (`EnvConfig`, with `is_atari`) lives in `contracts.config_env`, the `actors` section
 (`ActorConfig`) in `contracts.config_actors`, the `model_loss` section (`ModelLossConfig`) in
-`contracts.config_model`, and a leaf's conversion and the sections' base (`Section`, `flag`) in
+`contracts.config_model`, the `wandb` section (`WandbConfig`) in `contracts.config_wandb`, SFL's `levels.sfl`
+(`SflConfig`) in `contracts.config_sfl`, and a leaf's conversion and the sections' base (`Section`, `flag`) in
 `contracts.config_values`, so that this module stays readable; everything is imported from here.
 """
 
@@ -25,10 +26,12 @@ from levelray.contracts.config_model import (  # noqa: F401  (imported from here
     MODEL_LOSSES,
     ModelLossConfig,
 )
+from levelray.contracts.config_sfl import SflConfig  # noqa: F401  (imported from here everywhere)
 from levelray.contracts.config_values import ConfigError, coerce_value, field_types
 from levelray.contracts.config_values import Section as _Section
 from levelray.contracts.config_values import flag as _flag
-from levelray.contracts.levels import SCHEDULES, STRATEGIES, TRANSFORMS, UNSCORED_STRATEGIES
+from levelray.contracts.config_wandb import WandbConfig  # noqa: F401  (imported from here everywhere)
+from levelray.contracts.levels import SCHEDULES, STRATEGIES, TRANSFORMS, UNSCORED_STRATEGIES, check_strategy
 from levelray.contracts.plugins import IMPORT_PATH, check_plugin_name
 
 
@@ -158,8 +161,15 @@ class LearnerConfig(_Section):
 
 @dataclass(frozen=True)
 class LevelConfig(_Section):
+    source: str = field(
+        default="plr",
+        metadata=_flag("--level-source", "where the levels come from (a level_service.curriculum.LevelSource): plr "
+                       "(PLR over the fixed set, or its level buffer on an unbounded space), or module:attribute of "
+                       "your own", check=check_plugin_name),
+    )
     strategy: str = field(
-        default="value_l1", metadata=_flag("--level-strategy", "PLR score strategy", choices=STRATEGIES)
+        default="value_l1", metadata=_flag("--level-strategy", f"PLR score strategy ({'|'.join(STRATEGIES)}), or "
+                                           "module:attribute of a level score of your own", check=check_strategy)
     )
     replay_schedule: str = field(
         default="proportionate",
@@ -235,6 +245,7 @@ class LevelConfig(_Section):
                                          "an explore window plays one new level (or ACCEL child) per env, its unrolls "
                                          "kept on the actor under Robust PLR (levels.robust); 0: per episode", min=0),
     )
+    sfl: SflConfig = field(default_factory=SflConfig)  # `--level-source sfl`'s settings (contracts.config_sfl)
 
 
 @dataclass(frozen=True)
@@ -299,6 +310,7 @@ class RunConfig(_Section):
     replay: ReplayConfig = field(default_factory=ReplayConfig)
     model_loss: ModelLossConfig = field(default_factory=ModelLossConfig)
     eval: EvalConfig = field(default_factory=EvalConfig)
+    wandb: WandbConfig = field(default_factory=WandbConfig)
     preset: str = field(
         default="auto",
         metadata=_flag("--preset", "defaults for the env's family (contracts/presets.py): auto picks one by the env "
@@ -474,6 +486,6 @@ def uses_replay(cfg: RunConfig) -> bool:
 
 def uses_level_service(cfg: RunConfig) -> bool:
     """Whether the run has a level service: a fixed training set (PLR over it, or its uniform and sequential
-    baselines), or a scored strategy on an unbounded space (PLR's level buffer). Domain randomisation on an
-    unbounded space (`random`) needs none: each env draws a fresh seed itself."""
-    return cfg.env.num_levels > 0 or cfg.levels.strategy not in UNSCORED_STRATEGIES
+    baselines), a scored strategy on an unbounded space (PLR's level buffer), or a curriculum of one's own. Domain
+    randomisation on an unbounded space (`random` with PLR) needs none: each env draws a fresh seed itself."""
+    return cfg.env.num_levels > 0 or cfg.levels.strategy not in UNSCORED_STRATEGIES or cfg.levels.source != "plr"

@@ -8,6 +8,7 @@ the rest of the config (`contracts.validate`).
 
 from __future__ import annotations
 
+import numbers
 import re
 from dataclasses import dataclass, field
 
@@ -18,11 +19,29 @@ from levelray.contracts.plugins import check_plugin_name
 DEFAULT_MAZE_BLOCKS = "25"
 
 
-def _check_maze_blocks(text: str) -> None:
-    """ValueError naming --maze-blocks and its form for text `contracts.maze.parse_blocks` cannot read (imported
-    here, not at the top: the config is read before anything else and needs none of the maze code)."""
-    from levelray.contracts.maze import parse_blocks
+_BLOCKS_FORM = "a number such as 25 or a range such as 0-60"
 
+
+def parse_blocks(spec: str | int) -> tuple[int, int]:
+    """`--maze-blocks` as an inclusive `(low, high)` range of wall counts: "25" or 25 -> (25, 25),
+    "0-60" -> (0, 60). ValueError naming the flag and the expected form. Here, with the leaf it reads, so that the
+    config checks it without the maze family (`families.maze`, which generates levels with it)."""
+    if isinstance(spec, numbers.Integral) and not isinstance(spec, bool):
+        if spec < 0:
+            raise ValueError(f"--maze-blocks must be {_BLOCKS_FORM} (non-negative), got {spec!r}")
+        return int(spec), int(spec)
+    match = re.fullmatch(r"\s*(\d+)\s*(?:-\s*(\d+)\s*)?", spec) if isinstance(spec, str) else None
+    if match is None:
+        raise ValueError(f"--maze-blocks must be {_BLOCKS_FORM}, got {spec!r}")
+    low = int(match.group(1))
+    high = low if match.group(2) is None else int(match.group(2))
+    if low > high:
+        raise ValueError(f"--maze-blocks range {spec!r} runs backwards: write it low-high, such as 0-60")
+    return low, high
+
+
+def _check_maze_blocks(text: str) -> None:
+    """ValueError naming --maze-blocks and its form for text `parse_blocks` cannot read."""
     parse_blocks(text)
 
 
@@ -44,7 +63,7 @@ class EnvConfig(Section):
         default="auto",
         metadata=flag("--env-family", "the env family that builds env.id: auto (the built-in whose ids include it), a "
                       "built-in's name (procgen, minigrid, maze, atari, gymnasium) or module:attribute of your own "
-                      "(an object with matches, make_vector, spec and ids: actors.envs.EnvFamily)",
+                      "(an object with matches, make_vector, spec and ids: contracts.families.EnvFamily)",
                       check=_check_family),
     )
     distribution_mode: str = field(
@@ -70,6 +89,12 @@ class EnvConfig(Section):
         metadata=flag("--maze-blocks", "maze:<W>x<H>: walls of a level generated from a seed, a number or a range "
                       "such as 0-60 (each level draws its count uniformly from it); 25 is DCD's PLR-perp setting",
                       check=_check_maze_blocks, numbers_as_text=True),
+    )
+    maze_view: str = field(
+        default="minigrid",
+        metadata=flag("--maze-view", "maze:<W>x<H>: what the agent sees: minigrid (MiniGrid's 7x7 view, walls "
+                      "hide what is behind them) or dcd (DCD's 5x5 view through walls, the view its published maze "
+                      "results were trained with)", choices=("minigrid", "dcd")),
     )
 
 

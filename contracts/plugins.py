@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import importlib
 import os
+import pkgutil
 import re
 import sys
 from collections.abc import Callable, Sequence
@@ -38,13 +39,18 @@ def check_plugin_name(text: str) -> None:
 
 class PluginKind(Generic[T]):
     """The plug-ins of one kind: `kind` in words ("level editor"), the config `key` and command-line `flag` that name
-    one, the modules whose import registers the built-ins, and (`noun`) what `module:attribute` names, in words."""
+    one, the modules whose import registers the built-ins, and (`noun`) what `module:attribute` names, in words.
+
+    `builtin_package` names a package whose every module and sub-package is imported (not their sub-modules) before
+    the built-ins are read: the env families (`levelray.families`), where a new built-in is a new folder and edits
+    no list."""
 
     def __init__(self, kind: str, key: str, flag: str, builtin_modules: Sequence[str] = (), *,
-                 noun: str | None = None):
+                 noun: str | None = None, builtin_package: str | None = None):
         self.kind, self.key, self.flag = kind, key, flag
         self.noun = kind if noun is None else noun  # what `module:attribute` names, in a refusal
         self._builtin_modules = tuple(builtin_modules)
+        self._builtin_package = builtin_package  # every module and sub-package of it is imported (see the class doc)
         self._builtins: dict[str, T] = {}
         self._imported = False
 
@@ -95,6 +101,10 @@ class PluginKind(Generic[T]):
 
     def _import_builtins(self) -> None:
         if not self._imported:
-            for module in self._builtin_modules:
+            modules = list(self._builtin_modules)
+            if self._builtin_package is not None:
+                package = importlib.import_module(self._builtin_package)
+                modules += sorted(f"{package.__name__}.{info.name}" for info in pkgutil.iter_modules(package.__path__))
+            for module in modules:
                 importlib.import_module(module)
             self._imported = True

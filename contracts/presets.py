@@ -16,7 +16,7 @@ from __future__ import annotations
 import os
 from typing import Any
 
-from levelray.contracts.config import ConfigError, RunConfig, differing_paths, is_atari, replace_paths
+from levelray.contracts.config import ConfigError, EnvConfig, RunConfig, differing_paths, is_atari, replace_paths
 
 CLASSIC_CONTROL = ("CartPole-", "Acrobot-", "MountainCar-")
 # Box-action envs: gymnasium's classic and Box2D ones, and the MuJoCo suite (installed separately).
@@ -119,21 +119,34 @@ UNBOUNDED_DEFAULTS: dict[str, dict[str, Any]] = {
     name: {"levels.strategy": "random"} for name in ("classic_control", "continuous_control", "atari")
 }
 
-# Mazes (`maze:<W>x<H>`) run on the minigrid preset with what DCD's maze runs use beyond it: discount 0.995
-# (DCD's train_scripts for its MiniGrid mazes), where a 13x13 maze's episodes of up to 250 steps would lose most
-# of a late goal's reward at 0.99.
-MAZE_DEFAULTS: dict[str, Any] = {"learner.discount": 0.995}
 
 
-def family(env_id: str) -> str:
-    """The preset an env id resolves to under `auto` ("none" when no measured preset fits it)."""
+def _declared(env: EnvConfig) -> tuple[str | None, dict[str, Any]]:
+    """The preset an env family declares for its ids (`PRESET`, e.g. the maze family's "minigrid") and what it
+    adds to it (`PRESET_DEFAULTS`); `(None, {})` where it declares none, or no family takes the id (refused with
+    the ids there are when the env is built)."""
+    from levelray.contracts.families import family_of
+
+    try:
+        found = family_of(env)
+    except ValueError:
+        return None, {}
+    return getattr(found, "PRESET", None), dict(getattr(found, "PRESET_DEFAULTS", {}))
+
+
+def family(env_id: str, env_family: str = "auto") -> str:
+    """The preset an env id resolves to under `auto`: the one its env family declares, else by the id ("none"
+    when no measured preset fits it)."""
+    declared, _ = _declared(EnvConfig(id=env_id, family=env_family))
+    if declared is not None:
+        return declared
     if env_id.startswith("procgen:"):
         return "procgen"
     if env_id.startswith(CLASSIC_CONTROL):
         return "classic_control"
     if env_id.startswith(CONTINUOUS_CONTROL):
         return "continuous_control"
-    if env_id.startswith(("minigrid:", "maze:")):  # a maze is a MiniGrid env: the same view, actions, network
+    if env_id.startswith("minigrid:"):
         return "minigrid"
     if is_atari(env_id):
         return "atari"
@@ -157,13 +170,14 @@ def dict_paths(data: dict | None, prefix: str = "") -> set[str]:
 def apply_preset(cfg: RunConfig, explicit: set[str]) -> RunConfig:
     """`cfg` with `cfg.preset` resolved (`auto`: by the env's family) and every key not in `explicit` filled
     from that preset; the returned config's `preset` names it."""
-    name = family(cfg.env.id) if cfg.preset == "auto" else cfg.preset
+    name = family(cfg.env.id, cfg.env.family) if cfg.preset == "auto" else cfg.preset
     if name not in PRESETS and name != "none":
         raise ConfigError(f"preset must be one of {', '.join(PRESET_NAMES)}, got {cfg.preset!r}")
     values = {path: value() if callable(value) else value for path, value in PRESETS.get(name, {}).items()
               if path not in explicit}
-    if name == "minigrid" and cfg.env.id.startswith("maze:"):
-        values.update({path: v for path, v in MAZE_DEFAULTS.items() if path not in explicit})
+    declared, extra = _declared(cfg.env)
+    if name == declared:  # what the family adds to the preset it declares (the maze's discount)
+        values.update({path: v for path, v in extra.items() if path not in explicit})
     cfg = replace_paths(cfg, {**values, "preset": name})
     if cfg.env.num_levels == 0:
         unbounded = {path: v for path, v in UNBOUNDED_DEFAULTS.get(name, {}).items() if path not in explicit}

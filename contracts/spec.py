@@ -10,6 +10,8 @@ from dataclasses import dataclass
 # Channels 0-2 are MiniGrid's own symbolic `image` (object index 0-10, colour index 0-5, state index 0-2:
 # door open/closed/locked); channel 3 is the agent's direction 0-3 (right, down, left, up), the same
 # value in every cell. One array, so it travels like any image observation (the unroll holds one `obs`).
+# The maze family's DCD view (`env.maze_view dcd`) is the same encoding at `[5, 5, 4]` (the agent at `[2, 4]`),
+# every cell seen: DCD's separate direction input is channel 3, and a network reads the view size from the shape.
 MINIGRID_OBS = "minigrid"
 MINIGRID_CHANNELS = ("object", "colour", "state", "direction")
 # Rows of the index tables a network needs for each channel: MiniGrid 3.0.0 has 11 object types, 6 colours,

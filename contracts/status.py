@@ -114,15 +114,20 @@ def actor_counts(snap: StatusSnapshot) -> ActorCounts:
                        restart_backoff_s=0.0)
 
 
-# How complex a maze run's scored levels are (`level_service.maze_stats`): in the level service's stats() and
-# the records of maze runs only (absent, not None, for other envs).
-LEVEL_COMPLEXITY_KEYS = ("levels_mean_walls", "levels_mean_path_length", "levels_unsolvable_fraction")
 # ACCEL's editor (`levels.editor accel`): children made so far; in the records of runs with the editor only.
 LEVEL_EDITOR_KEYS = ("levels_edited",)
 # The learner's fields `levelray status` shows beside the supervisor's.
 # What the driver hands the supervisor of each record, for `levelray status` (the rate and the level counters are
 # computed by the driver, or read from the level service, not by the learner).
+# Every other `levels_*` key of a record is published too: the family's measures of its levels (a maze's
+# `levels_mean_walls`, `contracts.families.LevelStatistics`), `published`.
 PUBLISHED_KEYS = ("env_steps_per_second", "time", "levels_buffered", "levels_replay_fraction",
-                  "levels_trained_fraction", "levels_evicted", *LEVEL_COMPLEXITY_KEYS, *LEVEL_EDITOR_KEYS)
+                  "levels_trained_fraction", "levels_evicted", *LEVEL_EDITOR_KEYS)
+
+
+def published(record: dict[str, Any]) -> dict[str, Any]:
+    """What the driver hands the supervisor of a record (see `PUBLISHED_KEYS`)."""
+    return {key: record.get(key) for key in PUBLISHED_KEYS} | {
+        key: value for key, value in record.items() if key.startswith("levels_")}
 STATUS_LEARNER_KEYS = ("learner_version", "env_steps", "episode_return_mean", "policy_lag_mean", "queue_depth",
                        "learners")  # learners: one {rank, node, device, threads, queue_depth, version} per learner

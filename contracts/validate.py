@@ -394,9 +394,11 @@ def level_buffer_problems(levels: LevelConfig) -> list[Problem]:
 def _level_problems(cfg: RunConfig) -> list[Problem]:
     lv = cfg.levels
     scored = lv.strategy not in UNSCORED_STRATEGIES
-    # an unbounded space without a scored strategy is domain randomisation: no level service, no buffer
-    found = level_buffer_problems(lv) if scored and cfg.env.num_levels == 0 else []
-    if lv.robust and not scored:
+    # an unbounded space without a scored strategy is domain randomisation: no level service, no buffer; PLR's
+    # buffer is PLR's (a curriculum of one's own checks its own settings where it is built)
+    plr_buffer = scored and cfg.env.num_levels == 0 and lv.source == "plr"
+    found = level_buffer_problems(lv) if plr_buffer else []
+    if lv.robust and not scored and lv.source == "plr":  # PLR replays scored levels only; other sources say what
         found.append(Problem(
             ("levels.robust", "levels.strategy"),
             f"levels.robust trains only on replayed levels, but levels.strategy {lv.strategy} never replays one "

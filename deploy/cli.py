@@ -116,6 +116,17 @@ def build_parser() -> tuple[argparse.ArgumentParser, dict[str, str]]:
     return parser, dests
 
 
+def wandb_extras(cfg: RunConfig):
+    """What `--wandb` adds to a run's W&B run beyond its records: the level galleries at its end (the report's,
+    `deploy.report.wandb_images`); None without `--wandb`."""
+    if not cfg.wandb.enabled:
+        return None
+    from levelray.deploy.report.wandb_images import level_galleries
+    from levelray.deploy.training.driver import WandbExtras
+
+    return WandbExtras(images=level_galleries)
+
+
 def cmd_train(args: argparse.Namespace, dests: dict[str, str]) -> int:
     base = None
     if args.resume:
@@ -146,7 +157,7 @@ def cmd_train(args: argparse.Namespace, dests: dict[str, str]) -> int:
 
     signal.signal(signal.SIGINT, on_sigint)
     signal.signal(signal.SIGTERM, on_sigint)
-    record = train(cfg, run_dir, resume=bool(args.resume), stop=stop, quiet=args.quiet)
+    record = train(cfg, run_dir, resume=bool(args.resume), stop=stop, quiet=args.quiet, wandb=wandb_extras(cfg))
     say("levelray: done " + json.dumps({k: record.get(k) for k in ("env_steps", "episode_return_mean",
                                                                     "learner_version")}))
     return 0

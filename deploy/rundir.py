@@ -3,7 +3,8 @@
     RUN_DIR/config.yaml                 the resolved config tree
     RUN_DIR/metrics.jsonl               one JSON object per report
     RUN_DIR/checkpoints/ckpt-<version>/ learner.pt, levels.msgpack, replay.msgpack, meta.json
-    RUN_DIR/run.json                    the run's id, in every checkpoint's meta.json too
+    RUN_DIR/run.json                    the run's id, in every checkpoint's meta.json too (and its W&B run's)
+    RUN_DIR/wandb/                      with --wandb: W&B's files (`deploy.monitoring.wandb_run`)
 
 `resolve_checkpoint` turns what a user names (a run directory or one of its checkpoints) into a loaded
 checkpoint and its config, for `levelray evaluate`.
@@ -37,7 +38,7 @@ from levelray.contracts import snapshot
 from levelray.contracts.config import ConfigError, RunConfig, from_dict, to_dict
 
 CHECKPOINT_PREFIX = "ckpt-"
-RUN_FILES = ("config.yaml", "metrics.jsonl", "run.json", "checkpoints", "services")  # what a run leaves
+RUN_FILES = ("config.yaml", "metrics.jsonl", "run.json", "checkpoints", "services", "wandb")  # what a run leaves
 
 
 class RunDirInUse(ValueError):

@@ -284,6 +284,12 @@ def metrics_page() -> str:
         f"{len(METRICS)} metrics:\n\n",
         table(["metric", "type", "labels", "meaning"], rows),
         f"\n`levelray_policy_lag` buckets (`le`, in versions): {', '.join(code(b) for b in buckets)}.\n",
+        "\nBeside these, one gauge `levelray_<key>` per measure the run's env family takes of the levels the level "
+        "service holds (`contracts.families.LevelStatistics`), with the family's words as its help: a maze run's "
+        "`levelray_levels_mean_walls`, `levelray_levels_mean_path_length` and `levelray_levels_unsolvable_fraction`; "
+        "none for a family that measures nothing. A level source with measures of its own adds its gauges the same "
+        "way: SFL's `levelray_levels_mean_learnability` and `levelray_levels_mean_success_rate` "
+        "([Level curricula](../guides/curricula.md#sfl)).\n",
     ])
 
 

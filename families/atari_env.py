@@ -42,10 +42,10 @@ import numpy as np
 from gymnasium import spaces
 
 from levelray.actors.env_vector import LevelSource, StepResult, spec_of_one_env
-from levelray.actors.envs import register_family
-from levelray.actors.gymnasium_env import GymnasiumVector
 from levelray.contracts.config import EnvConfig
+from levelray.contracts.families import register_family
 from levelray.contracts.spec import EnvSpec
+from levelray.families.gymnasium_env import GymnasiumVector
 
 PREFIX = "atari:"
 FRAME_SKIP = 4
@@ -203,4 +203,5 @@ def ids() -> list[str]:
     return [PREFIX + "<game>"]
 
 
+DISPATCH_RANK = 40  # where `env.family auto` tries it (contracts.families)
 register_family("atari", __name__)  # at the end: the family is this module's functions above

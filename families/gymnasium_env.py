@@ -25,8 +25,8 @@ from levelray.actors.env_vector import (
     rgb_frame,
     spec_of_one_env,
 )
-from levelray.actors.envs import register_family
 from levelray.contracts.config import EnvConfig
+from levelray.contracts.families import register_family
 from levelray.contracts.spec import EnvSpec
 
 
@@ -244,4 +244,5 @@ def ids() -> list[str]:
     return sorted(gym.envs.registry.keys())
 
 
+DISPATCH_RANK = 90  # tried last by `env.family auto`: it takes any registered gymnasium id
 register_family("gymnasium", __name__)  # at the end: the family is this module's functions above

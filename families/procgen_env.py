@@ -21,8 +21,8 @@ from collections import OrderedDict
 import numpy as np
 
 from levelray.actors.env_vector import EnvVector, LevelChooser, LevelSource, StepResult, rgb_frame
-from levelray.actors.envs import register_family
 from levelray.contracts.config import EnvConfig
+from levelray.contracts.families import register_family
 from levelray.contracts.spec import EnvSpec
 
 PREFIX = "procgen:"
@@ -234,4 +234,10 @@ def ids() -> list[str]:
     return [PREFIX + game for game in PROCGEN_GAMES]
 
 
+def reports_success(cfg: EnvConfig) -> bool:
+    """Every game says whether an ended episode completed its level (`prev_level_complete`): SFL's success rates."""
+    return True
+
+
+DISPATCH_RANK = 10  # where `env.family auto` tries it (contracts.families)
 register_family("procgen", __name__)  # at the end: the family is this module's functions above

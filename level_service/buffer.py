@@ -29,8 +29,8 @@ low-ranked leave, so the buffer keeps turning over. A level evicted while an env
 candidate when that episode ends. A level entering the buffer has staleness 0. Every draw advances the
 staleness counter, as in the fixed-set sampler.
 
-With an editor (ACCEL's, `levels.editor accel` on a maze run: `level_service.editor`; any editor is a plug-in
-behind `level_service.curriculum.LevelEditor`, registered in `contracts.levels.EDITORS`), every episode of a
+With an editor (ACCEL's, `levels.editor accel` on a maze run: `families.maze.editor`; any editor is a plug-in
+behind `level_service.curriculum.LevelEditor`, loaded by `level_service.editors.LEVEL_EDITORS`), every episode of a
 buffered level (a replay) makes a child with `num_edits` edits, and each draw plays a queued child before
 anything else: children are as many as replays, as DCD and JaxUED follow each replay step with an edit step,
 so the episodes split replay : child : fresh level as `p : p : 1 - p` for the replay probability `p`. A child
@@ -53,7 +53,8 @@ from levelray.contracts.levels import MAX_SEED
 from levelray.contracts.validate import level_buffer_problems
 from levelray.level_service.buffer_state import BUFFER_STATE_VERSION, read_buffer_state
 from levelray.level_service.checks import checked_config
-from levelray.level_service.curriculum import LevelEditor, LevelView
+from levelray.level_service.curriculum import CurriculumSetup, LevelEditor, LevelSource, LevelView
+from levelray.level_service.editors import make_editor
 from levelray.level_service.rank_counts import RankCounts
 from levelray.level_service.sampler_state import config_state, pending_state
 from levelray.level_service.slots import LevelSlots, check_draw_request
@@ -108,6 +109,27 @@ class LevelBuffer(LevelSlots):
         # the rank transform kept per changed score: a full buffer weighs every candidate against its lowest
         # replay weight, which would otherwise sort the buffer once per committed episode
         self._ranks = RankCounts(config.buffer_size, config.temperature) if config.score_transform == "rank" else None
+
+    @classmethod
+    def for_run(cls, setup: CurriculumSetup) -> LevelBuffer:
+        """PLR's level buffer over the run's unbounded space, with the editor `levels.editor` names
+        (`level_service.editors.make_editor`); ValueError naming `levels.source` for a fixed set."""
+        if setup.seeds is not None:
+            raise ValueError(f"levels.source {setup.levels.source} keeps a level buffer over an unbounded "
+                             f"level space (env.num_levels = 0, --num-levels 0), not a fixed set")
+        editor = make_editor(setup.env, setup.levels, unbounded=True)
+        return cls(setup.start_level, setup.levels, discount=setup.discount, rng=setup.rng, editor=editor)
+
+    def check_same_space(self, saved: LevelSource, what: str) -> None:
+        """ValueError unless `saved` (read back) is a level buffer from the same `start_level`, with the same editor
+        on the same env family (or none)."""
+        if not isinstance(saved, LevelBuffer) or saved.start_level != self.start_level:
+            raise ValueError(f"{what} was not written for an unbounded level space from seed "
+                             f"{self.start_level} (--num-levels 0 --start-level {self.start_level})")
+        family = [None if s.editor is None else f"{s.config.editor} on {s.editor.family}" for s in (saved, self)]
+        if family[0] != family[1]:
+            raise ValueError(f"{what} was written with level editor {family[0] or 'none'}, this run has "
+                             f"{family[1] or 'none'} (levels.editor, --env, --maze-blocks)")
 
     # ------------------------------------------------------------------ reading
     def _held(self) -> slice:

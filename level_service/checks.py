@@ -73,7 +73,8 @@ def checked_config(config: LevelConfig) -> LevelConfig:
 
 def episode_columns(results: Any) -> tuple[np.ndarray, np.ndarray]:
     """`(levels [E] int64, scores [E] float64)` of `contracts.levels.EpisodeResults`, every field checked (shapes
-    alike, scores and returns finite, lengths >= 1, solved booleans); ValueError naming the first bad field."""
+    alike, scores and returns finite, lengths >= 1, solved and (where given) replayed booleans); ValueError naming
+    the first bad field."""
     if not isinstance(results, EpisodeResults):
         raise ValueError(f"results must be a contracts.levels.EpisodeResults, got {type(results).__name__}")
     levels = as_int_array("levels", results.levels, 1)
@@ -88,4 +89,9 @@ def episode_columns(results: Any) -> tuple[np.ndarray, np.ndarray]:
     solved = np.asarray(results.solved)
     if solved.shape != shape or (solved.size and solved.dtype != bool):
         raise ValueError(f"solved must be a boolean array of shape {shape}, got {solved.dtype} {solved.shape}")
+    if results.replayed is not None:
+        replayed = np.asarray(results.replayed)
+        if replayed.shape != shape or (replayed.size and replayed.dtype != bool):
+            raise ValueError(f"replayed must be a boolean array of shape {shape} or None, got {replayed.dtype} "
+                             f"{replayed.shape}")
     return levels, scores

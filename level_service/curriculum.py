@@ -10,9 +10,22 @@ A **level source** hands out levels and takes back the results of the episodes p
 - domain randomisation is the level buffer at `replay_prob = 0`: every draw a new level, never one twice, which a
   run needs no service for (each env draws its own seed; `contracts.config.uses_level_service`).
 
-Both share one implementation of draws, staleness and scores (`level_service.slots`). `level_service.spaces` builds
-a source from a run's config and reads its state back; the level service (`level_service.service`) talks to it only
-through `LevelSource` and `levels_view`.
+Both share one implementation of draws, staleness and scores (`level_service.slots`).
+
+A **curriculum** is what `levels.source` names, a plug-in (`level_service.spaces.CURRICULA`: `plr`, the two
+sources above, by default; a user's own by `module:attribute`): a class that builds a run's source from a
+`CurriculumSetup` (`for_run`) and reads a saved one back (`from_state_dict`). A level source class is one; `plr`
+picks one of its two by the level space. A source's saved state holds its `levels` section (`config`), so that a
+state names the curriculum that wrote it and resumes only with it. A curriculum that learns from how the episodes
+went (SFL's learnability p(1 - p) of the success rate, `level_service.sfl`) reads `EpisodeResults.solved` and
+`returns`, and `EpisodeResults.replayed` (the flag each level was drawn with) where it hands one level out both to be
+trained on and not; one that wants new levels played to find them draws them by kind ("new"). Two optional parts:
+a classmethod `check_run(levels, env)` (ConfigError naming the flag, called before the run starts: what the
+curriculum needs of the run, such as SFL's success signal), and a `level_statistics` attribute, a
+`contracts.families.LevelStatistics` of its own measures of the levels it holds (`levels_*` keys: SFL's mean
+learnability), which the service's `stats()` adds to the env family's, so that they reach `metrics.jsonl`, `levelray
+status` and Prometheus as the family's do. `level_service.spaces` builds a source from a run's config and reads its
+state back; the level service (`level_service.service`) talks to it only through `LevelSource` and `levels_view`.
 
 An **editor** (ACCEL's) makes children of levels and holds the levels it made, so that they can be played, scored
 and saved with the buffer; one per env family, a plug-in (`level_service.editors.LEVEL_EDITORS`: a built-in by its
@@ -28,7 +41,7 @@ import numpy as np
 from levelray.contracts.config import EnvConfig, LevelConfig
 from levelray.contracts.levels import EpisodeResults
 
-__all__ = ["LevelEditor", "LevelSource", "LevelView"]
+__all__ = ["Curriculum", "CurriculumSetup", "LevelEditor", "LevelSource", "LevelView"]
 
 
 class LevelView(NamedTuple):
@@ -41,6 +54,17 @@ class LevelView(NamedTuple):
     weights: np.ndarray  # [n] the replay distribution
     capacity: int  # what `scored.sum()` is a fraction of: the set's size, or the buffer's
     buffered: bool  # a level buffer (unbounded space)
+
+
+class CurriculumSetup(NamedTuple):
+    """What a run's level source is built from (`Curriculum.for_run`)."""
+
+    seeds: np.ndarray | None  # [n] int64 a fixed training set; None: the unbounded space from start_level
+    start_level: int  # the first seed of the unbounded space (`contracts.levels.MAX_SEED` ends it)
+    levels: LevelConfig  # the run's levels section: the curriculum's name and settings (`levels.source`)
+    discount: float  # the learner's
+    rng: np.random.Generator  # the run's seed: a source's draws, and what it saves of them
+    env: EnvConfig | None  # the run's env section (None in tests of a source alone): an editor's env family
 
 
 class LevelEditor(Protocol):
@@ -98,8 +122,13 @@ class LevelSource(Protocol):
     """Where a run's levels come from (see the module doc). Every mutator checks all of its input first and raises
     ValueError naming the field; on error nothing changes."""
 
-    config: LevelConfig
+    config: LevelConfig  # the run's levels section; `config.source` names what built it
     editor: LevelEditor | None
+
+    @classmethod
+    def for_run(cls, setup: CurriculumSetup) -> LevelSource:
+        """The source of a run; ValueError naming the key where the run's level space or settings are not ones it
+        runs on (a fixed-set source on an unbounded space, say)."""
 
     def draw(self) -> tuple[int, bool]:
         """One level for an episode start by the source's schedule: `(level id, replayed)`."""
@@ -125,8 +154,23 @@ class LevelSource(Protocol):
         """The levels it holds, with their scores, staleness and replay weights (what the service's stats read)."""
 
     def state_dict(self) -> dict[str, Any]:
-        """Everything, as plain values for `contracts.snapshot.packb`; `from_state_dict` reads it back."""
+        """Everything, as plain values for `contracts.snapshot.packb`, with `config` the levels section as a dict
+        (`dataclasses.asdict`: its `curriculum` names the one that wrote it); `from_state_dict` reads it back."""
 
     @classmethod
     def from_state_dict(cls, d: dict[str, Any]) -> LevelSource:
         """The source a `state_dict()` describes; ValueError naming the first bad field."""
+
+    def check_same_space(self, saved: LevelSource, what: str) -> None:
+        """ValueError, naming `what` and the keys, unless `saved` (a state of the same curriculum, read back) runs
+        over this source's level space, so that it may resume this run."""
+
+
+class Curriculum(Protocol):
+    """What `levels.source` names: a level source class (its classmethods), or one that picks one (`plr`)."""
+
+    def for_run(self, setup: CurriculumSetup) -> LevelSource:
+        """The source of a run (`LevelSource.for_run`)."""
+
+    def from_state_dict(self, d: dict[str, Any]) -> LevelSource:
+        """The source a saved state describes (`LevelSource.from_state_dict`)."""

@@ -1,5 +1,5 @@
 """The level editors a run may name (`levels.editor`): a plug-in kind (`contracts.plugins`). A built-in is named by the
-name it registers beside its code (`accel`: ACCEL's maze editor, `level_service.editor`), a user's own by
+name it registers beside its code (`accel`: ACCEL's maze editor, `families.maze.editor`), a user's own by
 `module:attribute`, imported where the level service runs: adding an editor edits no file of the package.
 
 An editor class says which env family it edits: `edits_env` (the prefix of the env ids of that family) and
@@ -18,8 +18,9 @@ from levelray.level_service.curriculum import LevelEditor
 
 __all__ = ["LEVEL_EDITORS", "check_editor", "editor_class", "editor_problems", "make_editor"]
 
+# The built-in editors register in their families' folders (`@LEVEL_EDITORS.register("accel")` on the maze's).
 LEVEL_EDITORS: PluginKind[type[LevelEditor]] = PluginKind("level editor", "levels.editor", "--level-editor",
-                                                          ("levelray.level_service.editor",))
+                                                          builtin_package="levelray.families")
 
 
 def editor_class(name: str) -> type[LevelEditor]:

@@ -62,7 +62,8 @@ import numpy as np
 
 from levelray.contracts.levels import SCHEDULES, STRATEGIES, TRANSFORMS, UNSCORED_STRATEGIES
 from levelray.level_service.checks import as_int_array
-from levelray.level_service.curriculum import LevelView
+from levelray.level_service.curriculum import CurriculumSetup, LevelSource, LevelView
+from levelray.level_service.editors import make_editor
 from levelray.level_service.sampler_state import STATE_VERSION, config_state, pending_state, read_state
 from levelray.level_service.slots import LevelSlots, check_draw_request
 from levelray.level_service.staleness import StalenessTree
@@ -102,6 +103,23 @@ class LevelSampler(LevelSlots):
         self._next_seed_index = 0
         self._seen_idx: np.ndarray | None = None
         self._unseen_idx: np.ndarray | None = None
+
+    @classmethod
+    def for_run(cls, setup: CurriculumSetup) -> LevelSampler:
+        """PLR over the run's fixed set (`level_service.curriculum.LevelSource.for_run`): ValueError naming
+        `levels.source` on an unbounded space, or `levels.editor` for an editor (it edits a level buffer's)."""
+        if setup.seeds is None:
+            raise ValueError(f"levels.source {setup.levels.source} runs over a fixed level set (env.num_levels "
+                             f"> 0, --num-levels N), not an unbounded level space")
+        make_editor(setup.env, setup.levels, unbounded=False)  # None, or the refusal of any editor on a fixed set
+        return cls(setup.seeds, setup.levels, discount=setup.discount, rng=setup.rng)
+
+    def check_same_space(self, saved: LevelSource, what: str) -> None:
+        """ValueError unless `saved` (read back) is a fixed set of the same seeds, in the same order."""
+        if not isinstance(saved, LevelSampler) or not np.array_equal(saved.seeds, self._seeds):
+            size = saved.num_levels if isinstance(saved, LevelSampler) else "an unbounded space of"
+            raise ValueError(f"{what} was written for a different seed set ({size} levels) than the "
+                             f"{self._n} seeds given")
 
     # ------------------------------------------------------------------ the held set: the seen levels
     def _held(self) -> np.ndarray:
@@ -311,6 +329,6 @@ class LevelSampler(LevelSlots):
 
     def load_state_dict(self, d: dict[str, Any]) -> None:
         """Restore everything from `state_dict()` output (validated first; on error self is unchanged)."""
-        new = LevelSampler.from_state_dict(d)
+        new = type(self).from_state_dict(d)
         self.__dict__.clear()
         self.__dict__.update(new.__dict__)

@@ -1,7 +1,8 @@
 """Reading a `LevelSampler.state_dict()` back: every field checked before the sampler is rebuilt from it.
 
 Version 2 (what `state_dict` writes) saves the config as `dataclasses.asdict` of the sampler's `LevelConfig` plus
-`discount`; a field missing from a saved config takes the section's default. Version 1 states hold the
+`discount` (a section inside it, `levels.sfl`, as a mapping); a field missing from a saved config takes the
+section's default. Version 1 states hold the
 sampler's twelve settings as flat keys (no `snapshot_interval_s`): they load the same way, so checkpoints
 and service snapshots in that format resume.
 
@@ -19,7 +20,7 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
-from levelray.contracts.config import LevelConfig
+from levelray.contracts.config import LevelConfig, field_types, from_dict
 from levelray.contracts.rng import rng_from_state
 from levelray.level_service.checks import as_int_array
 
@@ -52,8 +53,13 @@ class SamplerState(NamedTuple):
 
 
 def config_state(config: LevelConfig, discount: float) -> dict[str, Any]:
-    """The saved form of a sampler's settings."""
-    return {**dataclasses.asdict(config), "discount": discount}
+    """The saved form of a sampler's settings. `source` (the level source that wrote the state,
+    `level_service.spaces`) is left out for the default, `plr`, so that a PLR state is the one written before level
+    sources were named, which reads as `plr` (`read_config` gives a missing field its default)."""
+    saved = {**dataclasses.asdict(config), "discount": discount}
+    if saved["source"] == "plr":
+        del saved["source"]
+    return saved
 
 
 def read_config(cfg: Any, version: int) -> tuple[LevelConfig, Any]:
@@ -65,6 +71,10 @@ def read_config(cfg: Any, version: int) -> tuple[LevelConfig, Any]:
     elif not isinstance(cfg, dict) or "discount" not in cfg or not set(cfg) <= fields | {"discount"}:
         raise ValueError(f"state['config'] must hold 'discount' and fields of LevelConfig {sorted(fields)}")
     settings = {k: v for k, v in cfg.items() if k != "discount"}
+    hints = field_types(LevelConfig)
+    for name, value in settings.items():  # a section inside `levels` (`levels.sfl`) is saved as a mapping
+        if dataclasses.is_dataclass(hints[name]):
+            settings[name] = from_dict(value, hints[name], f"levels.{name}.")
     return LevelConfig(**settings), cfg["discount"]
 
 

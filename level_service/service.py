@@ -43,10 +43,9 @@ import numpy as np
 
 from levelray.contracts import snapshot
 from levelray.contracts.config import EnvConfig, LevelConfig
+from levelray.contracts.families import level_statistics
 from levelray.contracts.levels import EpisodeResults
-from levelray.contracts.maze import MazeLevel, level_for_id
 from levelray.level_service.buffer import LevelBuffer
-from levelray.level_service.maze_stats import MazeComplexity
 from levelray.level_service.slots import DRAW_KINDS
 from levelray.level_service.spaces import (
     LevelSource,
@@ -71,9 +70,10 @@ class LevelServiceCore:
 
     `discount` is the learner's (for `one_step_td_error`); `rng` seeds the sampler (an int, a Generator or
     None). The section's `snapshot_interval_s` is the period of the automatic snapshots to `snapshot_path`.
-    `env` is the run's `env` section: for a maze run (`maze:<W>x<H>`) `stats()` also measures the levels it
-    holds (`level_service.maze_stats`), and ACCEL's editor (`levels.editor`) edits its levels; without it, or
-    for another env, those keys are absent (and the editor refused).
+    `env` is the run's `env` section: where its family measures its levels (`contracts.families.level_statistics`:
+    a maze run's wall counts and path lengths) `stats()` has those measures of the levels it holds, flat and under
+    `level_statistics`, and an editor (`levels.editor`) edits the levels of the family it names; without the
+    section those keys are absent (and an editor refused).
     """
 
     def __init__(
@@ -88,7 +88,7 @@ class LevelServiceCore:
         initial_state: dict | None = None,
         env: EnvConfig | None = None,
     ):
-        self._complexity = MazeComplexity.for_env(env, resolve=self._maze_level)
+        self._level_statistics = level_statistics(env, self._edited_level)
         fresh = make_sampler(seeds, config, start_level=start_level, discount=discount, rng=rng, env=env)
         # a finite float >= 0 (the sampler checked the section's leaves); 0 is a valid leaf, which a resumed run may
         # carry, and `deploy.training.components.service_section` hands the service at least 1 ms
@@ -239,11 +239,11 @@ class LevelServiceCore:
         self._set_window_mode()
         self._restored = True
 
-    def _maze_level(self, level_id: int) -> MazeLevel:
-        """A maze level by id: an edited one from the editor, else a seed or suite maze (`MazeComplexity`)."""
-        if self._sampler.editor is not None:
-            return self._sampler.editor.level(level_id)
-        return level_for_id(level_id, *self._complexity.family)
+    def _edited_level(self, level_id: int) -> Any:
+        """The level the editor holds for `level_id` (None without an editor): the family's statistics resolve
+        the levels that exist only as data here, and every other level from its id."""
+        editor = self._sampler.editor
+        return None if editor is None else editor.level(level_id)
 
     def stats(self, vectors: bool | None = None) -> dict[str, Any]:
         """Summary for logs/metrics (see the module docstring of the sampler for definitions). `vectors`: with
@@ -284,8 +284,14 @@ class LevelServiceCore:
             out["editor"] = {**editor.counters(), "buffered": int(editor.knows(view.seeds).sum())}
             out["levels_edited"] = out["editor"]["num_children"]
         out.update(_distribution_stats(view, not view.buffered if vectors is None else vectors))
-        if self._complexity is not None:  # a maze run: how complex the scored levels are
-            out.update(self._complexity.summary(view.seeds[view.scored]))
+        # the family's measures of the scored levels (a maze's walls), and the source's own where it has some (SFL's
+        # learnability): both `contracts.families.LevelStatistics`, flowing alike to records, status and Prometheus
+        measures = [m for m in (self._level_statistics, getattr(s, "level_statistics", None)) if m is not None]
+        if measures:
+            measured = {k: v for m in measures for k, v in m.summary(view.seeds[view.scored]).items()}
+            out.update(measured)
+            out["level_statistics"] = measured
+            out["level_statistics_help"] = {k: v for m in measures for k, v in m.descriptions.items()}
         return out
 
 

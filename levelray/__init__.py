@@ -3,7 +3,8 @@
 The parts are sub-packages, each a folder at the repository root mapped into this namespace by
 `pyproject.toml` (`package-dir`), imported in this order (each only the ones before it):
 `levelray.contracts` → `levelray.policy` → `levelray.actors`, `levelray.learner`,
-`levelray.level_service`, `levelray.replay_service` → `levelray.deploy`.
+`levelray.level_service`, `levelray.replay_service` → `levelray.families` (the env families, each
+owning its envs and levels, found by name: nothing below imports them) → `levelray.deploy`.
 
 For scripts, the same two things the command line does:
 
@@ -45,6 +46,7 @@ def train(
 
     from levelray.contracts.config import from_dict, get_path, replace_path, replace_paths
     from levelray.contracts.presets import apply_preset, changed_paths, dict_paths
+    from levelray.deploy.cli import wandb_extras
     from levelray.deploy.training.driver import prepare_run_dir
     from levelray.deploy.training.driver import train as run_training
 
@@ -59,7 +61,7 @@ def train(
     run_dir = prepare_run_dir(cfg, resume=resume, overwrite=overwrite, saved=saved)
     stop = threading.Event()
     try:
-        record = run_training(cfg, run_dir, resume=resume, stop=stop, quiet=quiet)
+        record = run_training(cfg, run_dir, resume=resume, stop=stop, quiet=quiet, wandb=wandb_extras(cfg))
     except KeyboardInterrupt:
         stop.set()
         raise
@@ -89,16 +91,19 @@ def evaluate(
     backend: str = "inline",
     video_dir: str | None = None,
     video_episodes: int = 1,
+    max_episode_steps: int | None = None,
 ) -> dict[str, Any]:
     """`levelray evaluate` from Python: returns on each level set of a checkpoint or run directory
     (`levels`: `train`, `test`, `A-B` ranges, and for a maze run `maze-suite`, `maze-suite:<name>`,
     `maze-<N>`; comma separated), the dict `--json` prints. With `video_dir`,
-    `video_episodes` MP4 files per level set are written there too (`--video DIR --video-episodes N`). Sizes this
+    `video_episodes` MP4 files per level set are written there too (`--video DIR --video-episodes N`).
+    `max_episode_steps`: every level set's time limit (`--max-episode-steps N`; default: the run's, and DCD's
+    limit for test mazes on the maze suite and maze files). Sizes this
     process's torch threads as the command does (`levelray.policy.threads.use_threads`)."""
     from levelray.deploy.evaluation.evaluate import evaluate_checkpoint
-    from levelray.deploy.evaluation.level_sets import parse_level_sets
     from levelray.policy.threads import use_threads
 
     use_threads()
-    return evaluate_checkpoint(checkpoint, parse_level_sets(levels), episodes=episodes, greedy=greedy, seed=seed,
-                               backend=backend, video_dir=video_dir, video_episodes=video_episodes)
+    return evaluate_checkpoint(checkpoint, levels, episodes=episodes, greedy=greedy, seed=seed,
+                               backend=backend, video_dir=video_dir, video_episodes=video_episodes,
+                               max_episode_steps=max_episode_steps)

@@ -184,12 +184,16 @@ class MLP(nn.Module):
 
 
 class MiniGridNet(_SharedTorso):
-    """For MiniGrid's symbolic view (`contracts.spec.MINIGRID_OBS`, uint8 `[7, 7, 4]`).
+    """For MiniGrid's symbolic view (`contracts.spec.MINIGRID_OBS`, uint8 `[V, V, 4]`: 7×7, or the maze's DCD
+    view of 5×5).
 
     Each cell's object, colour and state index has a learned embedding (one table, offset per channel,
     `embed_dim` each, concatenated), then three 2×2 convolutions of 16, 32 and 64 channels with a 2×2
     max-pool after the first, as in the MiniGrid models of the PLR code (rl-starter-files' ACModel): a 7×7
-    view ends as 64 features. The agent's direction (channel 3) has its own embedding, concatenated to them.
+    view ends as 64 features. A view smaller than 7×7 (`--maze-view dcd`), which that stack cannot take, gets
+    DCD's torso instead (its `models/multigrid_models.py`): one 3×3 convolution of 16 channels, no padding, so a
+    5×5 view ends as 3×3×16 = 144 features. The agent's direction (channel 3) has its own embedding,
+    concatenated to them (DCD's one-hot direction through a linear layer is the same thing: a row per direction).
     Separate policy and value towers (`hidden` tanh units, then the output layer) read those features;
     `value` is a Sequential ending in `Linear(hidden, 1)`, what PopArt's `value_output_layer` expects.
 
@@ -209,16 +213,19 @@ class MiniGridNet(_SharedTorso):
         self.register_buffer("offsets", torch.cumsum(sizes, 0) - sizes, persistent=False)
         self.register_buffer("max_index", sizes - 1, persistent=False)
         self.embed = nn.Embedding(int(sizes.sum()), embed_dim)
-        self.conv = nn.Sequential(
-            nn.Conv2d(3 * embed_dim, 16, 2), nn.ReLU(), nn.MaxPool2d(2),
-            nn.Conv2d(16, 32, 2), nn.ReLU(),
-            nn.Conv2d(32, 64, 2), nn.ReLU(),
-        )
+        if min(h, w) >= 7:
+            self.conv = nn.Sequential(
+                nn.Conv2d(3 * embed_dim, 16, 2), nn.ReLU(), nn.MaxPool2d(2),
+                nn.Conv2d(16, 32, 2), nn.ReLU(),
+                nn.Conv2d(32, 64, 2), nn.ReLU(),
+            )
+        else:  # DCD's torso for its 5x5 view (see the class doc)
+            self.conv = nn.Sequential(nn.Conv2d(3 * embed_dim, 16, 3), nn.ReLU())
         with torch.no_grad():
             try:
                 conv_out = self.conv(torch.zeros(1, 3 * embed_dim, h, w)).numel()
             except RuntimeError:
-                raise ValueError(f"model minigrid_cnn needs a view of at least 7×7 cells, got {h}×{w}") from None
+                raise ValueError(f"model minigrid_cnn needs a view of at least 3×3 cells, got {h}×{w}") from None
         features = conv_out + embed_dim
         self.latent_dim = features
         self.core = LSTMCore(features, spec.core_input_size, lstm_size) if lstm_size else None

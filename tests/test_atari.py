@@ -13,8 +13,6 @@ import pytest
 import torch
 import yaml
 
-from levelray.actors import atari_env
-from levelray.actors.atari_env import AtariVector
 from levelray.actors.envs import make_env_vector
 from levelray.actors.rollout import RolloutWorker
 from levelray.contracts.atari_scores import REFERENCE_SCORES, human_normalized_score
@@ -23,6 +21,8 @@ from levelray.contracts.trajectory import validate_unroll
 from levelray.deploy.cli import main
 from levelray.deploy.rundir import RunDir
 from levelray.deploy.training.periodic_eval import PeriodicEvaluator
+from levelray.families import atari_env
+from levelray.families.atari_env import AtariVector
 from levelray.policy.models import ImpalaCNN, build_model
 from levelray.policy.weights import weights_to_numpy
 from tests.support import json_output

@@ -7,7 +7,8 @@ import ast
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-PACKAGE = ("actors", "contracts", "deploy", "learner", "level_service", "levelray", "policy", "replay_service")
+PACKAGE = ("actors", "contracts", "deploy", "families", "learner", "level_service", "levelray", "policy",
+           "replay_service")
 MAX_FUNCTION_LINES = 80
 MAX_MODULE_LINES = 500
 

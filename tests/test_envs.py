@@ -101,8 +101,8 @@ def test_native_cartpole_vector_plays_exactly_the_looped_envs_episodes(max_episo
     """CartPoleVector (one NumPy array for K envs) against GymnasiumVector (K gymnasium envs in a loop), the
     same levels and actions: every observation, reward, end flag, level and final observation is equal, over
     hundreds of episode ends (with a short time limit, truncations too)."""
-    from levelray.actors.gymnasium_env import CartPoleVector, GymnasiumVector
     from levelray.contracts.config import EnvConfig
+    from levelray.families.gymnasium_env import CartPoleVector, GymnasiumVector
 
     cfg = dict(id="CartPole-v1", num_levels=50, max_episode_steps=max_episode_steps)
     native = make_env_vector(EnvConfig(**cfg), 6, seed=3)
@@ -141,7 +141,7 @@ def test_a_procgen_vector_of_several_parts_plays_each_env_as_alone():
     """42 envs are procgen parts of `PART_SIZE`, the last one smaller: an env in the first, a middle and the last part,
     levels injected as its episodes end, steps exactly as a 1-env vector given the same levels and actions (what a
     part's state swap touches is its own)."""
-    from levelray.actors.procgen_env import PART_SIZE
+    from levelray.families.procgen_env import PART_SIZE
 
     K = 42
     assert PART_SIZE < K and K % PART_SIZE

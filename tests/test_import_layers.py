@@ -1,6 +1,7 @@
 """The import order of the design, checked on the source: contracts → policy → (actors, learner,
-level_service, replay_service) → deploy → the `levelray` API, each part importing only those before it,
-the four middle parts never each other, and no cycle between modules. Inside `deploy/` the same rule orders
+level_service, replay_service) → families → deploy → the `levelray` API, each part importing only those before it,
+the four middle parts never each other, and no cycle between modules. The env families are found by name
+(`contracts.families`): no module outside `families/` imports one. Inside `deploy/` the same rule orders
 its sub-packages, grouped by job: (errors, rundir) → (cluster, monitoring) → evaluation → (training, report)
 → sweep → cli.
 
@@ -24,10 +25,11 @@ LAYERS = {
     "learner": 2,
     "level_service": 2,
     "replay_service": 2,
-    "deploy": 3,
+    "families": 3,
+    "deploy": 4,
 }
-API_LAYER = 4  # levelray/__init__.py and anything else in levelray/
-# deploy's sub-packages (and its top-level modules) -> sub-layer, ordered the same way inside layer 3.
+API_LAYER = 5  # levelray/__init__.py and anything else in levelray/
+# deploy's sub-packages (and its top-level modules) -> sub-layer, ordered the same way inside deploy's layer.
 DEPLOY_LAYERS = {
     "errors": 0,
     "rundir": 0,
@@ -80,7 +82,7 @@ def _imports(path: Path, module: str) -> list[tuple[int, str]]:
 
 
 def _layer(module: str) -> tuple[str, float]:
-    """`(part, layer)`: a deploy module's part is its sub-package, placed by `DEPLOY_LAYERS` inside layer 3
+    """`(part, layer)`: a deploy module's part is its sub-package, placed by `DEPLOY_LAYERS` inside deploy's layer
     (an undeclared one fails with a KeyError: a new sub-package must be placed)."""
     parts = module.split(".")
     if len(parts) == 1 or parts[1] not in LAYERS:
@@ -156,6 +158,14 @@ def test_every_part_imports_only_the_parts_below_it():
     graph = _graph()
     assert len(graph) > 40, "the walk found too few modules: is the layout still the one this test knows?"
     assert layer_violations(graph) == []
+
+
+def test_no_module_outside_the_families_imports_one():
+    """Every part asks a family through `contracts.families`, so that adding one touches its own folder only."""
+    found = [f"{module}:{line} imports {target}" for module, edges in _graph().items()
+             if not module.startswith("levelray.families") for line, target in edges
+             if target.startswith("levelray.families")]
+    assert found == []
 
 
 def test_no_module_takes_part_in_an_import_cycle():

@@ -1,4 +1,4 @@
-"""ACCEL's level editor (`level_service.editor`) and the way edited levels travel: children of replayed levels, ids
+"""ACCEL's level editor (`families.maze.editor`) and the way edited levels travel: children of replayed levels, ids
 that never collide with seeds, unreachable goals dropped, the level buffer playing children first and scoring
 them, encodings sent with the ids an actor draws, saved in snapshots and checked on restore, and an env
 playing a level it only has as data. End to end on both backends with a resume, and the suite's evaluation."""
@@ -12,9 +12,9 @@ import pytest
 
 from levelray.contracts.config import EnvConfig, LevelConfig, from_dict
 from levelray.contracts.levels import MAX_SEED
-from levelray.contracts.maze import EDITED_ID_BASE, MazeLevel, generate, is_seed, level_for_id, suite_names
 from levelray.contracts.snapshot import packb, unpackb
-from levelray.level_service.editor import MazeEditor, edit_maze
+from levelray.families.maze.editor import MazeEditor, edit_maze
+from levelray.families.maze.level import EDITED_ID_BASE, MazeLevel, generate, is_seed, level_for_id, suite_names
 from levelray.level_service.service import LevelServiceCore
 from tests.support import episode_results
 
@@ -120,7 +120,7 @@ def test_a_child_whose_goal_is_unreachable_is_kept_unless_dropped(drop):
     made = [editor.make_child(EDITED_ID_BASE, rng) for _ in range(1500)]
     unsolvable = editor.counts["num_unsolvable"]
     assert unsolvable > 0 and editor.counts["num_children"] == 1500
-    from levelray.contracts.maze import shortest_path_length
+    from levelray.families.maze.level import shortest_path_length
     kept = [i for i in made if i is not None]
     reachable = [shortest_path_length(editor.level(i)) is not None for i in kept]
     if drop:
@@ -286,7 +286,7 @@ def test_level_draws_keep_the_encodings_still_needed():
 
 def test_a_maze_env_plays_a_level_it_only_has_as_data():
     from levelray.actors.env_vector import LevelDraws
-    from levelray.actors.maze_env import make_vector
+    from levelray.families.maze.env import make_vector
 
     level = MazeLevel.from_text("\n".join(["#" * 12 + ".", *(["." * 13] * 11), "G" * 1 + "." * 11 + "<"]))
 

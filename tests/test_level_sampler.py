@@ -391,7 +391,7 @@ def test_version_1_state_resumes():
     d["version"] = 1
     # fields added since version 1
     for key in ("snapshot_interval_s", "buffer_size", "replay_prob", "robust", "editor", "num_edits", "drop_unsolvable",
-                "gae_lambda", "window"):
+                "gae_lambda", "window", "sfl"):
         del d["config"][key]
     del d["counts"]["num_replays"]
     t = LevelSampler.from_state_dict(d)
@@ -462,24 +462,26 @@ def _edges(meta: dict, whole: bool) -> list[tuple[float, bool]]:
 def test_the_sampler_accepts_exactly_the_levels_values_the_run_config_accepts():
     """A `levels` leaf's range is its metadata: at each bound and one step past it, the config (as the command
     line reads it) and the sampler agree, and refuse with the same words."""
-    from levelray.contracts.config import ConfigError, from_dict, leaves
+    from levelray.contracts.config import ConfigError, field_types, from_dict, leaves
 
     checked = 0
     for path, f, tp in leaves(LevelConfig, "levels."):
-        name = path.removeprefix("levels.")
+        section, _, name = path.removeprefix("levels.").rpartition(".")  # a section inside it: levels.sfl
         for value, accepted in _edges(dict(f.metadata), tp is int):
+            data = {section: {name: value}} if section else {name: value}
+            kwargs = {section: field_types(LevelConfig)[section](**{name: value})} if section else data
             if accepted:
-                from_dict({"levels": {name: value}})
-                make_sampler(range(5), **{name: value})
+                from_dict({"levels": data})
+                make_sampler(range(5), **kwargs)
                 continue
             with pytest.raises(ConfigError) as by_config:
-                from_dict({"levels": {name: value}})
+                from_dict({"levels": data})
             with pytest.raises(ValueError) as by_sampler:
-                make_sampler(range(5), **{name: value})
+                make_sampler(range(5), **kwargs)
             assert str(by_sampler.value) == str(by_config.value)
             assert path in str(by_sampler.value)
             checked += 1
-    assert checked == 20  # one step past each of the 20 bounds of the section
+    assert checked == 26  # one step past each of the 26 bounds of the section (6 of them levels.sfl's)
 
 
 def test_bad_seeds():

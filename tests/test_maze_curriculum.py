@@ -1,5 +1,5 @@
 """Seeing the curriculum of a maze run: the level service's mean wall count, mean shortest path and unsolvable
-share of the levels it holds (`level_service.maze_stats`), and their way to metrics.jsonl, Prometheus and the
+share of the levels it holds (`families.maze.stats`), and their way to metrics.jsonl, Prometheus and the
 report. Expected values come from an independent computation here: wall counts summed with NumPy on the
 decoded levels, path lengths from a breadth-first search written in this file (frontier sets grown a layer at
 a time over the whole grid, not the library's queue)."""
@@ -12,11 +12,10 @@ import numpy as np
 import pytest
 
 from levelray.contracts.config import EnvConfig, LevelConfig
-from levelray.contracts.maze import MazeLevel, level_for_id, parse_blocks, suite_level_id, suite_names
-from levelray.contracts.status import LEVEL_COMPLEXITY_KEYS
 from levelray.deploy.monitoring.metrics import JobCollector
 from levelray.deploy.training.driver import build_record
-from levelray.level_service.maze_stats import MazeComplexity
+from levelray.families.maze.level import MazeLevel, level_for_id, parse_blocks, suite_level_id, suite_names
+from levelray.families.maze.stats import LEVEL_COMPLEXITY_KEYS, MazeComplexity
 from levelray.level_service.service import LevelServiceCore
 from tests.support import episode_results
 
@@ -47,7 +46,7 @@ def frontier_bfs(walls: np.ndarray, start: tuple[int, int], goal: tuple[int, int
 
 def expected(ids, blocks: tuple[int, int] = BLOCKS) -> dict[str, float | None]:
     """The three keys over the distinct `ids` of 13x13 levels with `blocks` walls, computed independently of
-    `level_service.maze_stats`."""
+    `families.maze.stats`."""
     levels = [level_for_id(int(i), 13, 13, blocks) for i in sorted(set(ids))]
     walls = [int(np.count_nonzero(lv.walls)) for lv in levels]
     paths = [frontier_bfs(lv.walls, lv.agent, lv.goal) for lv in levels]
@@ -117,14 +116,14 @@ def test_core_means_over_a_level_buffer_and_the_cache(seeds_both_kinds):
     st = core.stats()
     assert st["levels_buffered"] == 6
     assert {k: st[k] for k in LEVEL_COMPLEXITY_KEYS} == pytest.approx(expected(first))
-    measured = core._complexity.num_measured  # the core's own tracker: what stats() has searched so far
+    measured = core._level_statistics.num_measured  # the core's own tracker: what stats() has searched so far
     assert measured == 6
-    assert core.stats() == st and core._complexity.num_measured == measured  # no recomputation
+    assert core.stats() == st and core._level_statistics.num_measured == measured  # no recomputation
     core.report_episodes(scored([solvable[3]], 5.0))  # evicts a lowest-scored level
     buffered = core.state_dict()["seeds"][:6].tolist()
     assert solvable[3] in buffered and len(set(first) - set(buffered)) == 1
     st = core.stats()
-    assert core._complexity.num_measured == measured + 1
+    assert core._level_statistics.num_measured == measured + 1
     assert {k: st[k] for k in LEVEL_COMPLEXITY_KEYS} == pytest.approx(expected(buffered))
 
 
@@ -182,8 +181,8 @@ def test_records_and_prometheus(seeds_both_kinds):
     gauges = _gauges(_snapshot(maze.stats()))
     for key in LEVEL_COMPLEXITY_KEYS:
         assert gauges[f"levelray_{key}"] == pytest.approx(want[key])
-    gauges = _gauges(_snapshot(other.stats()))  # every family is exported; NaN without a maze
-    assert all(np.isnan(gauges[f"levelray_{key}"]) for key in LEVEL_COMPLEXITY_KEYS)
+    gauges = _gauges(_snapshot(other.stats()))  # the maze family's gauges come with its statistics only
+    assert not {f"levelray_{key}" for key in LEVEL_COMPLEXITY_KEYS} & set(gauges)
 
 
 @pytest.mark.timeout(120)

@@ -1,4 +1,4 @@
-"""Mazes a user brings (`contracts.maze_files`, `levelray evaluate --levels maze-file:PATH`): a text file or a folder
+"""Mazes a user brings (`families.maze.files`, `levelray evaluate --levels maze-file:PATH`): a text file or a folder
 of them read into named levels, malformed files refused naming the file, line and character, the level sets they
 become, and a trained maze policy evaluated on them (inline and on Ray, with a video)."""
 
@@ -10,11 +10,11 @@ import numpy as np
 import pytest
 
 from levelray.contracts.config import ConfigError, RunConfig, replace_paths
-from levelray.contracts.maze import FILE_ID_BASE, MazeLevel, suite_level, suite_names
-from levelray.contracts.maze_files import read_maze_file, read_maze_files
 from levelray.deploy.cli import main
 from levelray.deploy.evaluation.evaluate import evaluate_checkpoint, format_result
 from levelray.deploy.evaluation.level_sets import parse_level_sets, plan_level_sets
+from levelray.families.maze.files import read_maze_file, read_maze_files
+from levelray.families.maze.level import FILE_ID_BASE, MazeLevel, suite_level, suite_names
 from tests.support import TINY_INLINE_RUN, json_output
 
 CORRIDOR = """\

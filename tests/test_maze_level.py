@@ -1,4 +1,4 @@
-"""The maze family's level data (`levelray.contracts.maze`): the encoding, the text form, the seed generator,
+"""The maze family's level data (`levelray.families.maze.level`): the encoding, the text form, the seed generator,
 shortest paths, the level-id ranges and the hand-designed test suite. Pure NumPy: no MiniGrid, no Ray."""
 
 from __future__ import annotations
@@ -11,9 +11,9 @@ from importlib import resources
 import numpy as np
 import pytest
 
-from levelray.contracts import maze
 from levelray.contracts.levels import MAX_SEED
-from levelray.contracts.maze import (
+from levelray.families.maze import level as maze
+from levelray.families.maze.level import (
     EDITED_ID_BASE,
     ENCODING_VERSION,
     LEVEL_ID_BASE,
@@ -257,7 +257,7 @@ def test_every_suite_maze_loads_at_the_family_size_and_is_solvable_and_hard_ish(
 
 def test_suite_files_state_their_shortest_path():
     for name in suite_names():
-        text = (resources.files("levelray.contracts") / "maze_suite" / f"{name}.txt").read_text()
+        text = (resources.files("levelray.families.maze") / "suite" / f"{name}.txt").read_text()
         assert f"; Shortest path: {shortest_path_length(suite_level(name))} moves." in text, name
 
 

@@ -1,5 +1,5 @@
-"""The maze family's arrays (`actors.maze_env.MazeVector`, stepped by `actors.maze_step`) against the MiniGrid-built
-env they replace (`MiniGridObs` around `actors.maze_grid.MazeGridEnv`, stepped one env at a time as every gymnasium
+"""The maze family's arrays (`families.maze.env.MazeVector`, stepped by `families.maze.step`) against the MiniGrid-built
+env they replace (`MiniGridObs` around `families.maze.grid.MazeGridEnv`, stepped one env at a time as every gymnasium
 env is): the same observations, rewards, ends, levels and frames at every step, over generated, edited and suite
 levels and across auto-resets; and the refusals (malformed levels naming the field, actions outside 0..6)."""
 
@@ -10,13 +10,20 @@ import pytest
 
 from levelray.actors.env_vector import LevelDraws
 from levelray.actors.envs import make_env_vector
-from levelray.actors.gymnasium_env import GymnasiumVector
-from levelray.actors.maze_env import default_max_steps
-from levelray.actors.maze_grid import MazeGridEnv
-from levelray.actors.minigrid_obs import MiniGridObs
 from levelray.contracts.config import EnvConfig
-from levelray.contracts.maze import EDITED_ID_BASE, MazeLevel, level_for_id, parse_blocks, suite_level_id, suite_names
-from levelray.level_service.editor import edit_maze
+from levelray.families.gymnasium_env import GymnasiumVector
+from levelray.families.maze.editor import edit_maze
+from levelray.families.maze.env import default_max_steps
+from levelray.families.maze.grid import MazeGridEnv
+from levelray.families.maze.level import (
+    EDITED_ID_BASE,
+    MazeLevel,
+    level_for_id,
+    parse_blocks,
+    suite_level_id,
+    suite_names,
+)
+from levelray.families.minigrid.obs import MiniGridObs
 
 LEFT, RIGHT, FORWARD = 0, 1, 2
 

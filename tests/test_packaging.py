@@ -27,10 +27,10 @@ def test_the_wheel_holds_only_the_levelray_namespace(tmp_path):
     names = zipfile.ZipFile(wheel).namelist()
     top_level = {name.split("/")[0] for name in names if not name.split("/")[0].endswith((".dist-info", ".data"))}
     assert top_level == {"levelray"}, top_level
-    for part in ("contracts", "actors", "learner", "level_service", "replay_service", "deploy"):
+    for part in ("contracts", "actors", "learner", "level_service", "replay_service", "families", "deploy"):
         assert f"levelray/{part}/__init__.py" in names, part
     assert "levelray/learner/vtrace.py" in names
-    assert "levelray/contracts/maze_suite/spiral.txt" in names  # package data: the maze test suite
+    assert "levelray/families/maze/suite/spiral.txt" in names  # package data: the maze test suite
     dist_info = next(n for n in names if n.endswith(".dist-info/entry_points.txt"))
     assert "levelray = levelray.deploy.cli:main" in zipfile.ZipFile(wheel).read(dist_info).decode()
 
@@ -39,7 +39,7 @@ def test_the_installed_package_imports_from_the_namespace_only():
     """`import learner` must not resolve to this project from a directory other than the checkout."""
     code = ("import importlib.util, levelray.learner.vtrace, levelray.deploy.cli;"
             "print(all(importlib.util.find_spec(n) is None for n in "
-            "('actors', 'contracts', 'deploy', 'learner', 'level_service', 'replay_service')))")
+            "('actors', 'contracts', 'deploy', 'families', 'learner', 'level_service', 'replay_service')))")
     out = subprocess.run([sys.executable, "-P", "-c", code], cwd="/", capture_output=True, text=True, timeout=120)
     assert out.returncode == 0, out.stderr
     assert out.stdout.strip() == "True"

@@ -188,7 +188,7 @@ def test_scale_up_and_down_mid_run_and_status(ray_session, tmp_path, capsys):
         text = capsys.readouterr().out
         assert "levels buffered 17  evicted 3  replayed 25% of recent episodes" in text
         assert "trained on 50% of recent env steps" in text
-        assert "levels mean walls 25.5  mean path 8.5  unsolvable 12%" in text
+        assert "levels mean walls 25.5  mean path length 8.5  unsolvable fraction 0.125" in text
         for key in ("actors_alive", "actors_desired", "learner_version", "env_steps", "env_steps_per_second",
                     "actors"):
             assert key in out, key

@@ -27,7 +27,7 @@ BUFFER = [*TINY, "--env", "CartPole-v1", "--num-levels", "0", "--level-strategy"
           "--level-buffer-size", "8", "--total-steps", "640", "--checkpoint-interval", "8", "--keep-checkpoints", "100",
           "--level-window", "0"]
 FIGURES = ("returns", "throughput", "policy_lag", "losses", "level_weights", "level_staleness", "replay_priorities")
-PLR, UNI, CP = "plr (value_l1)", "uni (random)", "cp (unbounded levels)"
+PLR, UNI, CP = "plr (value_l1)", "uni (random)", "cp"  # CartPole's levels are reset seeds: not named (runs.has_levels)
 
 
 @pytest.fixture(scope="module")

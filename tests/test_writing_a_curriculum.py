@@ -13,8 +13,8 @@ import numpy as np
 import pytest
 
 from levelray.contracts.config import ConfigError, EnvConfig, LevelConfig, from_dict
-from levelray.contracts.maze import EDITED_ID_BASE, MazeLevel, level_for_id
 from levelray.contracts.snapshot import packb, unpackb
+from levelray.families.maze.level import EDITED_ID_BASE, MazeLevel, level_for_id
 from levelray.level_service.buffer import LevelBuffer
 from levelray.level_service.curriculum import LevelSource
 from levelray.level_service.editors import check_editor

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from levelray.contracts.maze import MazeLevel
-from levelray.level_service.editor import MazeEditor
+from levelray.families.maze.editor import MazeEditor
+from levelray.families.maze.level import MazeLevel
 
 
 class WallEditor(MazeEditor):

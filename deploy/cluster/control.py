@@ -50,6 +50,8 @@ def job_status(supervisor, timeout_s: float = STATUS_TIMEOUT_S) -> dict:
     status["learner_unavailable"] = learner.get("unavailable")
     progress = status.pop("progress", {})
     status.update({key: progress.get(key) for key in PUBLISHED_KEYS if key != "time"})
+    # the env family's measures of its levels (`contracts.status.published`: a maze's levels_mean_walls, ...)
+    status.update({key: value for key, value in progress.items() if key.startswith("levels_")})
     return status
 
 
@@ -87,10 +89,11 @@ def cmd_status(args: argparse.Namespace) -> int:
               + ("" if status.get("levels_edited") is None else f"  edited {status['levels_edited']:,}"))
     if status.get("levels_trained_fraction") is not None:
         print(f"trained on {status['levels_trained_fraction']:.0%} of recent env steps")
-    if status.get("levels_mean_walls") is not None:  # a maze run
-        path, unsolvable = status.get("levels_mean_path_length"), status.get("levels_unsolvable_fraction")
-        print(f"levels mean walls {status['levels_mean_walls']:.1f}  mean path {_number(path, '.1f')}  "
-              f"unsolvable {_number(unsolvable, '.0%')}")
+    measured = {key: value for key, value in status.items()
+                if key.startswith("levels_") and key not in PUBLISHED_KEYS and value is not None}
+    if measured:  # the env family's measures of the levels (a maze's walls and paths)
+        print("levels " + "  ".join(f"{key.removeprefix('levels_').replace('_', ' ')} {_number(value, '.3g')}"
+                                    for key, value in measured.items()))
     if status.get("learner_unavailable"):
         print(f"learner unavailable: {status['learner_unavailable']}")
     for r in status.get("learners") or []:

@@ -13,7 +13,7 @@ set and `test` is not held out.
 Success rate: procgen's `prev_level_complete` (every procgen game sets it on its win condition: the
 quota of fish in BigFish, the coin in CoinRun, ...); gymnasium: `info["is_success"]` at the episode's
 last step where the env defines it, else None; MiniGrid: the agent reached the goal (terminated with a
-positive reward, which `actors.minigrid_env` reports as `is_success`).
+positive reward, which `families.minigrid` reports as `is_success`).
 """
 
 from __future__ import annotations
@@ -24,6 +24,7 @@ import numpy as np
 
 from levelray.contracts.atari_scores import human_normalized_score
 from levelray.contracts.config import RunConfig, is_atari
+from levelray.contracts.families import ENV_FAMILIES
 
 EPISODE_KEYS = ("returns", "lengths", "seeds", "successes")  # the per-episode lists `play_episodes` returns
 
@@ -32,9 +33,7 @@ def atari_game(env_id: str) -> str | None:
     """ALE's name of the game an Atari env id plays (`atari:breakout` -> `breakout`); None for other envs."""
     if not is_atari(env_id):
         return None
-    from levelray.actors.atari_env import game_name
-
-    return game_name(env_id)
+    return ENV_FAMILIES.load("atari").game_name(env_id)
 
 
 def add_human_normalized(result: dict[str, Any], game: str | None) -> dict[str, Any]:

@@ -10,7 +10,9 @@ process apart from the statistics' episodes, so the results are the same with or
 A maze run's level sets (`maze-suite`, `maze-<N>`, `maze-file:PATH`) are each played with their own env config
 (`deploy.evaluation.level_sets.plan_level_sets`: `maze-25` generates its levels with 25 walls), the suite's mazes
 add their mean (`maze_suite`), and the mazes of files are played from their encodings (`maze_files` names each
-set's file).
+set's file). The suite's mazes and the mazes of files are played with DCD's time limit for test mazes (450 steps at
+13x13, where training has 250); `--max-episode-steps N` sets every set's limit, and each result says which limit it
+had (`results.<level set>.max_episode_steps`; None where the env's own, which its family does not report).
 """
 
 from __future__ import annotations
@@ -19,15 +21,17 @@ import argparse
 import dataclasses
 import json
 import os
+import re
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
 from levelray.contracts.config import ConfigError, RunConfig
+from levelray.contracts.families import LevelSet, episode_limit
 from levelray.contracts.levels import training_range
 from levelray.deploy.evaluation.episodes import add_human_normalized, atari_game, evaluate_policy
-from levelray.deploy.evaluation.level_sets import MAZE_BLOCKS_RE, parse_level_sets, plan_level_sets
+from levelray.deploy.evaluation.level_sets import parse_level_sets, plan_level_sets
 from levelray.deploy.rundir import checkpoint_weights, resolve_checkpoint
 
 
@@ -58,16 +62,36 @@ def maze_suite_summary(results: dict[str, dict[str, Any]], mazes: list[str]) -> 
     }
 
 
+def check_max_episode_steps(value: Any) -> int | None:
+    """`--max-episode-steps` as an int >= 1, or None; ConfigError naming the flag for anything else."""
+    if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 1):
+        raise ConfigError(f"--max-episode-steps: must be an integer >= 1 (steps per episode), got {value!r}")
+    return value
+
+
+def _with_limit(plan: list[LevelSet], max_episode_steps: int | None) -> list[LevelSet]:
+    """The level sets of `plan`, each played with `max_episode_steps` where given (else as planned)."""
+    if max_episode_steps is None:
+        return plan
+    return [dataclasses.replace(s, env=dataclasses.replace(s.env, max_episode_steps=max_episode_steps))
+            for s in plan]
+
+
 def evaluate_checkpoint(
-    checkpoint: str | os.PathLike, level_sets: list[str], *, episodes: int | None = None, greedy: bool = False,
+    checkpoint: str | os.PathLike, level_sets: str | list[str], *, episodes: int | None = None, greedy: bool = False,
     num_envs: int | None = None, seed: int = 0, backend: str = "inline", address: str | None = None,
     num_workers: int | None = None, video_dir: str | os.PathLike | None = None, video_episodes: int = 1,
+    max_episode_steps: int | None = None,
 ) -> dict[str, Any]:
     """Evaluate CHECKPOINT on each level set; the result of `levelray evaluate --json`. With `video_dir`,
     also `video_episodes` videos per level set there (`deploy.evaluation.video`), listed under `videos`. Suite mazes
-    (`--levels maze-suite`) add `maze_suite`, the mean over those played (`maze_suite_summary`)."""
+    (`--levels maze-suite`) add `maze_suite`, the mean over those played (`maze_suite_summary`).
+    `max_episode_steps`: every level set's time limit (None: each set's own, see the module doc)."""
+    max_episode_steps = check_max_episode_steps(max_episode_steps)
     ckpt = resolve_checkpoint(checkpoint)
     cfg: RunConfig = ckpt["cfg"]
+    # read again with the run's family, which may have level sets of its own (a family written outside the package)
+    level_sets = parse_level_sets(level_sets if isinstance(level_sets, str) else ",".join(level_sets), cfg.env)
     if video_dir is not None:
         from levelray.deploy.evaluation.video import check_renders
 
@@ -76,6 +100,7 @@ def evaluate_checkpoint(
     num_envs = num_envs or cfg.eval.num_envs
     game = atari_game(cfg.env.id)
     plan = plan_level_sets(cfg, level_sets, episodes, seed)  # maze sets of another env are refused here
+    plan = _with_limit(plan, max_episode_steps)
     weights = checkpoint_weights(ckpt)
     seeds_by_set = {s.name: s.seeds for s in plan}
     cfg_by_set = {s.name: cfg if s.env == cfg.env else dataclasses.replace(cfg, env=s.env) for s in plan}
@@ -84,6 +109,8 @@ def evaluate_checkpoint(
                              num_envs=num_envs, seed=seed, backend=backend, address=address,
                              num_workers=num_workers, encodings=encodings)
     results = {which: add_human_normalized(res, game) for which, res in results.items()}
+    for s in plan:
+        results[s.name]["max_episode_steps"] = episode_limit(s.env)
     train = training_range(cfg.env)
     out = {
         "checkpoint": ckpt["path"],
@@ -144,10 +171,31 @@ def format_result(out: dict[str, Any]) -> str:
                          f"{r['human_normalized_score']:.3f}")
     if out["generalization_gap"] is not None:
         lines.append(f"generalisation gap (train mean - test mean): {out['generalization_gap']:.3f}")
+    limits = _limits_line(out)
+    if limits:
+        lines.append(limits)
     for video in out.get("videos", []):
         lines.append(f"video ({video['level_set']}, seed {video['seed']}, return {video['return']:.2f}, "
                      f"{video['frames']} frames): {video['path']}")
     return "\n".join(lines)
+
+
+def _limits_line(out: dict[str, Any]) -> str | None:
+    """`time limit: 450 steps (maze suite, spiral_mirror), 250 steps (train, test)`: each limit and the level sets
+    played with it (the suite's mazes as one); None where no set reports one (the env's own limits)."""
+    suite = set(out.get("maze_suite", {}).get("mazes", ()))
+    by_limit: dict[int, list[str]] = {}
+    for which, r in out["results"].items():
+        if r.get("max_episode_steps") is not None:
+            names = by_limit.setdefault(r["max_episode_steps"], [])
+            name = "maze suite" if which in suite else which
+            if name not in names:
+                names.append(name)
+    parts = [f"{limit} steps ({', '.join(names)})" for limit, names in by_limit.items()]
+    return "time limit: " + ", ".join(parts) if parts else None
+
+
+MAZE_WALLS_SET = re.compile(r"^maze-(\d+)$")  # the maze family's held-out sets of N walls (`families.maze.level_sets`)
 
 
 def _row_name(which: str, out: dict[str, Any]) -> str:
@@ -155,7 +203,7 @@ def _row_name(which: str, out: dict[str, Any]) -> str:
     held = "held out" if out["held_out"] else "NOT held out"
     if which == "test":
         return f"test ({held})"
-    blocks = MAZE_BLOCKS_RE.match(which)
+    blocks = MAZE_WALLS_SET.match(which)
     if blocks is not None:
         return f"{blocks.group(1)} blocks ({held})"
     if which in out.get("maze_suite", {}).get("mazes", ()):
@@ -182,6 +230,9 @@ def add_evaluate_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--address", default=None, help="Ray cluster (auto or HOST:PORT); default: a local Ray")
     p.add_argument("--workers", type=int, default=None,
                    help="Ray tasks per level set (default: episodes / num-envs, rounded up)")
+    p.add_argument("--max-episode-steps", type=int, default=None, metavar="N",
+                   help="time limit of every level set's episodes (default: the run's; the maze suite and "
+                        "maze-file mazes: DCD's limit for test mazes, 2 x (W+2) x (H+2) steps, 450 at 13x13)")
     p.add_argument("--json", action="store_true", help="print one JSON object")
     p.add_argument("--video", metavar="DIR", default=None,
                    help="also write MP4 videos (H.264) of episodes into DIR, named by level set, seed and return")
@@ -190,11 +241,13 @@ def add_evaluate_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def cmd_evaluate(args: argparse.Namespace) -> int:
-    level_sets = parse_level_sets(args.levels)
+    parse_level_sets(args.levels, others=True)  # refused before the checkpoint is read; its family reads the rest
+    level_sets = args.levels
     if args.episodes is not None and args.episodes < 1:
         raise ConfigError(f"--episodes: must be >= 1, got {args.episodes}")
     if args.num_envs is not None and args.num_envs < 1:
         raise ConfigError(f"--num-envs: must be >= 1, got {args.num_envs}")
+    check_max_episode_steps(args.max_episode_steps)
     if args.video_episodes is not None and args.video is None:
         raise ConfigError("--video-episodes: needs --video DIR (where the videos go)")
     if args.video_episodes is not None and args.video_episodes < 1:
@@ -204,7 +257,7 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
     out = evaluate_checkpoint(
         args.checkpoint, level_sets, episodes=args.episodes, greedy=args.greedy, num_envs=args.num_envs,
         seed=args.seed, backend=args.backend, address=args.address, num_workers=args.workers,
-        video_dir=args.video, video_episodes=args.video_episodes or 1,
+        video_dir=args.video, video_episodes=args.video_episodes or 1, max_episode_steps=args.max_episode_steps,
     )
     print(json.dumps(out) if args.json else format_result(out), flush=True)
     return 0

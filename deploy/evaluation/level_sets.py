@@ -9,72 +9,61 @@
   (`held_out: false`).
 - `A-B`: the explicit seeds A to B, both included, in order.
 
-A maze run (`--env maze:<W>x<H>`) has four more (any other run refuses them, `plan_level_sets`):
-- `maze-suite`: every maze of the hand-designed test suite (`contracts.maze.suite_names`), each a level set of
-  its own, named by the maze (`results.<maze name>`); `maze-suite:<name>` one of them. Every episode of a maze
-  plays that one level (its id is `suite_level_id(name)`).
-- `maze-<N>` (the issue's held-out sets are `maze-25` and `maze-50`): levels generated with N walls, whatever
-  the run's `--maze-blocks`, on held-out seeds drawn as `test` draws them (another stream for each N), so
-  they are outside the training range; with an unbounded training set they are fresh seeds, not held out.
-- `maze-file:PATH`: mazes a user brings (`contracts.maze_files`): a text file of one maze in the suite's format,
-  or a folder of them, each maze a level set of its own named after its file (`results.<name>`), played from
-  its encoding under an id from `FILE_ID_BASE`. A file that is not a maze is refused naming its line and
-  character; a maze of another size than the run's, or a name another level set has, is refused too. PATH
-  ends at the next comma, as every item of the list does.
+An env family may have level sets of its own (`contracts.families.FamilyLevelSets`, the family's `level_sets`): the
+maze's `maze-suite`, `maze-<N>` and `maze-file:PATH` (`families.maze.level_sets`). An item is read by the family
+that claims it (the built-ins, and the run's own family where it is known), and played only on a run of that
+family: any other run refuses it, naming the family it needs (`plan_level_sets`).
 """
 
 from __future__ import annotations
 
-import dataclasses
-import itertools
 import re
 
 import numpy as np
 
-from levelray.contracts.config import ConfigError, EnvConfig, RunConfig, replace_paths
-from levelray.contracts.levels import MAX_SEED, training_range
+from levelray.contracts.config import ConfigError, EnvConfig, RunConfig
+from levelray.contracts.families import FamilyLevelSets, LevelSet, families, family_name, family_of
+from levelray.contracts.levels import MAX_SEED, distinct_random, held_out_seeds, training_range
+
+__all__ = ["LevelSet", "level_set_seeds", "parse_level_sets", "plan_level_sets"]
 
 LEVEL_SET_RE = re.compile(r"^(\d+)-(\d+)$")
-MAZE_SUITE = "maze-suite"
-MAZE_BLOCKS_RE = re.compile(r"^maze-(\d+)$")
-MAZE_FILE = "maze-file:"
-_FORMS = ("train, test, A-B (e.g. 1000-1999), maze-suite, maze-suite:<name>, maze-<blocks> (e.g. maze-25) or "
-          "maze-file:PATH")
+GENERIC_FORMS = ["train", "test", "A-B (e.g. 1000-1999)"]
 
 
-@dataclasses.dataclass(frozen=True)
-class LevelSet:
-    """One level set of an evaluation: `name`, its key in the results; `seeds [n]` int64, the level ids its
-    episodes play (cycled); `env`, the env config they are played with (the run's, but for `maze-<N>`:
-    N walls); `suite`, whether it is a maze of the test suite (what the suite's mean is over); `file`, the maze
-    file it was read from, and `encodings`, `{id: MazeLevel encoding}` of its levels that exist only as data."""
-
-    name: str
-    seeds: np.ndarray
-    env: EnvConfig
-    suite: bool = False
-    file: str | None = None
-    encodings: dict[int, bytes] = dataclasses.field(default_factory=dict)
+def _family_level_sets(env: EnvConfig | None) -> list[tuple[object, FamilyLevelSets]]:
+    """`(family, its level sets)` of the built-in families and the run's own (where `env` is given)."""
+    found = list(families())
+    if env is not None and family_of(env) not in found:
+        found.append(family_of(env))
+    return [(family, family.level_sets) for family in found if getattr(family, "level_sets", None) is not None]
 
 
-def parse_level_sets(text: str) -> list[str]:
-    """`"train,test"` -> `["train", "test"]`; each item is one of the forms of the module doc (A <= B; a
-    suite maze by a name the suite has)."""
+def _forms(env: EnvConfig | None) -> str:
+    forms = GENERIC_FORMS + [form for _, sets in _family_level_sets(env) for form in sets.forms()]
+    return ", ".join(forms[:-1]) + " or " + forms[-1]
+
+
+def _claimed_by(item: str, env: EnvConfig | None) -> tuple[object, FamilyLevelSets] | None:
+    return next(((family, sets) for family, sets in _family_level_sets(env) if sets.claims(item)), None)
+
+
+def parse_level_sets(text: str, env: EnvConfig | None = None, *, others: bool = False) -> list[str]:
+    """`"train,test"` -> `["train", "test"]`; each item is one of the forms of the module doc (A <= B), or one a
+    family claims (the built-ins', and the family of `env` where given). `others`: an item no family here claims
+    passes, for the run's own family to read once the run is known (`levelray evaluate` before it loads a
+    checkpoint)."""
     items = [t.strip() for t in str(text).split(",") if t.strip()]
     if not items:
-        raise ConfigError(f"--levels: expected {_FORMS} (comma-separated), got nothing")
+        raise ConfigError(f"--levels: expected {_forms(env)} (comma-separated), got nothing")
     for item in items:
-        if item in ("train", "test", MAZE_SUITE) or MAZE_BLOCKS_RE.match(item):
-            continue
-        if item.startswith(MAZE_SUITE + ":"):
-            _check_suite_name(item)
-            continue
-        if item.startswith(MAZE_FILE):
-            _read_maze_files(item)
+        if item in ("train", "test"):
             continue
         m = LEVEL_SET_RE.match(item)
         if m is None:
-            raise ConfigError(f"--levels: expected {_FORMS}, got {item!r}")
+            if _claimed_by(item, env) is None and not others:
+                raise ConfigError(f"--levels: expected {_forms(env)}, got {item!r}")
+            continue
         if int(m.group(1)) > int(m.group(2)):
             raise ConfigError(f"--levels: range {item!r} is empty (A must be <= B)")
         if int(m.group(2)) >= MAX_SEED:
@@ -83,156 +72,50 @@ def parse_level_sets(text: str) -> list[str]:
         raise ConfigError(f"--levels: {text!r} names a level set twice")
     return items
 
-
-def _check_suite_name(item: str) -> str:
-    from levelray.contracts.maze import suite_names
-
-    name = item[len(MAZE_SUITE) + 1:]
-    if name not in suite_names():
-        raise ConfigError(f"--levels {item}: the maze suite has no maze {name!r}; its mazes are "
-                          f"{', '.join(suite_names())}")
-    return name
-
-
-def _read_maze_files(item: str) -> dict:
-    """`{file: MazeLevel}` of `maze-file:PATH` (`contracts.maze_files.read_maze_files`); ConfigError naming the
-    file, line and character of what is wrong."""
-    from levelray.contracts.maze_files import read_maze_files
-
-    path = item[len(MAZE_FILE):]
-    if not path:
-        raise ConfigError(f"--levels {item}: expected maze-file:PATH, a maze file or a folder of them")
-    try:
-        return read_maze_files(path)
-    except ValueError as exc:
-        raise ConfigError(f"--levels {item}: {exc}") from None
-
-
-def _distinct_random(rng: np.random.Generator, n: int, low: int, high: int) -> np.ndarray:
-    """`n` distinct integers from `[low, high)` in random order (collisions are re-drawn)."""
-    n = min(n, high - low)
-    out: list[int] = []
-    seen: set[int] = set()
-    while len(out) < n:
-        for x in rng.integers(low, high, size=n - len(out)).tolist():
-            if x not in seen:
-                seen.add(x)
-                out.append(x)
-    return np.asarray(out, dtype=np.int64)
-
-
-def _held_out(cfg: RunConfig, rng: np.random.Generator, episodes: int) -> np.ndarray:
-    """`episodes` distinct seeds outside the training range (any seeds where it is unbounded)."""
-    train = training_range(cfg.env)
-    if train is None:
-        return _distinct_random(rng, episodes, 0, MAX_SEED)
-    lo, hi = train
-    # draw from [0, MAX_SEED - n_train) and shift the draws at or above `lo` past the training range
-    draws = _distinct_random(rng, episodes, 0, MAX_SEED - (hi - lo))
-    return np.where(draws >= lo, draws + (hi - lo), draws)
-
-
 def level_set_seeds(cfg: RunConfig, which: str, episodes: int, seed: int = 0) -> np.ndarray:
-    """The seeds (level ids) `[n]` an evaluation of `episodes` episodes on level set `which` plays (see the
-    module doc; `maze-suite:<name>`: its one id)."""
+    """The seeds (level ids) `[n]` an evaluation of `episodes` episodes on the generic level set `which` plays (see
+    the module doc)."""
     rng = np.random.default_rng([seed, 0x1E7E1])
     train = training_range(cfg.env)
     if which == "train":
         if train is None:
-            return _distinct_random(rng, episodes, cfg.env.start_level, MAX_SEED)
+            return distinct_random(rng, episodes, cfg.env.start_level, MAX_SEED)
         return rng.permutation(np.arange(*train, dtype=np.int64))
     if which == "test":
-        return _held_out(cfg, np.random.default_rng([seed, 0x7E57]), episodes)
-    blocks = MAZE_BLOCKS_RE.match(which)
-    if blocks is not None:
-        return _held_out(cfg, np.random.default_rng([seed, 0x3A2E, int(blocks.group(1))]), episodes)
-    if which.startswith(MAZE_SUITE + ":"):
-        from levelray.contracts.maze import suite_level_id
-
-        return np.array([suite_level_id(_check_suite_name(which))], dtype=np.int64)
+        return held_out_seeds(cfg.env, np.random.default_rng([seed, 0x7E57]), episodes)
     m = LEVEL_SET_RE.match(which)
     if m is None:
-        raise ConfigError(f"--levels: expected {_FORMS}, got {which!r}")
+        raise ConfigError(f"--levels: expected {_forms(cfg.env)}, got {which!r}")
     return np.arange(int(m.group(1)), int(m.group(2)) + 1, dtype=np.int64)
 
 
-def _is_maze_set(item: str) -> bool:
-    return (item == MAZE_SUITE or item.startswith((MAZE_SUITE + ":", MAZE_FILE))
-            or MAZE_BLOCKS_RE.match(item) is not None)
-
-
-def _check_maze_run(cfg: RunConfig, items: list[str]) -> None:
-    """ConfigError where maze level sets are asked of a run that is not a maze run, or the suite's mazes are
-    not of the run's maze size."""
-    mazes = [item for item in items if _is_maze_set(item)]
-    if not mazes:
-        return
-    from levelray.actors.maze_env import PREFIX, maze_size
-
-    if not cfg.env.id.startswith(PREFIX):
-        raise ConfigError(f"--levels {','.join(mazes)}: maze level sets need a maze run (--env maze:<W>x<H>); "
-                          f"this run's env is {cfg.env.id}")
-    if any(item == MAZE_SUITE or item.startswith(MAZE_SUITE + ":") for item in mazes):
-        from levelray.contracts.maze import suite_level, suite_names
-
-        size = maze_size(cfg.env.id)
-        wrong = [n for n in suite_names() if (suite_level(n).width, suite_level(n).height) != size]
-        if wrong:
-            level = suite_level(wrong[0])
-            raise ConfigError(f"--levels maze-suite: the suite's mazes are {level.width}x{level.height} "
-                              f"({', '.join(wrong)}), this run's env is {cfg.env.id}")
-
-
-def _maze_file_sets(cfg: RunConfig, item: str, ids) -> list[LevelSet]:
-    """One level set per maze of `maze-file:PATH`, each its one level under the next id of `ids` (from
-    `FILE_ID_BASE`) with its encoding; ConfigError naming a file whose maze is not of the run's size."""
-    from levelray.contracts.maze import maze_size
-
-    size = maze_size(cfg.env.id)
-    sets = []
-    for file, level in _read_maze_files(item).items():
-        if (level.width, level.height) != size:
-            raise ConfigError(f"--levels {item}: maze file {file} is {level.width}x{level.height}, this run's env "
-                              f"is {cfg.env.id}")
-        level_id = next(ids)
-        sets.append(LevelSet(file.stem, np.array([level_id], dtype=np.int64), cfg.env, file=str(file),
-                             encodings={level_id: level.encode()}))
-    return sets
+def _family_sets(cfg: RunConfig, item: str, episodes: int, seed: int, planned: list[LevelSet]) -> list[LevelSet]:
+    """The sets a family's item stands for, on a run of that family; ConfigError naming the family it needs."""
+    family, sets = _claimed_by(item, cfg.env)
+    if family is not family_of(cfg.env):
+        name = family_name(family)
+        raise ConfigError(f"--levels {item}: {name} level sets need a {name} run (--env "
+                          f"{' or '.join(family.ids())}); this run's env is {cfg.env.id}")
+    return sets.plan(cfg, item, episodes, seed, planned)
 
 
 def plan_level_sets(cfg: RunConfig, items: list[str], episodes: int, seed: int = 0) -> list[LevelSet]:
-    """The level sets `items` (from `parse_level_sets`) of an evaluation of `cfg`'s policy, in order, with
-    `maze-suite` expanded into one set per maze (a maze named twice is played once) and `maze-file:PATH` into one
-    set per file; ConfigError for maze sets of a run that is not a maze run, and for a maze file named as another
-    level set is."""
-    from levelray.contracts.maze import FILE_ID_BASE
-
-    _check_maze_run(cfg, items)
+    """The level sets `items` (from `parse_level_sets`) of an evaluation of `cfg`'s policy, in order, with a
+    family's items expanded into the sets they stand for (`maze-suite` one per maze, a maze named twice played
+    once; `maze-file:PATH` one per file); ConfigError for a family's sets on a run of another family, and for a
+    set read from a file named as another level set is."""
     out: dict[str, LevelSet] = {}
-    file_ids = itertools.count(FILE_ID_BASE)
     for item in items:
-        if item.startswith(MAZE_FILE):
-            sets = _maze_file_sets(cfg, item, file_ids)
-        elif item == MAZE_SUITE:
-            from levelray.contracts.maze import suite_names
-
-            sets = [_planned(cfg, f"{MAZE_SUITE}:{name}", episodes, seed) for name in suite_names()]
+        if item in ("train", "test") or LEVEL_SET_RE.match(item):
+            sets = [LevelSet(item, level_set_seeds(cfg, item, episodes, seed), cfg.env)]
         else:
-            sets = [_planned(cfg, item, episodes, seed)]
+            sets = _family_sets(cfg, item, episodes, seed, list(out.values()))
         for level_set in sets:
             known = out.setdefault(level_set.name, level_set)
             if known is not level_set and (known.file or level_set.file):
-                files = " and ".join(f"maze file {s.file}" if s.file else "the suite's maze" if s.suite
+                family = family_name(family_of(cfg.env))  # in the family's words: "maze file comb.txt"
+                files = " and ".join(f"{family} file {s.file}" if s.file else f"the suite's {family}" if s.suite
                                      else "a level set" for s in (known, level_set))
                 raise ConfigError(f"--levels: two level sets are named {level_set.name!r} ({files}): each needs "
-                                  f"a name of its own (a maze file is named after its file)")
+                                  f"a name of its own (a level set read from a file is named after its file)")
     return list(out.values())
-
-
-def _planned(cfg: RunConfig, which: str, episodes: int, seed: int) -> LevelSet:
-    """The level set `which` (one suite maze, `maze-<N>`, or a set of seeds)."""
-    suite = which.startswith(MAZE_SUITE + ":")
-    name = which[len(MAZE_SUITE) + 1:] if suite else which
-    blocks = MAZE_BLOCKS_RE.match(which)
-    env = replace_paths(cfg, {"env.maze_blocks": blocks.group(1)}).env if blocks is not None else cfg.env
-    return LevelSet(name, level_set_seeds(cfg, which, episodes, seed), env, suite)

@@ -69,12 +69,6 @@ METRICS = {
         "gauge", "Fraction of the env steps since the last report that the learner trained on (Robust PLR's level "
                  "windows: the replay windows' share)"),
     "levelray_levels_edited_total": ("counter", "ACCEL runs: children the level editor made from replayed levels"),
-    "levelray_levels_mean_walls": ("gauge", "Maze runs: mean wall count of the scored levels (NaN for other envs)"),
-    "levelray_levels_mean_path_length": (
-        "gauge", "Maze runs: mean shortest path start to goal (BFS, cell moves) of the scored levels whose goal is "
-                 "reachable"),
-    "levelray_levels_unsolvable_fraction": (
-        "gauge", "Maze runs: fraction of the scored levels whose goal cannot be reached"),
     "levelray_replay_size": ("gauge", "Unrolls in the replay buffer"),
     "levelray_service_snapshot_errors_total": ("counter", "Periodic service snapshots that failed, by service"),
     "levelray_replay_inserts_total": ("counter", "Unrolls inserted into replay"),
@@ -163,9 +157,6 @@ def _level_families(levels: dict):
         _gauge("levelray_levels_buffered", levels.get("levels_buffered")),
         _counter("levelray_levels_evicted_total", levels.get("levels_evicted")),
         _counter("levelray_levels_edited_total", levels.get("levels_edited")),
-        _gauge("levelray_levels_mean_walls", levels.get("levels_mean_walls")),
-        _gauge("levelray_levels_mean_path_length", levels.get("levels_mean_path_length")),
-        _gauge("levelray_levels_unsolvable_fraction", levels.get("levels_unsolvable_fraction")),
         _labelled("levelray_level_score", "quantile",
                   [([q], (levels.get("score") or {}).get(key)) for q, key in
                    (("0", "min"), ("0.25", "p25"), ("0.5", "median"), ("0.75", "p75"), ("1", "max"))]),
@@ -175,6 +166,15 @@ def _level_families(levels: dict):
                   [([str(rank), str(level["seed"])], level["weight"])
                    for rank, level in enumerate(levels.get("top_levels") or [], 1)]),
     )
+
+
+def _level_statistics(levels: dict):
+    """One gauge `levelray_<key>` per measure of the env family's levels (`contracts.families.LevelStatistics`: a
+    maze run's `levelray_levels_mean_walls`, ...), with the family's words as its help; none for a family that
+    measures nothing."""
+    helps = levels.get("level_statistics_help") or {}
+    for key, value in (levels.get("level_statistics") or {}).items():
+        yield GaugeMetricFamily(f"levelray_{key}", helps.get(key, key), value=_value(value, NAN))
 
 
 def _lag_histogram(learner: dict) -> HistogramMetricFamily:
@@ -236,6 +236,7 @@ class JobCollector:
         yield from _learner_families(s)
         yield from _actor_families(s)
         yield from _level_families(levels)
+        yield from _level_statistics(levels)
         yield from (
             _gauge("levelray_replay_size", replay.get("size")),
             _counter("levelray_replay_inserts_total", replay.get("inserts")),

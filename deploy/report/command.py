@@ -3,7 +3,8 @@
 Reads each run's `config.yaml`, `metrics.jsonl` and checkpoints, and writes (matplotlib, Agg, no display):
 
     returns.png            train `episode_return_mean` and held-out `test_return_mean` against env steps,
-                           one line per run and kind, labelled "<run> (<level strategy>) train|test"
+                           one line per run and kind, labelled "<run> (<level strategy>) train|test" (no
+                           strategy where the run's levels are not worth naming: `runs.has_levels`)
     returns_trained.png    the same against trained steps (`samples_trained`, `test_samples_trained`): runs
                            compared at equal gradient updates, as DCD compares curricula
     throughput.png         env steps/s against env steps
@@ -96,18 +97,31 @@ def _fmt_ci(value: dict) -> str:
     return f"{format(value['mean'], spec)}{half} (n={value['n']})"
 
 
+def steps_per_second(records: list[dict]) -> float | None:
+    """The mean of the reports' env steps/s; for a run whose reports have none (a run shorter than a report
+    interval, written before the first report had a rate), its env steps over its elapsed seconds."""
+    sps = [r["env_steps_per_second"] for r in records if (r.get("env_steps_per_second") or 0) > 0]
+    if sps:
+        return float(np.mean(sps))
+    steps, elapsed = last_value(records, "env_steps"), last_value(records, "elapsed_s")
+    return steps / elapsed if steps and elapsed else None
+
+
 def run_summary(run: dict) -> dict[str, Any]:
+    """The summary of a run: its config highlights and last values. What does not apply to the run is None: the
+    distribution mode outside procgen, the levels and level strategy of a run whose levels are not worth naming
+    (`runs.has_levels`)."""
     recs = run["records"]
-    sps = [r["env_steps_per_second"] for r in recs if (r.get("env_steps_per_second") or 0) > 0]
     cfg = run["config"]
     env, actors, learner = cfg.get("env") or {}, cfg.get("actors") or {}, cfg.get("learner") or {}
+    levels = run.get("levels", True)
     return {
         "label": run["label"],
         "path": str(run["path"]),
         "env": env.get("id"),
-        "distribution_mode": env.get("distribution_mode"),
-        "num_levels": env.get("num_levels"),
-        "level_strategy": (cfg.get("levels") or {}).get("strategy"),
+        "distribution_mode": env.get("distribution_mode") if str(env.get("id", "")).startswith("procgen:") else None,
+        "num_levels": env.get("num_levels") if levels else None,
+        "level_strategy": (cfg.get("levels") or {}).get("strategy") if levels else None,
         "replay_ratio": (cfg.get("replay") or {}).get("replay_ratio"),
         "backend": cfg.get("backend"),
         "actors": f"{actors.get('num_actors')} x {actors.get('envs_per_actor')} envs, unroll "
@@ -119,24 +133,54 @@ def run_summary(run: dict) -> dict[str, Any]:
         "train_return": last_value(recs, "episode_return_mean"),
         "test_return": last_value(recs, "test_return_mean"),
         "test_version": last_value(recs, "test_version"),
-        "steps_per_second_mean": float(np.mean(sps)) if sps else None,
+        "steps_per_second_mean": steps_per_second(recs),
         "policy_lag_mean": last_value(recs, "policy_lag_mean"),
     }
 
 
-RUNS_NOTE = ("Train return: mean of the last 100 training episodes at the last report. Test return: the last "
-             "held-out evaluation (`--eval-interval`), n/a when the run had none.")
+# what each column of the runs table means, said under it for the columns it has
+COLUMN_NOTES = {
+    "train return": "Train return: mean of the last 100 training episodes at the last report.",
+    "test return": "Test return: the last held-out evaluation during training (`--eval-interval`).",
+    "steps/s": "Steps/s: env steps per second, the mean of the reports'.",
+    "policy lag": "Policy lag: learner version minus the acting policy's, mean at the last report; an inline run's "
+                  "actors act with the learner's own weights, so its lag is 0.",
+}
+NOT_APPLICABLE = "—"
+
+
+def runs_note(columns: list[str]) -> str:
+    """The note under the runs table: its columns' meanings, and that a column no run has is left out."""
+    notes = [COLUMN_NOTES[c] for c in columns if c in COLUMN_NOTES]
+    return " ".join([*notes, f"{NOT_APPLICABLE}: does not apply to the run; a column that applies to no run, or has "
+                              "no value for any, is left out."])
 GROUPS_NOTE = "Mean of the runs' last values, ± the 95% Student-t half-width (n: runs)."
 
 
+def _drop_empty_columns(columns: list[str], cells: list[list[str]], keep: int = 1) -> tuple[list[str], list[list[str]]]:
+    """The table without the columns (after the first `keep`) that have nothing for any row (`n/a` or `—`)."""
+    shown = [j for j in range(len(columns))
+             if j < keep or any(row[j] not in ("n/a", NOT_APPLICABLE) for row in cells)]
+    return [columns[j] for j in shown], [[row[j] for j in shown] for row in cells]
+
+
+def _runs_row(s: dict) -> list[str]:
+    levels = NOT_APPLICABLE if s["level_strategy"] is None else ("unbounded" if s["num_levels"] == 0
+                                                                  else str(s["num_levels"]))
+    lag = (f"{_fmt(s['policy_lag_mean'])} (inline)" if s["backend"] == "inline" and s["policy_lag_mean"] is not None
+           else _fmt(s["policy_lag_mean"]))
+    return [s["label"], str(s["env"]) + (f" ({s['distribution_mode']})" if s["distribution_mode"] else ""), levels,
+            s["level_strategy"] or NOT_APPLICABLE, "off" if not s["replay_ratio"] else str(s["replay_ratio"]),
+            _fmt(s["env_steps"], ",d"), _fmt(s["train_return"]), _fmt(s["test_return"]),
+            _fmt(s["steps_per_second_mean"], ",.0f"), lag]
+
+
 def runs_table(rows: list[dict]) -> tuple[list[str], list[list[str]]]:
-    """(columns, cells) of the per-run summary table; `rows` are `run_summary` dicts."""
+    """(columns, cells) of the per-run summary table; `rows` are `run_summary` dicts. A column that applies to
+    no run (levels and strategy of CartPole runs, test return without held-out evaluations) is left out."""
     columns = ["run", "env", "levels", "strategy", "replay ratio", "env steps", "train return", "test return",
                "steps/s", "policy lag"]
-    cells = [[s["label"], f"{s['env']} ({s['distribution_mode']})", str(s["num_levels"]), str(s["level_strategy"]),
-              str(s["replay_ratio"]), _fmt(s["env_steps"], ",d"), _fmt(s["train_return"]), _fmt(s["test_return"]),
-              _fmt(s["steps_per_second_mean"], ",.0f"), _fmt(s["policy_lag_mean"])] for s in rows]
-    return columns, cells
+    return _drop_empty_columns(columns, [_runs_row(s) for s in rows], keep=2)
 
 
 def groups_table(figures: dict[str, dict]) -> tuple[list[str], list[list[str]]] | None:
@@ -147,7 +191,7 @@ def groups_table(figures: dict[str, dict]) -> tuple[list[str], list[list[str]]] 
     cells = [[name, str(len(g["runs"]))] + [_fmt_ci(g[k]) for k in ("final_env_steps", "final_train_return",
                                                                      "final_test_return")]
              for name, g in groups.items()]
-    return ["group", "n", "env steps", "train return", "test return"], cells
+    return _drop_empty_columns(["group", "n", "env steps", "train return", "test return"], cells, keep=2)
 
 
 def _markdown_table(columns: list[str], cells: list[list[str]]) -> list[str]:
@@ -158,9 +202,10 @@ def _markdown_table(columns: list[str], cells: list[list[str]]) -> list[str]:
 def summary_markdown(runs: list[dict], figures: dict[str, dict],
                      tables: list[tuple[str, str, list[str], list[list[str]]]] = ()) -> str:
     rows = [run_summary(r) for r in runs]
+    columns, cells = runs_table(rows)
     lines = ["# levelray report", "", f"{len(runs)} run(s). All of it on one page, with the level gallery and the "
-             "runs' videos: [index.html](index.html).", "", *_markdown_table(*runs_table(rows)), "",
-             RUNS_NOTE, ""]
+             "runs' videos: [index.html](index.html).", "", *_markdown_table(columns, cells), "",
+             runs_note(columns), ""]
     for s in rows:
         lines += [f"## {s['label']}", "", f"- directory: `{s['path']}`", f"- backend: {s['backend']}, "
                   f"actors: {s['actors']}, learning rate {s['learning_rate']}",
@@ -224,7 +269,8 @@ def make_report(run_dirs: list[Path], out_dir: Path, group_by: str | None = None
     figures["level_gallery"] = gallery_figure(runs, out_dir)
     summary = out_dir / "summary.md"
     summary.write_text(summary_markdown(runs, figures, tables))
-    page_tables = [("Runs", RUNS_NOTE, *runs_table([run_summary(r) for r in runs]))]
+    columns, cells = runs_table([run_summary(r) for r in runs])
+    page_tables = [("Runs", runs_note(columns), columns, cells)]
     group_cells = groups_table(figures)
     if group_cells is not None:
         page_tables.append((f"Groups ({group_by or 'arms'})", GROUPS_NOTE, *group_cells))

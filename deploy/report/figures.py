@@ -15,6 +15,7 @@ from levelray.contracts.levels import UNSCORED_STRATEGIES
 from levelray.deploy.report.runs import (
     final_values,
     group_curve,
+    group_point,
     level_matrix,
     priority_histogram,
     record_series,
@@ -34,6 +35,11 @@ def _save(fig, path: Path) -> None:
     fig.savefig(path, dpi=100)
 
 
+def _marker(x: np.ndarray) -> dict:
+    """Markers on a series of few points: a run with one report (or reports at one env step) draws no line."""
+    return {"marker": "o", "markersize": 3} if x.size < 30 else {}
+
+
 def _labels(*axes) -> list[str]:
     out = []
     for ax in axes:
@@ -47,7 +53,7 @@ def line_figure(runs, out: Path, title: str, ylabel: str, key: str, sub: str | N
     for run in runs:
         x, y = record_series(run["records"], key, sub)
         if x.size:
-            ax.plot(x, y, marker="." if x.size < 30 else None, label=run["label"])
+            ax.plot(x, y, label=run["label"], **_marker(x))
     labels = _labels(ax)
     if not labels:
         return {"path": None, "series": [], "skipped": f"no run has {key!r} in metrics.jsonl"}
@@ -72,7 +78,7 @@ def returns_figure(runs, out: Path, against: str = "env steps") -> dict:
         color = f"C{i % 10}"
         x, y = record_series(run["records"], "episode_return_mean", x_key=train_x, x_required=True)
         if x.size:
-            ax.plot(x, y, color=color, label=f"{run['label']} train")
+            ax.plot(x, y, color=color, label=f"{run['label']} train", **_marker(x))
         x, y = record_series(run["records"], "test_return_mean", x_key=test_x, x_required=against != "env steps")
         if x.size:
             ax.plot(x, y, color=color, linestyle="--", marker="o", markersize=3, label=f"{run['label']} test")
@@ -101,22 +107,29 @@ def bands_figure(groups: dict[str, list[dict]], out: Path) -> dict:
                          "final_env_steps": final_values(members, "env_steps")}
         for ax, key, x_key, _title in panels:
             curve = group_curve(members, key, x_key)
-            if curve is None:
+            if curve is not None:
+                label = f"{name} (n={curve['runs']})"
+                ax.plot(curve["steps"], curve["mean"], color=color, label=label)
+                if curve["runs"] > 1:
+                    ax.fill_between(curve["steps"], curve["mean"] - curve["half"], curve["mean"] + curve["half"],
+                                    color=color, alpha=0.2, linewidth=0)
+            elif (point := group_point(members, key, x_key)) is not None:  # no curve: the runs' last points
+                label = f"{name} (n={point['runs']}, last reports)"
+                ax.errorbar([point["x"]], [point["mean"]], yerr=None if point["half"] is None else [point["half"]],
+                            color=color, marker="o", capsize=4, label=label)
+            else:
                 continue
-            label = f"{name} (n={curve['runs']})"
-            ax.plot(curve["steps"], curve["mean"], color=color, label=label)
-            if curve["runs"] > 1:
-                ax.fill_between(curve["steps"], curve["mean"] - curve["half"], curve["mean"] + curve["half"],
-                                color=color, alpha=0.2, linewidth=0)
             labels.append(f"{label} {_title.split(' (')[0]}")
     if not labels:
-        return {"path": None, "series": [], "groups": summary,
-                "skipped": "no group has two or more reports with returns"}
+        return {"path": None, "series": [], "groups": summary, "skipped": "no group has returns in its reports"}
     for ax, _key, _x, title in panels:
         ax.set(title=f"Mean return, {title}, 95% CI over runs", xlabel="env steps", ylabel="mean episode return")
         ax.grid(alpha=0.3)
         if _labels(ax):
             ax.legend(fontsize="small")
+        else:  # say why the panel is empty (no held-out evaluation during training), not empty axes
+            ax.set_axis_off()
+            ax.text(0.5, 0.5, f"no run has returns on {title}", ha="center", va="center", transform=ax.transAxes)
     _save(fig, out)
     return {"path": str(out), "series": labels, "groups": summary}
 
@@ -131,7 +144,7 @@ def _panels_figure(runs, out: Path, panels: list[tuple[str, str]], ncols: int, s
         for run in runs:
             x, y = record_series(run["records"], key)
             if x.size:
-                ax.plot(x, y, label=f"{run['label']} {key.removeprefix('learner_')}")
+                ax.plot(x, y, label=f"{run['label']} {key.removeprefix('learner_')}", **_marker(x))
         ax.set(title=title, xlabel="env steps")
         ax.grid(alpha=0.3)
         if ax.get_lines():
@@ -253,19 +266,34 @@ def level_buffer_figure(runs, out: Path) -> dict:
     return {"path": str(out), "series": labels}
 
 
-COMPLEXITY_PANELS = [("levels_mean_walls", "Mean walls of the scored levels"),
-                     ("levels_mean_path_length", "Mean shortest path, start to goal (solvable levels)"),
-                     ("levels_unsolvable_fraction", "Fraction of the scored levels with no path")]
+# The `levels_*` keys every run with a level service has; any other is a measure the env family takes of its levels
+# (`contracts.families.LevelStatistics`: a maze's levels_mean_walls, levels_mean_path_length, ...).
+SERVICE_LEVEL_KEYS = {"levels_buffered", "levels_evicted", "levels_edited", "levels_replay_fraction",
+                      "levels_trained_fraction"}
+
+
+def level_statistic_keys(runs) -> list[str]:
+    """The env families' measures of their levels that the runs' records hold, in the order first met."""
+    keys: dict[str, None] = {}
+    for run in runs:
+        for record in run["records"]:
+            keys.update((k, None) for k, v in record.items()
+                        if k.startswith("levels_") and k not in SERVICE_LEVEL_KEYS and isinstance(v, int | float))
+    return list(keys)
 
 
 def complexity_figure(runs, out: Path) -> dict:
-    """Maze runs: how complex the levels the curriculum holds are (the buffered levels, or the scored ones of a
-    fixed set), against env steps, one line per run in each panel: mean walls, mean shortest path (BFS, cell
-    moves) and the unsolvable share."""
-    return _panels_figure(runs, out, COMPLEXITY_PANELS, 3, (16, 4.5),
-                          "no run has levels_mean_walls, levels_mean_path_length or levels_unsolvable_fraction "
-                          "records (only maze runs with a level service have them: --env maze:<W>x<H> with "
-                          "--num-levels N, or a scored strategy on --num-levels 0)")
+    """How the levels the curriculum holds look (the buffered levels, or the scored ones of a fixed set), in the env
+    family's own measures, against env steps, one line per run in each panel: a maze run's mean walls, mean shortest
+    path (BFS, cell moves) and unsolvable share."""
+    panels = [(key, key.removeprefix("levels_").replace("_", " ").capitalize() + " of the scored levels")
+              for key in level_statistic_keys(runs)]
+    skipped = ("no run has records of its env family's level statistics (maze runs with a level service have "
+               "levels_mean_walls, levels_mean_path_length and levels_unsolvable_fraction: --env maze:<W>x<H> with "
+               "--num-levels N, or a scored strategy on --num-levels 0)")
+    if not panels:
+        return {"path": None, "series": [], "skipped": skipped}
+    return _panels_figure(runs, out, panels, min(3, len(panels)), (16, 4.5), skipped)
 
 
 def priorities_figure(runs, out: Path) -> dict:

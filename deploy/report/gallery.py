@@ -33,8 +33,8 @@ from typing import Any
 import numpy as np
 
 from levelray.contracts.config import ConfigError, EnvConfig, from_dict
-from levelray.contracts.levels import STRATEGIES, UNSCORED_STRATEGIES
-from levelray.contracts.maze import EDITED_ID_BASE, suite_names
+from levelray.contracts.families import ENV_FAMILIES
+from levelray.contracts.levels import EDITED_ID_BASE, STRATEGIES, UNSCORED_STRATEGIES
 from levelray.deploy.report.runs import checkpoint_dirs, checkpoint_env_steps, load_level_state
 
 GALLERY_LEVELS = 16  # levels per side: the most and the least likely
@@ -221,9 +221,10 @@ def suite_figure(runs: list[dict], out: Path) -> dict[str, Any]:
     maze names)}, or {path: None, series: [], skipped: reason} without a maze run of the suite's size."""
     from matplotlib.figure import Figure
 
-    from levelray.contracts.maze import ENV_PREFIX, maze_size, shortest_path_length, suite_level, suite_level_id
-
-    names = suite_names()
+    mazes = ENV_FAMILIES.load("maze").level  # the maze family's levels (`families.maze.level`), found by name
+    ENV_PREFIX, maze_size, shortest_path_length = mazes.ENV_PREFIX, mazes.maze_size, mazes.shortest_path_length
+    suite_level, suite_level_id = mazes.suite_level, mazes.suite_level_id
+    names = mazes.suite_names()
     size = (suite_level(names[0]).width, suite_level(names[0]).height) if names else None
     for run in runs:
         env = (run.get("config") or {}).get("env") or {}

@@ -3,9 +3,10 @@
 Sections: the summary tables (with the groups' 95% intervals under `--group-by`), the runs' configs side by side
 (the leaves that differ, and each run's full `config.yaml` folded), every figure, the level gallery, and the
 episode videos found in the run directories (`RUN_DIR/videos/*.mp4` from `levelray train --video-interval`, and
-any other MP4 under the run directory, e.g. from `levelray evaluate --video`). The page has no external CSS, JS
-or fonts: figures and gallery images are the PNGs beside it in DIR (where the report writes them all), videos are
-copied into `DIR/videos/`, and every reference is relative, so the directory can be moved or zipped whole.
+any other MP4 under the run directory but W&B's copies, e.g. from `levelray evaluate --video`). The page has no
+external CSS, JS or fonts: figures and gallery images are the PNGs beside it in DIR (where the report writes them
+all), videos are copied into `DIR/videos/`, and every reference is relative, so the directory can be moved or
+zipped whole.
 
 Everything that comes from files (labels, paths, config values, skip reasons) is HTML-escaped. A short inline
 script records in the page whether each image and video loaded: `data-loaded="ok"` or `"error"` on each `<img>`
@@ -219,15 +220,16 @@ def _in_report_dir(path: Path, root: Path) -> bool:
 
 
 def collect_videos(runs: list[dict], out_dir: Path) -> list[dict[str, str]]:
-    """Copy every MP4 under the run directories (not those under `out_dir` or an earlier report's directory)
-    into `out_dir/videos/`; returns [{label, source (path in its run dir), file (relative to out_dir)}]."""
+    """Copy every MP4 under the run directories (not those under `out_dir`, an earlier report's directory, or
+    `RUN_DIR/wandb/`, where W&B keeps its own copies of the run's videos) into `out_dir/videos/`; returns
+    [{label, source (path in its run dir), file (relative to out_dir)}]."""
     out_dir = out_dir.resolve()
     videos, used = [], set()
     for i, run in enumerate(runs, start=1):
         root = Path(run["path"]).resolve()
         found = sorted(p for p in root.rglob("*") if p.suffix.lower() == ".mp4" and p.is_file())
         for src in found:
-            if src.is_relative_to(out_dir) or _in_report_dir(src, root):
+            if src.is_relative_to(out_dir) or src.is_relative_to(root / "wandb") or _in_report_dir(src, root):
                 continue
             rel = src.relative_to(root)
             name = re.sub(r"[^A-Za-z0-9._-]", "_", f"run{i}-" + "-".join(rel.parts))

@@ -23,11 +23,26 @@ BAND_POINTS = 60  # env-step grid the grouped curves are interpolated onto
 SCORE_QUANTILES = ("min", "p25", "median", "p75", "max")  # the `level_score` keys the buffer figure draws
 
 
+def has_levels(config: dict) -> bool:
+    """Whether a run's levels are worth naming on the report: it has a level service (a fixed set, or a scored
+    strategy's level buffer), or its env family's levels are different tasks (procgen's, MiniGrid's and the mazes'
+    presets), where even domain randomisation over them is a choice of curriculum. CartPole's or an Atari game's
+    levels are reset seeds that do not change the task: such a run without a level service shows none."""
+    from levelray.contracts.presets import PRESETS, UNBOUNDED_DEFAULTS, family
+
+    env, levels = config.get("env") or {}, config.get("levels") or {}
+    if (env.get("num_levels", 1) or 0) > 0 or levels.get("strategy", "?") not in UNSCORED_STRATEGIES:
+        return True
+    name = family(str(env.get("id", "")))
+    return name in PRESETS and name not in UNBOUNDED_DEFAULTS
+
+
 def load_run(path: str | Path) -> dict[str, Any]:
-    """{name, path, config (dict), strategy, buffer, records} of one run directory. `strategy` is how the
+    """{name, path, config (dict), strategy, buffer, levels, records} of one run directory. `strategy` is how the
     report names the run's level sampling: the configured strategy over a fixed set, "<strategy>, level buffer"
     over an unbounded space (so a `--group-by levels.strategy` comparison keeps the two apart), "unbounded
-    levels" for domain randomisation (no level service)."""
+    levels" for domain randomisation (no level service). `levels`: whether the run's levels are worth naming
+    (`has_levels`); its label leaves the strategy out where they are not."""
     import yaml
 
     p = Path(path)
@@ -42,7 +57,8 @@ def load_run(path: str | Path) -> dict[str, Any]:
     if ((config.get("env") or {}).get("num_levels", 1) or 0) <= 0:
         buffer = strategy not in UNSCORED_STRATEGIES
         strategy = f"{strategy}, level buffer" if buffer else "unbounded levels"
-    return {"name": p.name, "path": p, "config": config, "strategy": strategy, "buffer": buffer, "records": records}
+    return {"name": p.name, "path": p, "config": config, "strategy": strategy, "buffer": buffer,
+            "levels": has_levels(config), "records": records}
 
 
 def read_records(path: str | Path, *, missing_ok: bool = False) -> list[dict[str, Any]]:
@@ -77,7 +93,7 @@ def label_runs(runs: list[dict]) -> None:
         name = r["name"]
         if names.count(name) > 1:  # runs/a/run and runs/b/run: use the parent too
             name = f"{r['path'].parent.name}/{name}"
-        r["label"] = f"{name} ({r['strategy']})"
+        r["label"] = f"{name} ({r['strategy']})" if r.get("levels", True) else name
 
 
 def record_series(records: list[dict], key: str, sub: str | None = None,
@@ -253,6 +269,19 @@ def group_curve(runs: list[dict], key: str, x_key: str = "env_steps") -> dict[st
     stats = [mean_ci(curves[:, j].tolist()) for j in range(grid.size)]
     return {"steps": grid, "mean": np.array([m for m, _ in stats]), "half": np.array([h for _, h in stats]),
             "runs": len(series)}
+
+
+def group_point(runs: list[dict], key: str, x_key: str = "env_steps") -> dict[str, Any] | None:
+    """Where `group_curve` has no curve (runs of one report, or reports at one env step, as a sweep's short trials
+    have): the mean of the runs' last values at the mean of their last x, with the 95% t half-width (None below
+    two runs); None when no run has the series."""
+    last = [(float(x[-1]), float(y[-1])) for x, y in (record_series(r["records"], key, x_key=x_key) for r in runs)
+            if x.size]
+    if not last:
+        return None
+    mean, half = mean_ci([y for _, y in last])
+    return {"x": float(np.mean([x for x, _ in last])), "mean": mean, "half": None if math.isnan(half) else half,
+            "runs": len(last)}
 
 
 def final_values(runs: list[dict], key: str) -> dict[str, Any]:

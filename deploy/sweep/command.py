@@ -9,6 +9,7 @@ finish (each is named with its error), 2 for a spec or directory refused before 
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import time
 from pathlib import Path
 
@@ -39,6 +40,9 @@ def _claim(spec_path: str, directory: str | None) -> tuple[SweepSpec, Path]:
                           f"choose another --dir")
     if sweep_dir.exists() and not sweep_dir.is_dir():
         raise ConfigError(f"--dir: {sweep_dir} is a file, not a directory")
+    if spec.wandb is not None and not spec.wandb.get("group"):  # the W&B group of this sweep's runs, kept in
+        # sweep.yaml: a resumed sweep logs into the same group, and two sweeps of one spec into two groups
+        spec = dataclasses.replace(spec, wandb={**spec.wandb, "group": sweep_dir.resolve().name})
     sweep_dir.mkdir(parents=True, exist_ok=True)
     (sweep_dir / SPEC_FILE).write_text(spec_yaml(spec))
     return spec, sweep_dir

@@ -133,10 +133,10 @@ def table_metrics(results: dict[str, Any], budget: int | None = None) -> list[st
 
 def _suite_members(results: dict[str, Any]) -> set[str]:
     """The level sets that are mazes of the suite (their mean is `maze-suite.*`)."""
-    from levelray.contracts.maze import suite_names
+    from levelray.contracts.families import ENV_FAMILIES
 
     played = any(split_metric(m)[0].endswith("maze-suite.success_rate") for s in results["arms"].values() for m in s)
-    return set(suite_names()) if played else set()
+    return set(ENV_FAMILIES.load("maze").level.suite_names()) if played else set()
 
 
 def _table(results: dict[str, Any], which: str, metrics: list[str], budget: int | None) -> list[str]:

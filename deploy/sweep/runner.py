@@ -31,6 +31,8 @@ from levelray.deploy.errors import error_summary
 from levelray.deploy.sweep.results import collect, format_tables
 from levelray.deploy.sweep.spec import SweepSpec, trial_config, trial_name
 from levelray.deploy.sweep.trial import run_trial
+from levelray.deploy.sweep.wandb_log import announce, log_results
+from levelray.deploy.training.progress import budget_text
 
 TUNE_DIR = "tune"
 RESULTS = "results.json"
@@ -43,7 +45,8 @@ def say(text: str) -> None:
 
 class Progress(tune.Callback):
     """A line per trial as it starts, while it trains (the counter its budget counts, env steps or samples
-    trained, against that budget; return; env steps/s), and when it ends, fails or is restarted. Holds only the
+    trained, against that budget, with the share done and the time left at the current rate; return; env
+    steps/s), and when it ends, fails or is restarted. Holds only the
     trials' budgets, so Tune can save it with the experiment."""
 
     counter = "env_steps"  # a class default: a sweep saved before budgets had units restores without one
@@ -67,7 +70,11 @@ class Progress(tune.Callback):
         self.last[name] = now
         ret, rate = result.get("episode_return_mean"), result.get("env_steps_per_second") or 0
         unit = "env steps" if self.counter == "env_steps" else "trained steps"
-        say(f"{name} {int(result[self.counter]):,}/{self.budgets.get(name, 0):,} {unit}, return "
+        done, budget = int(result[self.counter]), self.budgets.get(name, 0)
+        # the counter's rate: env steps/s, times the share of them trained on so far for a budget of trained steps
+        share = 1.0 if self.counter == "env_steps" else done / max(int(result.get("env_steps") or 0), 1)
+        left = f" ({budget_text(done, budget, rate * share)})" if budget else ""
+        say(f"{name} {done:,}/{budget:,} {unit}{left}, return "
             f"{'n/a' if ret is None else format(ret, '.3g')}" + (f", {rate:,.0f} steps/s" if rate > 0 else ""))
 
     def on_trial_complete(self, trial, **info):
@@ -119,6 +126,8 @@ def run_sweep(spec: SweepSpec, sweep_dir: str | Path, *, resume: bool = False,
     logging.getLogger("tensorboardX").setLevel(logging.WARNING)
     sweep_dir = Path(sweep_dir).resolve()
     tune_dir = sweep_dir / TUNE_DIR
+    if spec.wandb is not None:
+        say(announce(spec))
     if resume and tune.Tuner.can_restore(str(tune_dir)):
         say(f"continuing {sweep_dir}")
         tuner = tune.Tuner.restore(str(tune_dir), trainable(spec, sweep_dir), resume_unfinished=True,
@@ -130,6 +139,8 @@ def run_sweep(spec: SweepSpec, sweep_dir: str | Path, *, resume: bool = False,
               for r in grid if r.error is not None and r.config}
     results = collect(spec, sweep_dir, errors)
     snapshot.atomic_write_bytes(sweep_dir / RESULTS, json.dumps(results, indent=1).encode())
+    if spec.wandb is not None:
+        log_results(spec, sweep_dir, results)
     return results
 
 

@@ -13,8 +13,10 @@ starts.
     evaluate: {levels: train,test, episodes: 100, greedy: false}   # what `levelray evaluate` takes
     resources: {cpu: 1, gpu: 0}        # optional: what each trial asks Ray for; other names are custom resources
     max_failures: 3                    # optional: restarts of a trial whose process or node was lost
+    wandb: {project: plr, tags: [procgen]}   # optional: Weights & Biases, one run per trial (below)
 
-`evaluate` may also be a list of evaluations, each `{levels, episodes, greedy, name}`: the trial plays each in turn.
+`evaluate` may also be a list of evaluations, each `{levels, episodes, greedy, name, max_episode_steps}` (the last
+optional, as `levelray evaluate --max-episode-steps`: every level set's time limit): the trial plays each in turn.
 At most one goes without a `name`; a name prefixes its metrics (`generated.maze-25.success_rate`) and names its file,
 so two evaluations may play the same level sets (sampled and greedy, say). `budgets: [400000, 1000000]` (optional,
 in place of `total_steps`) trains each trial to each budget in turn, the same run resumed, and evaluates it at each:
@@ -22,6 +24,12 @@ an earlier budget's metrics carry it (`test.return_mean@400000`), the last budge
 `budget_unit: trained_steps` (default `env_steps`) counts the budgets in env steps trained on (`samples_trained`,
 setting `total_trained_steps`), as DCD compares curricula at equal gradient updates; the config's `total_steps` is
 then a cap on env steps that must lie above the last budget, and a trial that reaches it first fails saying so.
+
+`wandb` (a mapping of the `wandb` config section's keys but `enabled`: project, entity, group, tags, mode; `{}` for
+the defaults) logs every trial to Weights & Biases as `levelray train --wandb` logs a run, grouped by the sweep (the
+group defaults to the sweep directory's name), the arm and seed in its config and tags, and the sweep's results
+table once at the end (`deploy.sweep.wandb_log`); the trials' configs take their `wandb` section from it, so `base`
+and `arms` have none.
 
 A trial is one arm with one seed: the base, the arm's keys, then the keys the sweep sets itself (`SWEEP_KEYS`: the
 trial's run directory and seed, the inline backend, no metrics port; with `budgets`, the key their unit sets), with
@@ -51,10 +59,11 @@ from levelray.contracts.validate import validate
 # sharing a node would ask for the same one); no cluster address (the inline backend starts no Ray job).
 SWEEP_KEYS = ("run_dir", "seed", "backend", "address", "metrics_port")
 SPEC_KEYS = ("name", "base", "arms", "baseline", "seeds", "evaluate", "budgets", "budget_unit", "resources",
-             "max_failures")
+             "max_failures", "wandb")
+WANDB_KEYS = ("project", "entity", "group", "tags", "mode")  # the `wandb` section's keys a spec's `wandb` may set
 # budget_unit -> (the config key a budget sets, the checkpoint counter that reaches it)
 BUDGET_UNITS = {"env_steps": ("total_steps", "env_steps"), "trained_steps": ("total_trained_steps", "samples_trained")}
-EVALUATE_KEYS = ("levels", "episodes", "greedy", "name")
+EVALUATE_KEYS = ("levels", "episodes", "greedy", "name", "max_episode_steps")
 ARM_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")  # a trial's run directory is <arm>-seed<seed>
 # An evaluation's name is the first part of its dotted metric names and part of a file name: no dots, no '@'
 EVALUATION_NAME = re.compile(r"^[A-Za-z][A-Za-z0-9_]*$")
@@ -64,15 +73,19 @@ RESERVED_NAMES = ("training",)  # `training.*` are the run's own metrics
 @dataclass(frozen=True)
 class Evaluation:
     """One `levelray evaluate` of a trial's checkpoint: its level sets, episodes per set, greedy or sampled actions,
-    and `name` (None: its metrics are `<level set>.<key>`; else `<name>.<level set>.<key>`)."""
+    `name` (None: its metrics are `<level set>.<key>`; else `<name>.<level set>.<key>`) and `max_episode_steps`
+    (`--max-episode-steps`: every set's time limit; None: each set's own)."""
 
     levels: tuple[str, ...]
     episodes: int
     greedy: bool = False
     name: str | None = None
+    max_episode_steps: int | None = None
 
     def to_dict(self) -> dict[str, Any]:
         out = {"levels": ",".join(self.levels), "episodes": self.episodes, "greedy": self.greedy}
+        if self.max_episode_steps is not None:
+            out["max_episode_steps"] = self.max_episode_steps
         return out if self.name is None else {**out, "name": self.name}
 
 
@@ -92,6 +105,7 @@ class SweepSpec:
     budget_unit: str = "env_steps"
     resources: dict[str, float] = field(default_factory=lambda: {"CPU": 1.0})
     max_failures: int = 3
+    wandb: dict[str, Any] | None = None  # the spec's `wandb` mapping (None: no W&B)
 
     def trials(self) -> list[tuple[str, int]]:
         """(arm, seed) of every trial, seed by seed with the arms interleaved (each arm sees the same load)."""
@@ -119,9 +133,10 @@ class SweepSpec:
         budgets = {"budgets": list(self.budgets)} if self.budgets else {}
         if self.budget_unit != "env_steps":
             budgets["budget_unit"] = self.budget_unit
+        wandb = {} if self.wandb is None else {"wandb": self.wandb}
         return {"name": self.name, "base": self.base, "arms": self.arms, "baseline": self.baseline,
                 "seeds": list(self.seeds), "evaluate": evaluate, **budgets, "resources": resources,
-                "max_failures": self.max_failures}
+                "max_failures": self.max_failures, **wandb}
 
 
 def trial_name(arm: str, seed: int) -> str:
@@ -162,7 +177,8 @@ def load_spec(source: str | Path | dict, name: str | None = None) -> SweepSpec:
                      seeds=_seeds(data["seeds"]), evaluations=_evaluations(data["evaluate"]), budgets=budgets,
                      budget_unit=unit,
                      resources=_resources(data.get("resources")), max_failures=_count(data.get("max_failures", 3),
-                                                                                      "max_failures"))
+                                                                                      "max_failures"),
+                     wandb=_wandb(data["wandb"]) if "wandb" in data else None)
     _check_configs(spec)
     return spec
 
@@ -177,7 +193,29 @@ def _mapping(value: Any, where: str) -> dict:
         if key in value:
             raise ConfigError(f"sweep spec: {where}.{key} is set by the sweep for each trial; remove it "
                               f"(the sweep sets {', '.join(SWEEP_KEYS)})")
+    if "wandb" in value:
+        raise ConfigError(f"sweep spec: {where}.wandb: a sweep logs to Weights & Biases with the spec's own wandb "
+                          f"key (e.g. wandb: {{project: my-project}}), one W&B run per trial; move it there")
     return value
+
+
+def _wandb(value: Any) -> dict[str, Any]:
+    """`wandb`: a mapping of `WANDB_KEYS`, checked as the `wandb` config section's leaves (`wandb.project`, ...)."""
+    from levelray.contracts.config import WandbConfig
+    from levelray.deploy.monitoring.wandb_run import require_wandb
+
+    if not isinstance(value, dict):
+        raise ConfigError(f"sweep spec: wandb must be a mapping with any of {', '.join(WANDB_KEYS)} ({{}} for the "
+                          f"defaults), got {value!r}")
+    unknown = sorted(set(value) - set(WANDB_KEYS))
+    if unknown:
+        raise ConfigError(f"sweep spec: unknown key wandb.{unknown[0]}; its keys are {', '.join(WANDB_KEYS)}")
+    try:
+        section = from_dict(value, WandbConfig, "wandb.")
+    except ConfigError as exc:
+        raise ConfigError(f"sweep spec: {exc}") from None
+    require_wandb("sweep spec: wandb")
+    return {key: getattr(section, key) for key in value}  # as the config reads them (tags "a,b" -> [a, b])
 
 
 def _arms(value: Any) -> dict[str, dict]:
@@ -244,7 +282,9 @@ def _evaluation(value: Any, where: str) -> Evaluation:
     if name is not None and (not isinstance(name, str) or not EVALUATION_NAME.match(name) or name in RESERVED_NAMES):
         raise ConfigError(f"sweep spec: {where}.name must be letters, digits and '_', starting with a letter, and "
                           f"not {', '.join(RESERVED_NAMES)} (it prefixes the evaluation's metrics), got {name!r}")
-    return Evaluation(levels=tuple(sets), episodes=episodes, greedy=greedy, name=name)
+    limit = value.get("max_episode_steps")
+    limit = None if limit is None else _count(limit, f"{where}.max_episode_steps", low=1)
+    return Evaluation(levels=tuple(sets), episodes=episodes, greedy=greedy, name=name, max_episode_steps=limit)
 
 
 def _budget_unit(value: Any, budgets: Any) -> str:
@@ -308,6 +348,10 @@ def trial_config(spec: SweepSpec, arm: str, seed: int, run_dir: str | Path, budg
     budgets, trained to `budget` (default: the last)."""
     data = merge_config(spec.base, spec.arms[arm])
     sweep = {"run_dir": str(run_dir), "seed": seed, "backend": "inline", "address": None, "metrics_port": 0}
+    if spec.wandb is not None:  # the sweep's W&B settings, its group, and the trial's arm and seed as tags
+        sweep.update({f"wandb.{key}": value for key, value in spec.wandb.items()})
+        sweep.update({"wandb.enabled": True, "wandb.group": spec.wandb.get("group") or spec.name,
+                      "wandb.tags": [*(spec.wandb.get("tags") or ()), arm, f"seed{seed}"]})
     if spec.budgets:
         sweep[spec.budget_key] = budget or spec.budgets[-1]
     cfg = replace_paths(from_dict(data), sweep)

@@ -47,6 +47,7 @@ from levelray.deploy.errors import MAX_ERROR_CHARS, JobFailed
 from levelray.deploy.rundir import CHECKPOINT_PREFIX, RunDir
 from levelray.deploy.sweep.metrics import at_budget, evaluation_file, finite_number, trial_metrics
 from levelray.deploy.sweep.spec import SweepSpec, trial_config, trial_name
+from levelray.deploy.sweep.wandb_log import log_evaluation, trial_extras
 
 TRIAL_LOG = "trial.jsonl"
 POINTER = "levelray.json"  # what a Tune checkpoint of a trial holds, besides the levelray checkpoint's meta.json
@@ -171,7 +172,7 @@ def _train_to(spec: SweepSpec, arm: str, seed: int, path: Path, budget: int | No
     if budget is not None and int(_newest_counters(path).get(spec.budget_counter, 0)) >= budget:
         return  # trained to it by an earlier start, which ended before its evaluation was recorded
     cfg, run_dir, resumed = _start_run(spec, arm, seed, path, budget)
-    train(cfg, run_dir, resume=resumed, quiet=True, on_report=reports)
+    train(cfg, run_dir, resume=resumed, quiet=True, on_report=reports, wandb=trial_extras(spec, arm, seed))
     counters = _newest_counters(path)
     env_steps, trained = int(counters.get("env_steps", 0)), int(counters.get("samples_trained", 0))
     if budget is None or int(counters.get(spec.budget_counter, 0)) >= budget:
@@ -194,7 +195,7 @@ def _evaluate(spec: SweepSpec, seed: int, path: Path, earlier: int | None) -> di
     evaluations = {}
     for e in spec.evaluations:
         evaluations[e.name] = evaluate_checkpoint(path, list(e.levels), episodes=e.episodes, greedy=e.greedy,
-                                                  seed=seed)
+                                                  seed=seed, max_episode_steps=e.max_episode_steps)
         snapshot.atomic_write_bytes(path / evaluation_file(e.name, earlier), json.dumps(evaluations[e.name]).encode())
     return at_budget(trial_metrics(evaluations, load_run(path)["records"]), earlier)
 
@@ -221,6 +222,8 @@ def _train_and_evaluate(spec: SweepSpec, arm: str, seed: int, path: Path, log: T
             continue
         _train_to(spec, arm, seed, path, budget, reports)
         reached = _evaluate(spec, seed, path, earlier)
+        if spec.wandb is not None:  # into the W&B run the training logged
+            log_evaluation(path, reached, trial_extras(spec, arm, seed))
         metrics.update(reached)
         if earlier is not None:
             log.add("budget", budget=earlier, metrics=reached)

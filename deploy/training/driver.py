@@ -7,10 +7,10 @@ moves training forward and answers questions about it. Two backends implement `B
 - `deploy.training.ray_backend.RayJob`: Ray actors that train on their own while the driver watches.
 
 Each pass of the loop: `advance` (the inline backend trains until the next report, checkpoint or
-evaluation is due; Ray just waits), `poll` a snapshot, turn it into one `metrics.jsonl` record and the
-Prometheus view, start or collect a held-out evaluation, write a checkpoint when the learner version
-crossed a multiple of `checkpoint_interval_updates`, and stop on the step budget, on stop-at-return, or
-when asked (Ctrl-C / SIGTERM). At the end the backend stops, a last record and a final checkpoint are
+evaluation is due; Ray just waits), `poll` a snapshot, turn it into one `metrics.jsonl` record and hand it
+to every sink (`deploy.training.reporting`), start or collect a held-out evaluation, write a checkpoint when
+the learner version crossed a multiple of `checkpoint_interval_updates`, and stop on the step budget, on
+stop-at-return, or when asked (Ctrl-C / SIGTERM). At the end the backend stops, a last record and a final checkpoint are
 written.
 """
 
@@ -23,15 +23,19 @@ import time
 from collections.abc import Callable
 from typing import Any, Protocol
 
-import numpy as np
-
 from levelray.contracts.config import RunConfig, replace_path
 from levelray.contracts.counters import budget_reached
-from levelray.contracts.status import LEVEL_COMPLEXITY_KEYS, LEVEL_EDITOR_KEYS, StatusSnapshot, actor_counts
+from levelray.contracts.status import StatusSnapshot
 from levelray.deploy.errors import JobFailed
 from levelray.deploy.rundir import RunDir
 from levelray.deploy.training.periodic_eval import PeriodicEvaluator
-from levelray.deploy.training.progress import ProgressPrinter, reached_return, say
+from levelray.deploy.training.progress import Budget, ProgressPrinter, reached_return, say
+from levelray.deploy.training.reporting import (  # noqa: F401  (build_record, RecentFraction: imported from here)
+    RecentFraction,
+    Reporter,
+    WandbExtras,
+    build_record,
+)
 from levelray.learner.core import TrainingDiverged, monotone_counters
 
 log = logging.getLogger(__name__)
@@ -64,96 +68,6 @@ class Backend(Protocol):
 
     def close(self) -> None:
         """Release everything the backend holds."""
-
-
-class Throughput:
-    """Env steps per second between consecutive reports: the only place the rate is computed."""
-
-    def __init__(self) -> None:
-        self.start = time.time()
-        self._last: tuple[float, int] | None = None
-        self.rate = 0.0
-
-    def update(self, env_steps: int) -> float:
-        now = time.time()
-        if self._last is not None and now > self._last[0] and env_steps >= self._last[1]:
-            self.rate = (env_steps - self._last[1]) / (now - self._last[0])
-        self._last = (now, env_steps)
-        return self.rate
-
-
-class RecentFraction:
-    """A part's share of a total's growth since the last report (None where the total did not grow), from two
-    counters of the learner: `levels_replay_fraction`, of the episodes that ended, those played on a replayed level
-    (the flag the level service gave each level); `levels_trained_fraction`, of the env steps, those trained on
-    (`samples_trained`: with Robust PLR's level windows, the replay windows' share)."""
-
-    def __init__(self) -> None:
-        self._last: tuple[int, int] | None = None
-
-    def update(self, total: int, part: int) -> float | None:
-        last, self._last = self._last, (total, part)
-        if last is None or total <= last[0]:
-            return None
-        return (part - last[1]) / (total - last[0])
-
-
-def build_record(snap: StatusSnapshot, *, steps_per_second: float, elapsed_s: float,
-                 replay_fraction: float | None = None, trained_fraction: float | None = None) -> dict[str, Any]:
-    """The `metrics.jsonl` record of a snapshot (JSON scalars and lists only)."""
-    ls, actors = snap["learner"], actor_counts(snap)
-    last_actor_error = snap["supervisor"].get("last_actor_error") if "supervisor" in snap else None
-    live_actors = [a for a in snap.get("supervisor", {}).get("actors", []) if a.get("alive")]
-    rec: dict[str, Any] = {
-        "time": time.time(),
-        "elapsed_s": elapsed_s,
-        "env_steps": ls["env_steps"],
-        "env_steps_per_second": steps_per_second,
-        "episodes": ls["episodes"],
-        "episode_return_mean": ls["episode_return_mean"],
-        "episode_length_mean": ls["episode_length_mean"],
-        "learner_version": ls["learner_version"],
-        "samples_trained": ls["samples_trained"],
-        "learner_samples_received": ls.get("learner_samples_received", 0),
-        "levels_replay_fraction": replay_fraction,
-        "levels_trained_fraction": trained_fraction,
-        "policy_lag_mean": ls["policy_lag_mean"],
-        "queue_depth": ls["queue_depth"],
-        "actors_alive": actors["actors_alive"],
-        "actors_desired": actors["actors_desired"],
-        "actors_pending": actors["actors_pending"],
-        "actor_restarts": actors["actor_restarts"],
-        "actor_last_error": (last_actor_error or {}).get("error"),
-        "learner_restarts": snap.get("learner_restarts", 0),
-        "supervisor_restarts": snap.get("supervisor_restarts", 0),
-        "nonfinite_updates": ls.get("nonfinite_updates", 0),
-        # service calls the learner made that failed (Ray backend; the inline services raise instead)
-        "replay_failures": ls.get("replay_failures", 0),
-        "replay_write_failures": ls.get("replay_write_failures", {}),
-        # level-service calls the live actors made that failed (refused or lost); the inline service raises instead
-        "level_service_errors": sum(a.get("level_service_errors", 0) for a in live_actors),
-        "dropped": ls["dropped"],
-        "torch_threads": ls.get("threads"),  # the learner's (inline: the run's one process)
-    }
-    rec.update({f"learner_{k}": v for k, v in ls["metrics"].items() if k != "version"})
-    if "levels" in snap:
-        lv = snap["levels"]
-        rec["level_seen_fraction"] = lv["seen_fraction"]
-        rec["levels_buffered"] = lv["levels_buffered"]
-        rec["levels_evicted"] = lv["levels_evicted"]
-        rec["level_snapshot_errors"] = lv.get("snapshot_errors", 0)
-        rec["level_score"] = lv.get("score")
-        rec["level_top"] = lv.get("top_levels")
-        rec.update({key: lv[key] for key in (*LEVEL_COMPLEXITY_KEYS, *LEVEL_EDITOR_KEYS) if key in lv})  # mazes only
-        if not lv.get("buffered"):  # a buffer's slots change levels at each eviction: no per-level series
-            rec["level_weights"] = np.round(np.asarray(lv["weights"], dtype=float), 6).tolist()
-            if "staleness_vector" in lv:
-                rec["level_staleness"] = np.asarray(lv["staleness_vector"]).tolist()
-    if "replay" in snap:
-        rp = snap["replay"]
-        rec["replay"] = {k: rp[k] for k in ("size", "inserts", "samples", "mean_uses", "snapshot_errors") if k in rp}
-        rec["replay_priority_hist"] = rp.get("priority_hist")
-    return rec
 
 
 def check_health(snap: StatusSnapshot, run_dir: RunDir) -> None:
@@ -216,54 +130,6 @@ def _next_due_version(cfg: RunConfig, version: int, evaluator: PeriodicEvaluator
     return due
 
 
-class Reporter:
-    """One report: a snapshot's record, with the held-out results that arrived since the last one, goes to
-    `metrics.jsonl`, TensorBoard, the backend's outside view, Prometheus and `on_report`."""
-
-    def __init__(self, cfg: RunConfig, run_dir: RunDir, backend: Backend, evaluator: PeriodicEvaluator, *,
-                 metrics=None, on_report: Callable[[dict], None] | None = None):
-        self.run_dir, self.backend, self.evaluator = run_dir, backend, evaluator
-        self.metrics, self.on_report = metrics, on_report
-        self.throughput = Throughput()
-        self.replay_fraction = RecentFraction()
-        self.trained_fraction = RecentFraction()
-        self.last_test: dict[str, Any] = {}  # the last successful held-out evaluation
-        self.tensorboard = None
-        if cfg.tensorboard:
-            from levelray.deploy.monitoring.tensorboard import TensorBoardWriter
-
-            self.tensorboard = TensorBoardWriter(run_dir.path)
-
-    def report(self, snap: StatusSnapshot) -> dict[str, Any]:
-        ls = snap["learner"]
-        rate = self.throughput.update(ls["env_steps"])
-        fraction = self.replay_fraction.update(ls["episodes"], ls.get("episodes_replayed", 0))
-        trained = self.trained_fraction.update(ls["env_steps"], ls["samples_trained"])
-        rec = build_record(snap, steps_per_second=rate, elapsed_s=time.time() - self.throughput.start,
-                           replay_fraction=fraction, trained_fraction=trained)
-        while (result := self.evaluator.poll()) is not None:  # a held-out result is logged once, when it arrives
-            rec.update(result)
-            if "test_return_mean" in result:  # a failed one (`test_error`) keeps the last good point
-                self.last_test = result
-        self.run_dir.append_metrics(rec)
-        if self.tensorboard is not None:
-            self.tensorboard.write(rec)
-        self.backend.publish(rec)
-        if self.metrics is not None:
-            view: StatusSnapshot = {**snap, "env_steps_per_second": rate, "levels_replay_fraction": fraction,
-                                    "levels_trained_fraction": trained}
-            if self.last_test:
-                view["test_return_mean"] = self.last_test["test_return_mean"]
-            self.metrics.update(view)
-        if self.on_report is not None:
-            self.on_report(rec)
-        return rec
-
-    def close(self) -> None:
-        if self.tensorboard is not None:
-            self.tensorboard.close()
-
-
 def threads_line(cfg: RunConfig, uses_ray: bool, threads: int) -> str:
     """The start-up line that says on how many threads the learner runs torch, and why (`policy.threads`)."""
     from levelray.learner.service import MAX_LEARNER_THREADS
@@ -287,6 +153,7 @@ def _train(cfg: RunConfig, run_dir: RunDir, backend: Backend, evaluator: Periodi
     say(threads_line(cfg, backend.uses_ray, start["threads"]))
     version = start["learner_version"]
     last_checkpoint = version  # a resumed run starts from a checkpoint of this version
+    reporter.throughput.update(start["env_steps"])  # the first report's rate counts from here
     reporter.replay_fraction.update(start["episodes"], start.get("episodes_replayed", 0))
     reporter.trained_fraction.update(start["env_steps"], start["samples_trained"])
     while not stop.is_set():
@@ -321,13 +188,16 @@ def run(
     stop: threading.Event | None = None,
     on_report: Callable[[dict], None] | None = None,
     metrics=None,
+    wandb: WandbExtras | None = None,
 ) -> dict[str, Any]:
     """Drive `backend` until the budget, stop-at-return, or `stop`; returns the last metrics record."""
     evaluator = PeriodicEvaluator(cfg, use_ray=backend.uses_ray)
-    reporter = Reporter(cfg, run_dir, backend, evaluator, metrics=metrics, on_report=on_report)
+    reporter = Reporter(cfg, run_dir, backend, evaluator, metrics=metrics, on_report=on_report, wandb=wandb)
     record: dict[str, Any] = {}
+    failed = True
     try:
         record = _train(cfg, run_dir, backend, evaluator, reporter, stop or threading.Event())
+        failed = False
     finally:
         # The checkpoint first, then stopping: `ray job stop` (and Kubernetes) send SIGKILL a few seconds
         # after SIGTERM (RAY_JOB_STOP_WAIT_TIME_S, default 3 s), and waiting for actors can take longer.
@@ -336,13 +206,17 @@ def run(
         try:
             try:
                 write_final_checkpoint(backend, run_dir, cfg)
+                reporter.final_checkpoint(run_dir.list_checkpoints()[-1])
             finally:
                 backend.stop()
-            record = reporter.report(backend.poll())
+            record = reporter.report(backend.poll(), final=True)
+        except BaseException:
+            failed = True
+            raise
         finally:
             evaluator.cancel()
             run_dir.close()
-            reporter.close()
+            reporter.close(failed=failed)
             backend.close()
     return record
 
@@ -391,6 +265,9 @@ def prepare_run_dir(
         from levelray.level_service.editors import check_editor
 
         check_editor(cfg.env, cfg.levels)
+    from levelray.level_service.spaces import check_curriculum  # a curriculum or level score that does not load
+
+    check_curriculum(cfg.levels, cfg.env)  # and what the curriculum needs of the run (SFL: a success signal)
     if cfg.learner.auxiliary_losses:  # a loss that does not import is refused here, not in the learner's process
         from levelray.learner.auxiliary import load_all
 
@@ -399,6 +276,10 @@ def prepare_run_dir(
         from levelray.deploy.evaluation.video import check_renders
 
         check_renders(cfg.env, "--video-interval")
+    if cfg.wandb.enabled:  # the optional extra: refused naming it, before the directory is claimed
+        from levelray.deploy.monitoring.wandb_run import require_wandb
+
+        require_wandb()
     from levelray.deploy.monitoring.metrics import check_metrics_port
     from levelray.deploy.rundir import RunDirInUse
 
@@ -426,10 +307,12 @@ def train(
     stop: threading.Event | None = None,
     quiet: bool = False,
     on_report: Callable[[dict], None] | None = None,
+    wandb: WandbExtras | None = None,
 ) -> dict[str, Any]:
     """Build the backend `cfg.backend` names and run it; the metrics endpoint serves from the start.
     `cfg.run_dir` is taken from `run_dir` (the directory `prepare_run_dir` claimed). Each metrics record goes to
-    `on_report` (a sweep's trial hands it to Ray Tune), else to the progress line unless `quiet`."""
+    `on_report` (a sweep's trial hands it to Ray Tune), else to the progress line unless `quiet`. `wandb`: what
+    the caller adds to the run's W&B run where `cfg.wandb.enabled` (`WandbExtras`)."""
     from levelray.deploy.monitoring.metrics import MetricsServer
     from levelray.policy.threads import quiet_waits, use_threads
 
@@ -451,8 +334,8 @@ def train(
 
             backend = RayJob.start(cfg, run_dir, resume_state=resume_state)
         if on_report is None and not quiet:
-            on_report = ProgressPrinter()
-        return run(cfg, run_dir, backend, stop=stop, metrics=metrics, on_report=on_report)
+            on_report = ProgressPrinter(budget=Budget(cfg.total_steps, cfg.total_trained_steps))
+        return run(cfg, run_dir, backend, stop=stop, metrics=metrics, on_report=on_report, wandb=wandb)
     finally:
         if metrics is not None:
             metrics.close()

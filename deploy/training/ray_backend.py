@@ -25,7 +25,7 @@ from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
 from levelray.actors.envs import env_spec
 from levelray.contracts.config import ConfigError, RunConfig, uses_level_service, uses_replay
-from levelray.contracts.status import PUBLISHED_KEYS, StatusSnapshot
+from levelray.contracts.status import StatusSnapshot, published
 from levelray.contracts.validate import MIN_RAY_REPORT_INTERVAL_S, ray_resources
 from levelray.deploy.cluster.ray_cluster import init_ray
 from levelray.deploy.cluster.supervisor import NAMESPACE, SUPERVISOR_NAME, Supervisor
@@ -266,7 +266,7 @@ class RayJob:
 
     def publish(self, record: dict[str, Any]) -> None:
         """`levelray status` reads the job through the supervisor: give it the driver's rate (not waited for)."""
-        self.supervisor.set_progress.remote({key: record.get(key) for key in PUBLISHED_KEYS})
+        self.supervisor.set_progress.remote(published(record))
 
     def policy_weights(self) -> tuple[int, Any]:
         version, (weights_ref,) = self._ask_learner("latest_weights", timeout=60)

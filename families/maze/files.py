@@ -1,5 +1,5 @@
-"""Mazes a user brings: text files in the test suite's format (`contracts/maze_suite/*.txt`, the text form of
-`contracts.maze_text`), one maze a file, read into `MazeLevel`s named after their files.
+"""Mazes a user brings: text files in the test suite's format (`families/maze/suite/*.txt`, the text form of
+`families.maze.text`), one maze a file, read into `MazeLevel`s named after their files.
 
 `read_maze_files(path)` reads one file (`mazes/corridor.txt`, the maze `corridor`) or every `*.txt` file of a
 folder, in name order (other files are left alone). A file that is not a maze is refused naming the file and the
@@ -13,8 +13,8 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from levelray.contracts.maze import MazeLevel
-from levelray.contracts.maze_text import parse_grid
+from levelray.families.maze.level import MazeLevel
+from levelray.families.maze.text import parse_grid
 
 SUFFIX = ".txt"
 

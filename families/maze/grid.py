@@ -1,6 +1,6 @@
-"""One maze as a MiniGrid env: `MazeGridEnv` builds its grid at every reset from a `contracts.maze.MazeLevel`.
+"""One maze as a MiniGrid env: `MazeGridEnv` builds its grid at every reset from a `families.maze.level.MazeLevel`.
 
-The maze family (`actors.maze_env`) steps its envs as arrays (`actors.maze_step`) and uses this env for what
+The maze family (`families.maze.env`) steps its envs as arrays (`families.maze.step`) and uses this env for what
 only MiniGrid does, drawing a frame (`MazeVector.render`); the tests step it beside the arrays as the reference
 they must match. Apart from the family because this module imports minigrid (~1 s) at the top, to subclass
 `MiniGridEnv`; the family imports it only when it renders.
@@ -8,7 +8,8 @@ they must match. Apart from the family because this module imports minigrid (~1 
 The grid is `(width + 2) x (height + 2)` cells: MiniGrid's outer wall around the level's inner cells, so inner
 cell `(x, y)` is grid cell `(x + 1, y + 1)`. Walls, the goal and the agent's start cell and direction are
 exactly the level's; nothing is drawn at random. Everything else is MiniGrid's own: the 7 actions (only
-left, right and forward do anything here), the agent's 7x7 view (walls occlude, MiniGrid's default), the
+left, right and forward do anything here), the agent's 7x7 view (walls occlude, MiniGrid's default; `view=5,
+see_through_walls=True` is DCD's view, which DCD's MultiGrid base computes as MiniGrid does), the
 reward `1 - 0.9 * step_count / max_steps` on stepping onto the goal (the episode then terminates), and the
 time limit `max_steps` (truncation).
 """
@@ -24,7 +25,7 @@ from minigrid.core.mission import MissionSpace
 from minigrid.core.world_object import Goal, Wall
 from minigrid.minigrid_env import MiniGridEnv
 
-from levelray.contracts.maze import MazeLevel
+from levelray.families.maze.level import MazeLevel
 
 MISSION = "get to the green goal square"
 
@@ -39,9 +40,10 @@ class MazeGridEnv(MiniGridEnv):
     random generator, which nothing in a maze uses). `level` is the level of the current episode."""
 
     def __init__(self, width: int, height: int, resolve: Callable[[int], MazeLevel], max_steps: int,
-                 render_mode: str | None = None):
+                 render_mode: str | None = None, view: int = 7, see_through_walls: bool = False):
         super().__init__(mission_space=MissionSpace(mission_func=_mission), width=width + 2, height=height + 2,
-                         max_steps=int(max_steps), agent_view_size=7, render_mode=render_mode)
+                         max_steps=int(max_steps), agent_view_size=view, see_through_walls=see_through_walls,
+                         render_mode=render_mode)
         self.inner_size = (int(width), int(height))
         self.resolve = resolve
         self.level: MazeLevel | None = None

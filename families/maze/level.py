@@ -8,7 +8,7 @@ config, the level service and evaluation can use it without MiniGrid or Ray; the
 Level ids stay int64 and share one space:
 - `[0, MAX_SEED)`: a seed; `generate` makes the level from it (domain randomisation, as DCD's generator).
 - `[SUITE_ID_BASE, SUITE_ID_BASE + len(suite_names()))`: the hand-designed test suite, in name order.
-- `[FILE_ID_BASE, EDITED_ID_BASE)`: the mazes a user brings as files (`contracts.maze_files`, `levelray
+- `[FILE_ID_BASE, EDITED_ID_BASE)`: the mazes a user brings as files (`families.maze.files`, `levelray
   evaluate --levels maze-file:PATH`), played from their encodings; no function here resolves them.
 - `[EDITED_ID_BASE, ...)`: reserved for levels that exist only as an encoding (edited levels, held by the
   level service); no function here resolves them.
@@ -28,9 +28,10 @@ from importlib import resources
 
 import numpy as np
 
-from levelray.contracts.levels import MAX_SEED
-from levelray.contracts.maze_text import ARROWS as _ARROWS
-from levelray.contracts.maze_text import parse_grid
+from levelray.contracts.config_env import parse_blocks
+from levelray.contracts.levels import EDITED_ID_BASE, LEVEL_ID_BASE, MAX_SEED
+from levelray.families.maze.text import ARROWS as _ARROWS
+from levelray.families.maze.text import parse_grid
 
 __all__ = [
     "EDITED_ID_BASE",
@@ -57,10 +58,8 @@ __all__ = [
 ]
 
 ENCODING_VERSION = 1
-LEVEL_ID_BASE = 1 << 40
 SUITE_ID_BASE = LEVEL_ID_BASE
 FILE_ID_BASE = LEVEL_ID_BASE + (1 << 31)
-EDITED_ID_BASE = LEVEL_ID_BASE + (1 << 32)
 MIN_SIZE = 3
 MAX_SIZE = 63
 
@@ -69,8 +68,8 @@ ENV_FORM = "maze:<W>x<H>"
 _ENV_ID = re.compile(r"^maze:(\d+)x(\d+)$")
 
 _HEADER_BYTES = 8  # version, width, height, agent x, agent y, agent dir, goal x, goal y: one byte each
-_SUITE_PACKAGE = "levelray.contracts"
-_SUITE_FOLDER = "maze_suite"
+_SUITE_PACKAGE = "levelray.families.maze"
+_SUITE_FOLDER = "suite"
 
 
 def _is_int(value) -> bool:
@@ -79,7 +78,7 @@ def _is_int(value) -> bool:
 
 def maze_size(env_id: str) -> tuple[int, int]:
     """`maze:13x9` -> `(13, 9)`, the inner width and height; ValueError naming the form `maze:<W>x<H>` and the
-    sizes allowed for anything else. Here rather than beside the env (`actors.maze_env`) so that the level
+    sizes allowed for anything else. Here rather than beside the env (`families.maze.env`) so that the level
     service, which measures the levels it holds, reads the size without importing the env libraries."""
     m = _ENV_ID.match(env_id) if isinstance(env_id, str) else None
     sizes = f"W and H the inner width and height, each in [{MIN_SIZE}, {MAX_SIZE}], e.g. maze:13x13"
@@ -228,7 +227,7 @@ class MazeLevel:
         (facing `agent_dir`) or an arrow `>v<^` (facing that way; the arrow wins over `agent_dir`).
         Blank lines and lines starting with `;` (comments) are skipped; every row must be as long as the
         first. Errors name the row and column (1-based, counting grid rows only); a maze file's name its line
-        and character (`contracts.maze_files`)."""
+        and character (`families.maze.files`)."""
         grid = parse_grid(text, agent_dir)
         height, width = grid.walls.shape
         return cls(width, height, grid.walls, grid.agent, grid.agent_dir, grid.goal)
@@ -262,26 +261,6 @@ def shortest_path_length(level: MazeLevel) -> int | None:
                     grown.append(nxt)
         frontier = grown
     return None
-
-
-_BLOCKS_FORM = "a number such as 25 or a range such as 0-60"
-
-
-def parse_blocks(spec: str | int) -> tuple[int, int]:
-    """`--maze-blocks` as an inclusive `(low, high)` range of wall counts: "25" or 25 -> (25, 25),
-    "0-60" -> (0, 60). ValueError naming the flag and the expected form."""
-    if _is_int(spec):
-        if spec < 0:
-            raise ValueError(f"--maze-blocks must be {_BLOCKS_FORM} (non-negative), got {spec!r}")
-        return int(spec), int(spec)
-    match = re.fullmatch(r"\s*(\d+)\s*(?:-\s*(\d+)\s*)?", spec) if isinstance(spec, str) else None
-    if match is None:
-        raise ValueError(f"--maze-blocks must be {_BLOCKS_FORM}, got {spec!r}")
-    low = int(match.group(1))
-    high = low if match.group(2) is None else int(match.group(2))
-    if low > high:
-        raise ValueError(f"--maze-blocks range {spec!r} runs backwards: write it low-high, such as 0-60")
-    return low, high
 
 
 def _check_blocks(blocks: tuple[int, int]) -> tuple[int, int]:
@@ -320,7 +299,7 @@ def generate(seed: int, width: int, height: int, blocks: tuple[int, int]) -> Maz
 
 @functools.cache
 def _suite() -> dict[str, MazeLevel]:
-    """Every suite maze by name, read once from the package data `maze_suite/<name>.txt`."""
+    """Every suite maze by name, read once from the package data `suite/<name>.txt`."""
     folder = resources.files(_SUITE_PACKAGE).joinpath(_SUITE_FOLDER)
     mazes = {}
     for entry in sorted(folder.iterdir(), key=lambda e: e.name):

@@ -1,4 +1,4 @@
-"""The text form of a maze, read: what `MazeLevel.from_text` and a maze file (`contracts.maze_files`) share.
+"""The text form of a maze, read: what `MazeLevel.from_text` and a maze file (`families.maze.files`) share.
 
 One row of text per row of inner cells: `#` wall, `.` floor, `G` goal, and the agent as `A` (facing a given
 direction) or an arrow `>v<^` (facing that way: right, down, left, up). Blank lines and lines starting with `;`
@@ -6,7 +6,7 @@ direction) or an arrow `>v<^` (facing that way: right, down, left, up). Blank li
 where it is as its reader counts: `MazeLevel.from_text` by grid row and column (comments not counted), a file
 by line and character of the file (`lines=True`).
 
-Apart from `contracts.maze` so that a file's errors can name its lines; this module builds no `MazeLevel`
+Apart from `families.maze.level` so that a file's errors can name its lines; this module builds no `MazeLevel`
 (that module imports it), it returns the parts of one.
 """
 

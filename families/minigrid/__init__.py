@@ -4,7 +4,7 @@
 `MiniGrid-` prefix and `-vN` suffix (the newest registered version; `minigrid:ObstructedMaze-2Q-v0` names
 one explicitly). The level is the `reset(seed=...)` seed, as for any gymnasium env: MiniGrid draws the
 whole layout (walls, doors, keys, goal, agent start) from it. Each env is wrapped by
-`actors.minigrid_obs.MiniGridObs` (the observation as one uint8 `[7, 7, 4]` array, success = reached the
+`families.minigrid.obs.MiniGridObs` (the observation as one uint8 `[7, 7, 4]` array, success = reached the
 goal). A bare `MiniGrid-...` id is refused with the name to use instead.
 
 minigrid itself (~1 s to import) is imported only when a name is resolved or a vector built.
@@ -19,10 +19,10 @@ import re
 import gymnasium as gym
 
 from levelray.actors.env_vector import LevelSource, spec_of_one_env
-from levelray.actors.envs import register_family
-from levelray.actors.gymnasium_env import GymnasiumVector
 from levelray.contracts.config import EnvConfig
+from levelray.contracts.families import register_family
 from levelray.contracts.spec import MINIGRID_OBS, EnvSpec
+from levelray.families.gymnasium_env import GymnasiumVector
 
 PREFIX = "minigrid:"
 _GYM_PREFIX = "MiniGrid-"
@@ -89,7 +89,7 @@ class MiniGridVector(GymnasiumVector):
         self, name: str, num_envs: int, cfg: EnvConfig, level_source: LevelSource | None = None, seed: int = 0,
         render: bool = False,
     ):
-        from levelray.actors import minigrid_obs
+        from levelray.families.minigrid import obs as minigrid_obs
 
         self.gym_id = gymnasium_id(name)
         mode = "rgb_array" if render else None  # render(): the whole grid, as a person sees the level
@@ -121,4 +121,10 @@ def ids() -> list[str]:
     return [PREFIX + "<name>"]
 
 
+def reports_success(cfg: EnvConfig) -> bool:
+    """Every MiniGrid episode says whether the agent reached its goal (`obs.MiniGridObs`): SFL's success rates."""
+    return True
+
+
+DISPATCH_RANK = 20  # where `env.family auto` tries it (contracts.families)
 register_family("minigrid", __name__)  # at the end: the family is this module's functions above

@@ -5,7 +5,7 @@
 string is dropped, which loses nothing where the layout shows the one goal, as in DoorKey, MultiRoom,
 KeyCorridor, LavaGap, the Crossings, FourRooms; in Fetch, GoToDoor, GoToObject and PutNear the mission alone
 says which object or door is meant, so there the agent can only guess) and reports success
-the way `actors.gymnasium_env` reads it, `info["is_success"]` at the episode's last step: MiniGrid's reward
+the way `families.gymnasium_env` reads it, `info["is_success"]` at the episode's last step: MiniGrid's reward
 is positive only when the agent reaches the goal (`1 - 0.9 * steps / max_steps`), so success is terminated
 with reward > 0. MiniGrid's own `max_steps` is its time limit, reported as `truncated`.
 
