@@ -8,7 +8,8 @@ Never stalls on the learner or the level service in steady state:
   actors down (backpressure) instead of growing memory.
 - the receipt carries the learner's latest version and a reference to its weights in the object
   store (one object per version, shared by all actors); weights are fetched only when the version
-  changed.
+  changed. It also says when the run's budget is spent: the actor then sends nothing more and idles until
+  stopped (`learner.service`, "The budget").
 - level seeds come from a local buffer refilled asynchronously from the level service
   (`SeedPrefetcher`), so an episode end never waits on a remote call.
 - the actor scores its finished episodes itself (`actors.episode_scorer`, with its own network) and sends their
@@ -31,6 +32,7 @@ from collections import deque
 from levelray.actors.env_vector import LevelDraws
 from levelray.actors.level_windows import ExploreTally, LevelWindows, RemoteWindows, window_unrolls
 from levelray.contracts.config import RunConfig
+from levelray.contracts.trajectory import Receipt
 
 # Episode results are sent at most this often: a Ray call costs the level service ~1 ms of CPU, and an actor
 # submits many unrolls a second where episodes are short, while scores only need to arrive within a second or so.
@@ -181,15 +183,17 @@ class EnvActor:
         self.weight_fetches = 0
         self.weights_lost = 0  # receipts whose weights were gone (their object store's node lost)
         self.learner_lost = False
+        self.budget_spent = False  # a receipt said so: the actor sends nothing more
 
-    def _apply_receipt(self, receipt) -> None:
-        """Load the weights a receipt names, if newer. Weights lost with a node's object store (`ObjectLostError`,
-        `OwnerDiedError` among them) are asked for again from the learner: a learner that is alive publishes
-        a copy of its own; one that died with the node raises `RayActorError` here, and `run` waits to be
-        replaced."""
+    def _apply_receipt(self, receipt) -> bool:
+        """Load the weights a receipt (`contracts.trajectory.Receipt`, or `latest_weights`' bare pair) names, if
+        newer; returns whether it says the run's budget is spent. Weights lost with a node's object store
+        (`ObjectLostError`, `OwnerDiedError` among them) are asked for again from the learner: a learner that is
+        alive publishes a copy of its own; one that died with the node raises `RayActorError` here, and `run`
+        waits to be replaced."""
         import ray
 
-        version, ref_box = receipt
+        version, ref_box, spent = Receipt(*receipt)
         # the first receipt is loaded whatever its version: until then the worker's network is its own random one,
         # not the learner's version 0 that its unrolls are labelled with
         if (version > self.worker.policy_version or not self.weight_fetches) and ref_box:
@@ -201,12 +205,17 @@ class EnvActor:
                 weights = ray.get(ref_box[0])
             self.worker.set_weights(version, weights)
             self.weight_fetches += 1
+        self.budget_spent = self.budget_spent or spent
+        return spent
 
     def run(self, max_unrolls: int | None = None) -> int:
-        """Collect and send unrolls until `stop()` (or `max_unrolls`); returns unrolls sent.
+        """Collect and send unrolls until `stop()`, `max_unrolls`, or a receipt that says the budget is spent;
+        returns unrolls sent.
 
-        If the learner dies, the actor idles until stopped: the driver restarts the learner from
-        its latest checkpoint and the supervisor replaces the actors bound to the old one."""
+        At the budget the unrolls collected while the last submit was in flight are dropped (the learner would
+        refuse them: `learner.service`, "The budget") and the actor idles until stopped: a `run()` that returned
+        would be replaced by the supervisor. If the learner dies, the actor idles too: the driver restarts the
+        learner from its latest checkpoint and the supervisor replaces the actors bound to the old one."""
         import ray
 
         try:
@@ -216,8 +225,11 @@ class EnvActor:
                 n = self.unrolls_per_submit if max_unrolls is None else min(self.unrolls_per_submit,
                                                                             max_unrolls - self.unrolls_collected)
                 unrolls = self._collect(n)
-                if in_flight is not None:
-                    self._apply_receipt(ray.get(in_flight))  # backpressure: wait for the previous receipt
+                # backpressure: wait for the previous receipt
+                if in_flight is not None and self._apply_receipt(ray.get(in_flight)):
+                    self.tally.take()  # the learner would refuse them: dropped with the unrolls, never sent
+                    in_flight = None
+                    break
                 tally = self.tally.take()
                 in_flight = self.learner.submit_batch.remote(*((unrolls,) if tally is None else (unrolls, tally)))
                 self.unrolls_sent += len(unrolls)
@@ -227,8 +239,8 @@ class EnvActor:
             self._report_episodes(now=True)
         except (ray.exceptions.RayActorError, ray.exceptions.ObjectLostError):
             self.learner_lost = True
-            while not self._stop.wait(0.5):
-                pass
+        while (self.learner_lost or (self.budget_spent and max_unrolls is None)) and not self._stop.wait(0.5):
+            pass
         return self.unrolls_sent
 
     def _collect(self, n: int) -> list[dict]:
@@ -290,6 +302,7 @@ class EnvActor:
             "weight_fetches": self.weight_fetches,
             "weights_lost": self.weights_lost,
             "learner_lost": self.learner_lost,
+            "budget_spent": self.budget_spent,
             "seed_uniform_fallbacks": self.prefetcher.uniform_fallbacks if self.prefetcher else 0,
             "level_service_errors": self.prefetcher.service_errors if self.prefetcher else 0,
         }

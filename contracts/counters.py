@@ -87,8 +87,9 @@ def read_counters(saved: Mapping[str, Any] | None) -> LearnerCounters:
 
 def budget_reached(cfg: RunConfig, env_steps: int, samples_trained: int) -> bool:
     """Either of the run's budgets is reached: `total_steps` env steps received, or `total_trained_steps` (when
-    set) env steps trained on (`samples_trained`). The learner checks it before each batch and the driver after
-    each poll, so both stop on the same rule."""
+    set) env steps trained on (`samples_trained`). The learner checks it at each arrival and before each batch
+    (`LearnerCore.budget_spent`: it then receives nothing more and the actors stop) and the driver after each poll,
+    so both stop on the same rule."""
     trained = cfg.total_trained_steps
     return env_steps >= cfg.total_steps or (trained is not None and samples_trained >= trained)
 

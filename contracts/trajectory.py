@@ -28,7 +28,7 @@ An unroll of `T` steps from `K` environments is a dict of NumPy arrays (time-maj
 
 An episode that a level window's end cut (`actors.level_windows`) ends with a truncated step but is not among the
 unroll's episodes. The env steps and episodes of unrolls that stay on an actor (a Robust PLR explore window) reach
-the learner as a `StepTally` instead, checked by `validate_tally`.
+the learner as a `StepTally` instead, checked by `validate_tally`. The learner answers each submit with a `Receipt`.
 
 obs[t+1] after a terminated/truncated step is already the first observation of the next episode.
 A batch is the same dict with `K` replaced by `B` (several unrolls stacked along the env axis).
@@ -42,7 +42,7 @@ field, and a feed-forward learner refuses one that has them.
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from typing import Any, NotRequired, TypedDict
+from typing import Any, NamedTuple, NotRequired, TypedDict
 
 import numpy as np
 
@@ -285,6 +285,17 @@ class StepTally(TypedDict):
     env_steps: int
     episode_returns: np.ndarray
     episode_lengths: np.ndarray
+
+
+class Receipt(NamedTuple):
+    """The learner's answer to an actor's submit: its latest `version`, `weights` (`[ObjectRef]` to them, boxed so
+    that Ray passes the reference, not the value), and whether the run's budget is spent (`budget_spent`:
+    `learner.service` explains why the actors learn it here). A bare `(version, weights)`, as
+    `latest_weights` answers, reads as not spent."""
+
+    version: int
+    weights: list
+    budget_spent: bool = False
 
 
 def validate_tally(tally: StepTally) -> None:

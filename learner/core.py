@@ -88,10 +88,17 @@ class LearnerCore:
 
     @property
     def budget_spent(self) -> bool:
-        """The run's `total_steps` have been consumed, or its `total_trained_steps` trained on: train no further
-        batch. Checked before a batch, so the learner goes at most one batch past either budget, whichever
-        transport feeds it. With several learners, by the job's env steps as every rank last summed them and the
-        samples trained, which every rank holds alike: the ranks decide alike."""
+        """The run's `total_steps` have been received, or its `total_trained_steps` trained on: from here the
+        learner receives nothing more (an unroll or tally that arrives is refused, uncounted, and the actors are
+        told to stop: `learner.service`, "The budget"), and a batch begun is trained as it stands, with fewer fresh
+        unrolls, so that every unroll received is trained on (under `learner.compile` that one shape compiles once
+        more). So the env steps go past `total_steps` by less than
+        the one arrival that reached it, and the samples trained past `total_trained_steps` by less than a batch,
+        whatever the env's speed and on both transports. With several learners, by the job's env steps as every
+        rank last summed them (at an update; before the first, its own) and the samples trained, which every rank
+        holds alike: the ranks decide alike, at an update, and a rank finishes a batch begun (a short batch on one
+        rank would stall the others' all-reduce); where no update comes (a Robust PLR warm-up), the driver's poll
+        of the summed counts ends the run."""
         steps = self.counters["env_steps"] if self.job_env_steps is None else self.job_env_steps
         return budget_reached(self.cfg, steps, self.learner.samples_trained)
 

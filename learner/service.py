@@ -5,15 +5,30 @@
 
 - `submit_batch(unrolls, tally)` validates each unroll (a malformed one is rejected with the field named
   and counted; nothing else changes), then waits for room in the queue: a slow learner makes actors
-  wait (backpressure) and memory stays bounded. It returns a receipt `(version, [weights_ref])`. `tally`: the env
-  steps and episodes of unrolls the actor kept (`contracts.trajectory.StepTally`, counted at once; a malformed
-  one is refused the same way).
+  wait (backpressure) and memory stays bounded. It returns a receipt (`contracts.trajectory.Receipt`: the version,
+  `[weights_ref]`, whether the budget is spent). `tally`: the env steps and episodes of unrolls the actor kept
+  (`contracts.trajectory.StepTally`, counted at once; a malformed one is refused the same way).
 - the training thread takes `batch_size - replayed` fresh unrolls (`LearnerCore.accept` drops those
   older than `max_policy_lag` versions), trains, and publishes the new weights once with `ray.put`
   (one object per version, shared by every actor).
 - the update itself is `LearnerCore.train`, the same call the inline backend makes; the replay service is
   reached through `RemoteReplay` (fire-and-forget writes). The learner never talks to the level service: the
   actors score their episodes and tell it themselves (`actors.episode_scorer`).
+
+The budget. The learner is where both budgets are counted (env steps received, samples trained: `LearnerCore`), so
+it is the one part that knows the moment either is spent, and it enforces it where the data comes in: from then on
+it receives nothing (a submit's unrolls and tally are refused, uncounted, and the queue is no longer taken from),
+trains the batch it had begun as it stands, and says `budget_spent` in every receipt. Each actor learns it from
+the answer to the call it makes anyway, and stops: no call back into the driver, no extra round trip, and an
+actor added by `levelray scale` or restarted by the supervisor learns it at its first submit. The run's env steps
+are then the learner's own count, each counted once, past `total_steps` by less than the one arrival that reached
+it (an actor steps at most two submits more, which are never counted), whatever the env's speed; a resumed learner
+counts on from its checkpoint's counters, so a resumed run goes on to the same budget. Before, only the
+driver's poll stopped a run where nothing was trained (a Robust PLR buffer's warm-up sends only tallies): a maze run
+of `--total-steps 20000` ended at 65,760 env steps. The alternatives do not hold at that speed or at all: the
+supervisor stopping the actors knows the count only as often as it polls the learner; a share of the budget given
+to each actor at its start ends the run early on a slow actor or loses a dead one's, cannot follow `levelray
+scale`, and cannot divide a trained-steps budget, whose pace depends on what the level service replays.
 """
 
 from __future__ import annotations
@@ -27,7 +42,7 @@ import traceback
 from levelray.contracts.config import LearnerConfig, RunConfig
 from levelray.contracts.levels import training_range
 from levelray.contracts.spec import EnvSpec
-from levelray.contracts.trajectory import StepTally, TrajectoryError, Unroll, validate_unroll
+from levelray.contracts.trajectory import Receipt, StepTally, TrajectoryError, Unroll, validate_unroll
 from levelray.learner.core import LearnerCore, TrainingDiverged
 from levelray.policy.threads import affinity_cpus, use_threads, wait_policy_env
 
@@ -195,8 +210,11 @@ class LearnerService:
         """Several unrolls in one call: an actor that sends n at a time pays Ray's per-call cost
         (task dispatch, reply, receipt) once for n. Each one is validated on its own; a malformed
         one is dropped and counted without affecting the others. `tally` (None: none) is counted first
-        (`LearnerCore.accept_tally`); a malformed one is dropped and counted as `malformed_tally`."""
+        (`LearnerCore.accept_tally`); a malformed one is dropped and counted as `malformed_tally`. Once the budget
+        is spent nothing is counted or queued, and the receipt says so (see "The budget" above)."""
         version = self.core.version
+        if self.core.budget_spent:
+            return self.receipt()
         if tally is not None:
             try:
                 self.core.accept_tally(tally)
@@ -215,17 +233,22 @@ class LearnerService:
                 log.warning("rejected unroll from actor %s: %s", unroll.get("actor_id") if isinstance(unroll, dict)
                             else "?", exc)
                 continue
-            while not self._stop.is_set():
+            while not self._stop.is_set() and not self.core.budget_spent:  # spent: it would never be taken
                 try:
                     self.queue.put(unroll, timeout=0.5)
                     break
                 except queue.Full:
                     continue
-        return self.latest_weights()
+        return self.receipt()
 
-    def latest_weights(self):
+    def latest_weights(self) -> tuple[int, list]:
+        """`(version, [weights_ref])`: the weights published last (for the driver, and an actor's first fetch)."""
         with self.publish_lock:
             return self.version_published, [self.weights_ref]
+
+    def receipt(self) -> Receipt:
+        """What a submit is answered with: the latest weights, and whether the budget is spent."""
+        return Receipt(*self.latest_weights(), budget_spent=self.core.budget_spent)
 
     # -- training ------------------------------------------------------------------------------
     def _publish(self) -> None:
@@ -235,8 +258,12 @@ class LearnerService:
             self.version_published, self.weights_ref = version, ref
 
     def _take_fresh(self, n: int) -> list[Unroll] | None:
-        fresh = []
+        """`n` fresh unrolls from the queue (None: stopped). Once the budget is spent it takes no more and returns
+        those it has, the run's last batch (a single learner only: the ranks of several train in step)."""
+        fresh: list[Unroll] = []
         while len(fresh) < n:
+            if self.world_size == 1 and self.core.budget_spent:
+                return fresh
             try:
                 unroll = self.queue.get(timeout=0.2)
             except queue.Empty:
@@ -250,12 +277,14 @@ class LearnerService:
     def _train_loop(self) -> None:
         try:
             while not self._stop.is_set():
-                if self.core.budget_spent:  # unrolls wait in the queue (actors block) until the driver stops
+                if self.core.budget_spent:  # nothing more is received; the driver stops the job at its next poll
                     self._stop.wait(0.1)
                     continue
                 fresh = self._take_fresh(self.core.num_fresh)
                 if fresh is None:
                     return
+                if not fresh:  # the budget was spent before a batch began
+                    continue
                 with self.update_lock:
                     if self.core.train(fresh):  # {}: a skipped non-finite update, nothing new to publish
                         self._publish()

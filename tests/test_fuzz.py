@@ -124,8 +124,8 @@ def test_learner_batch_submit_drops_only_the_malformed_unroll(ray_session):
         good_a, bad, good_b = valid_unroll(), valid_unroll(), valid_unroll()
         good_a["policy_version"] = good_b["policy_version"] = 0
         bad["actions"][1, 2] = 5  # CartPole has 2 actions
-        version, weights_box = service.submit_batch([good_a, bad, good_b])
-        assert version == 0 and len(weights_box) == 1
+        version, weights_box, budget_spent = service.submit_batch([good_a, bad, good_b])
+        assert version == 0 and len(weights_box) == 1 and not budget_spent
         assert service.stats()["dropped"] == {"malformed": 1}
         deadline = time.time() + 30
         while service.stats()["learner_version"] < 1 and time.time() < deadline:

@@ -118,11 +118,14 @@ class InlineBackend:
         """Collect unrolls round-robin over the workers until `num_fresh` reach the learner, then one
         `LearnerCore.train`. Unrolls a worker keeps (explore windows under Robust PLR) are only counted; where
         they delay the update past `until_time` (the unrolls collected wait for the next call), or the budget is spent
-        before a batch begins, {} without an update. Once the budget is spent, a batch begun is finished before the
-        call returns: the driver stops on the budget, and a batch left waiting would be received, never trained."""
+        before a batch begins, {} without an update. Once the budget is spent no worker steps again, and a batch
+        begun is trained as it stands (`LearnerCore.budget_spent`): the driver stops on the budget, and a batch left
+        waiting would be received, never trained, while finishing it could take many explore windows' steps."""
         while len(self._fresh) < self.core.num_fresh:
-            if self.core.budget_spent and not self._fresh:  # a batch begun (counted as received) is trained
-                return {}
+            if self.core.budget_spent:  # the run's last batch, short (or none)
+                if not self._fresh:
+                    return {}
+                break
             worker = self.workers[self._next_worker]
             self._next_worker = (self._next_worker + 1) % len(self.workers)
             unroll = worker.unroll()
@@ -133,7 +136,7 @@ class InlineBackend:
                 self._tally.add(unroll)
                 self.core.accept_tally(self._tally.take())
                 if until_time is not None and time.time() >= until_time and not self.core.budget_spent:
-                    return {}  # a report is due; past the budget the begun batch is finished first
+                    return {}  # a report is due; past the budget the begun batch is trained first
             elif self.core.accept(unroll):
                 self._fresh.append(unroll)
         fresh, self._fresh = self._fresh, []

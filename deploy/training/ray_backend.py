@@ -288,9 +288,10 @@ class RayJob:
         return state
 
     def stop(self) -> None:
-        """The learner first: once the budget is spent it trains no more, so the actors' `submit_batch` calls
-        wait on its full queue until it stops. Stopping the actors first would make `stop_all` wait out its 10 s
-        grace for run loops that cannot return: every Ray run would end ~10 s after its last update."""
+        """The learner first. At the budget the actors already idle (a receipt told them), but a run stopped before
+        it (stop-at-return, Ctrl-C) may have actors whose `submit_batch` waits on the learner's full queue until it
+        stops: stopping the actors first would make `stop_all` wait out its 10 s grace for run loops that cannot
+        return."""
         try:
             with contextlib.suppress(ray.exceptions.RayActorError):
                 ray.get([learner.stop.remote() for learner in self.learners], timeout=60)
