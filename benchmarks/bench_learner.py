@@ -2,7 +2,8 @@
 actors' inference in both.
 
     python -m benchmarks.bench_learner [--device auto|cpu|cuda] [--json PATH] [--quick] [--seconds S]
-        [--threads 1,2] [--precisions fp32,bf16] [--compile] [--lstm-sizes 0,256] [--models impala_cnn,mlp]
+        [--threads 1,2] [--precisions fp32,bf16] [--compile] [--lstm-sizes 0,256] [--models impala_cnn,mlp] [--maze]
+        [--appo-epochs 0,1,4]
 
 Updates: the IMPALA CNN on procgen-shaped uint8 observations at T=20 x B=32 (640 samples: the procgen preset's
 batch of 2 unrolls x 16 envs) and B=128 (2,560), the MiniGrid net on MiniGrid's symbolic view at B=32, and the MLP
@@ -16,6 +17,12 @@ this machine (training is learner-bound there). `--lstm-sizes`: each case also w
 as an actor takes it (`policy.recurrent.unroll`, T = 1, every model, the MLP included: it has no NumPy path then;
 the feed-forward MLP's inference is its NumPy path, `NumpyPolicy`). Needs torch and numpy only, no Ray, so it
 runs on the lent GPU machines too.
+
+The maze rows (`MAZE_UPDATES`, with the MiniGrid net in the list; `--maze`: those alone) are the maze's net (the
+MiniGrid net on the maze's 7x7 view) with LSTM-256 at our maze batch (32 envs x 20 steps, 640 samples) and at DCD's
+and JaxUED's (32 envs x 256 steps, 8,192 samples, 256-step BPTT), whatever `--lstm-sizes` says: each sample is one
+gradient pass, so samples/s is the sample gradient passes/s that JaxUED's maze example reaches at 36,600/s on one
+core of this machine (5 PPO epochs of 8,192 samples, one jitted XLA program: `JAXUED_ANCHOR`).
 """
 
 from __future__ import annotations
@@ -27,7 +34,7 @@ import numpy as np
 import torch
 
 from benchmarks.common import calls_in, print_table, write_json
-from levelray.contracts.config import LearnerConfig
+from levelray.contracts.config import AppoConfig, LearnerConfig
 from levelray.contracts.spec import MINIGRID_OBS, EnvSpec
 from levelray.learner.learner import Learner
 from levelray.policy.models import build_model
@@ -42,10 +49,13 @@ CASES = {
 }
 OBS_HIGH = {"minigrid_cnn": 6}  # MiniGrid's symbolic view: small object, colour and state indices
 UPDATES = [("impala_cnn", 32), ("impala_cnn", 128), ("minigrid_cnn", 32), ("mlp", 32), ("mlp", 256)]
+MAZE_UPDATES = [(20, 32), (256, 32)]  # (T, B) of the maze net with LSTM-256: ours, then DCD's and JaxUED's
+MAZE_LSTM = 256
+JAXUED_ANCHOR = 36_600  # sample gradient passes/s of JaxUED's maze example on one core here (see the module doc)
 INFERENCE = ("impala_cnn", "minigrid_cnn")
 INFERENCE_BATCH = 16
-COLUMNS = ["model", "lstm", "precision", ("torch_threads", "threads"), "T", "B", ("update_ms", "update ms"),
-           ("samples_per_s", "samples/s"), ("warmup_s", "first 3 updates s")]
+COLUMNS = ["model", "algorithm", "lstm", "precision", ("torch_threads", "threads"), "T", "B",
+           ("update_ms", "update ms"), ("samples_per_s", "samples/s"), ("warmup_s", "first 3 updates s")]
 INFERENCE_COLUMNS = ["model", "lstm", "precision", ("torch_threads", "threads"), "batch", ("obs_per_s", "obs/s")]
 
 
@@ -72,9 +82,12 @@ def make_batch(spec: EnvSpec, T: int, B: int, rng: np.random.Generator, obs_high
 
 
 def measure(model: str, device: str, T: int, B: int, seconds: float, precision: str = "fp32",
-            compile_net: bool = False, lstm_size: int = 0) -> dict:
+            compile_net: bool = False, lstm_size: int = 0, appo_epochs: int = 0) -> dict:
+    """`appo_epochs` > 0: APPO's update (`learner.algorithm appo`) with that many passes over the batch, one
+    minibatch each; 0: IMPALA's. samples/s counts each batch sample once, however many passes an update makes."""
     spec = CASES[model]
-    config = LearnerConfig(device=device, precision=precision, compile=compile_net, lstm_size=lstm_size)
+    algorithm = {"algorithm": "appo", "appo": AppoConfig(epochs=appo_epochs)} if appo_epochs else {}
+    config = LearnerConfig(device=device, precision=precision, compile=compile_net, lstm_size=lstm_size, **algorithm)
     learner = Learner(spec, config, seed=0)
     batch = make_batch(spec, T, B, np.random.default_rng(0), OBS_HIGH.get(model, 256), lstm_size)
     warmup = time.perf_counter()
@@ -89,7 +102,8 @@ def measure(model: str, device: str, T: int, B: int, seconds: float, precision: 
         n += 1
     sync()
     elapsed = time.perf_counter() - start
-    return {"model": model, "lstm": lstm_size, "precision": precision + ("+compile" if compile_net else ""),
+    return {"model": model, "algorithm": f"appo x{appo_epochs}" if appo_epochs else "impala", "lstm": lstm_size,
+            "precision": precision + ("+compile" if compile_net else ""),
             "device": str(learner.device), "T": T, "B": B, "updates": n, "warmup_s": warmup_s,
             "update_ms": elapsed / n * 1e3, "samples_per_s": n * T * B / elapsed,
             "torch_threads": torch.get_num_threads()}
@@ -156,24 +170,35 @@ def main() -> None:
                              "updates)")
     parser.add_argument("--lstm-sizes", default="0", help="learner.lstm_size values, comma-separated (0: none)")
     parser.add_argument("--models", default=",".join(CASES), help="networks to measure, comma-separated")
+    parser.add_argument("--maze", action="store_true", help="only the maze net with LSTM-256 (MAZE_UPDATES)")
+    parser.add_argument("--appo-epochs", default="0",
+                        help="the update per case: 0 IMPALA's, N > 0 APPO's with N epochs; comma-separated")
     args = parser.parse_args()
     seconds = 2.0 if args.quick else args.seconds
     threads = [1] if args.quick else [int(x) for x in args.threads.split(",")]
     precisions = args.precisions.split(",")
     lstm_sizes = [int(x) for x in args.lstm_sizes.split(",")]
     models = args.models.split(",")
-    updates = [(m, b) for m, b in UPDATES if (not args.quick or b <= 32) and m in models]
+    appo_epochs = [int(x) for x in args.appo_epochs.split(",")]
+    updates = [] if args.maze else [(m, b) for m, b in UPDATES if (not args.quick or b <= 32) and m in models]
+    maze = [(T, B) for T, B in MAZE_UPDATES if args.maze or "minigrid_cnn" in models]
+    compiled = (False, True) if args.compile else (False,)
     results, inference = [], []
     for n_threads in threads:
         torch.set_num_threads(n_threads)
         for model, B in updates:
-            results += [measure(model, args.device, 20, B, seconds, p, c, n) for n in lstm_sizes for p in precisions
-                        for c in ((False, True) if args.compile else (False,))]
+            results += [measure(model, args.device, 20, B, seconds, p, c, n, e) for n in lstm_sizes
+                        for p in precisions for c in compiled for e in appo_epochs]
+        results += [measure("minigrid_cnn", args.device, T, B, seconds, p, c, MAZE_LSTM) for T, B in maze
+                    for p in precisions for c in compiled]
         inference += [measure_inference(model, seconds, p, n) for model in models for n in lstm_sizes
-                      for p in precisions if n or model in INFERENCE or p == precisions[0]]
+                      for p in precisions if not args.maze and (n or model in INFERENCE or p == precisions[0])]
+        inference += [measure_inference("minigrid_cnn", seconds, p, MAZE_LSTM) for p in precisions if maze]
     torch.set_num_threads(threads[0])
     adam = [measure_adam(model, impl) for model in CASES for impl in ("foreach", "fused", "foreach", "fused")]
     print_table(results, COLUMNS)
+    if maze:
+        print(f"(JaxUED's maze example, LSTM-256: {JAXUED_ANCHOR:,} sample gradient passes/s on one core)")
     print_table(inference, INFERENCE_COLUMNS, title=f"\nactors' inference, batch {INFERENCE_BATCH}")
     print_table(adam, ["model", "adam", "tensors", "parameters", ("step_us", "µs a step")],
                 title=f"\nAdam steps on the CPU, {threads[0]} thread(s)")

@@ -84,7 +84,7 @@ GL_PATH="${LD_LIBRARY_PATH:-}"
 [ -d .whl/lib ] && GL_PATH="$PWD/.whl/lib${GL_PATH:+:$GL_PATH}"
 
 # -- 2. CUDA tests --------------------------------------------------------------------------------------------
-stage tests "$T_TESTS" "$PY" -m pytest -q -p no:cacheprovider -m gpu tests/test_gpu.py tests/test_learner_host_reads.py \
+stage tests "$T_TESTS" "$PY" -m pytest -q -p no:cacheprovider -m gpu tests/test_gpu.py tests/test_learner_host_reads.py tests/test_appo.py \
   --junitxml "$WORK/pytest.xml"
 
 # -- 3. learner benchmark -------------------------------------------------------------------------------------

@@ -6,7 +6,8 @@ Unknown keys, wrong types and out-of-range values are rejected with the dotted p
 several fields (or the machine) is checked once the tree is filled, by `contracts.validate`.
 
 The `env` section (`EnvConfig`, with `is_atari`) lives in `contracts.config_env`, the `actors` section
-(`ActorConfig`) in `contracts.config_actors`, the `model_loss` section (`ModelLossConfig`) in
+(`ActorConfig`) in `contracts.config_actors`, the `learner` section (`LearnerConfig`, with APPO's `AppoConfig`) in
+`contracts.config_learner`, the `model_loss` section (`ModelLossConfig`) in
 `contracts.config_model`, the `wandb` section (`WandbConfig`) in `contracts.config_wandb`, SFL's `levels.sfl`
 (`SflConfig`) in `contracts.config_sfl`, and a leaf's conversion and the sections' base (`Section`, `flag`) in
 `contracts.config_values`, so that this module stays readable; everything is imported from here.
@@ -21,6 +22,10 @@ from typing import Any
 
 from levelray.contracts.config_actors import ActorConfig  # noqa: F401  (imported from here everywhere)
 from levelray.contracts.config_env import EnvConfig, is_atari  # noqa: F401  (imported from here everywhere)
+from levelray.contracts.config_learner import (  # noqa: F401  (imported from here everywhere)
+    AppoConfig,
+    LearnerConfig,
+)
 from levelray.contracts.config_model import (  # noqa: F401  (imported from here everywhere)
     MODEL_LOSS_TERMS,
     MODEL_LOSSES,
@@ -32,131 +37,13 @@ from levelray.contracts.config_values import Section as _Section
 from levelray.contracts.config_values import flag as _flag
 from levelray.contracts.config_wandb import WandbConfig  # noqa: F401  (imported from here everywhere)
 from levelray.contracts.levels import SCHEDULES, STRATEGIES, TRANSFORMS, UNSCORED_STRATEGIES, check_strategy
-from levelray.contracts.plugins import IMPORT_PATH, check_plugin_name
+from levelray.contracts.plugins import check_plugin_name
 
 
 def _check_editor_name(name: str) -> None:
     """`levels.editor`: none or a plug-in's name (`contracts.plugins`); whether it loads is checked before a run."""
     if name != "none":
         check_plugin_name(name)
-
-
-def _check_import_paths(paths: list[str]) -> None:
-    """`learner.auxiliary_losses`: each entry's form; whether it imports is checked where the learner is built."""
-    for path in paths:
-        if not IMPORT_PATH.fullmatch(path):
-            raise ValueError(f"expected module:attribute (e.g. my_losses:RewardPrediction), got {path!r}")
-
-
-@dataclass(frozen=True)
-class LearnerConfig(_Section):
-    batch_size: int = field(default=2, metadata=_flag("--batch-size", "unrolls per learner batch", min=1))
-    num_learners: int = field(
-        default=1, metadata=_flag("--num-learners", "learner processes training one policy, each on its own batches "
-                                  "of batch_size unrolls, gradients averaged by all-reduce (Ray backend)", min=1)
-    )
-    num_gpus: float | None = field(
-        default=None, metadata=_flag("--learner-gpus", "GPUs Ray reserves for each learner (none: 1 where the "
-                                     "cluster has a GPU for every learner, else 0)", min=0.0)
-    )
-    resources: str = field(
-        default="", metadata=_flag("--learner-resources", "custom Ray resources each learner asks for, "
-                                   "NAME=AMOUNT[,NAME=AMOUNT] (resources its nodes were started with, to place "
-                                   "learners there)")
-    )
-    optimizer: str = field(default="adam", metadata=_flag("--optimizer", "optimiser", choices=("adam", "rmsprop")))
-    learning_rate: float = field(
-        default=5e-4, metadata=_flag("--learning-rate", "learning rate (losses are means over T*B)", min=0.0)
-    )
-    lr_schedule: str = field(
-        default="constant",
-        metadata=_flag("--lr-schedule", "learning rate over the run: constant, or linear decay to 0 at the budget that "
-                       "ends it (total_steps or total_trained_steps)", choices=("constant", "linear")),
-    )
-    adam_eps: float = field(default=1e-8, metadata=_flag("--adam-eps", "Adam epsilon", min=0.0))
-    rmsprop_alpha: float = field(default=0.99, metadata=_flag("--rmsprop-alpha", "RMSprop decay", min=0.0))
-    rmsprop_eps: float = field(default=1e-5, metadata=_flag("--rmsprop-eps", "RMSprop epsilon", min=0.0))
-    discount: float = field(default=0.99, metadata=_flag("--discount", "discount gamma", min=0.0, max=1.0))
-    lambda_: float = field(default=1.0, metadata=_flag("--lambda", "V-trace lambda", min=0.0, max=1.0))
-    value_weight: float = field(default=0.5, metadata=_flag("--value-weight", "value loss weight", min=0.0))
-    value_normalization: bool = field(
-        default=True,
-        metadata=_flag(
-            "--value-normalization",
-            "PopArt: the value head learns targets normalised by running statistics (value loss and "
-            "policy-gradient advantages in those units); its outputs are preserved when they change",
-        ),
-    )
-    popart_beta: float = field(
-        default=3e-3, metadata=_flag("--popart-beta", "step size of PopArt's target statistics", min=1e-8, max=1.0)
-    )
-    entropy_weight: float = field(default=0.01, metadata=_flag("--entropy-weight", "entropy bonus weight", min=0.0))
-    action_bound_weight: float = field(
-        default=1.0,
-        metadata=_flag("--action-bound-weight", "continuous actions: penalty on the Gaussian mean outside the "
-                       "action box (squared, in half-widths)", min=0.0),
-    )
-    clip_rho: float | None = field(default=1.0, metadata=_flag("--clip-rho", "V-trace rho-bar (None: no clip)"))
-    clip_c: float | None = field(default=1.0, metadata=_flag("--clip-c", "V-trace c-bar (None: no clip)"))
-    clip_pg_rho: float | None = field(default=1.0, metadata=_flag("--clip-pg-rho", "policy-gradient rho clip"))
-    grad_clip_type: str = field(
-        default="norm", metadata=_flag("--grad-clip-type", "gradient clipping", choices=("norm", "value", "none"))
-    )
-    grad_clip: float = field(default=40.0, metadata=_flag("--grad-clip", "gradient clip threshold", min=0.0))
-    model: str = field(
-        default="auto",
-        metadata=_flag("--model", "network (not the model loss: that is model_loss.loss): auto picks impala_cnn for "
-                       "images, minigrid_cnn for minigrid:<name> and maze:<W>x<H>, mlp otherwise",
-                       choices=("auto", "impala_cnn", "minigrid_cnn", "mlp")),
-    )
-    hidden_sizes: list[int] = field(default_factory=lambda: [64, 64], metadata=_flag("--hidden-sizes", "MLP sizes"))
-    lstm_size: int = field(
-        default=0,
-        metadata=_flag("--lstm-size", "units of an LSTM core between the network's torso and its policy and value "
-                       "heads, which also reads the previous action and reward (IMPALA's agent); actors carry its "
-                       "state per env and reset it at episode starts, unrolls carry it (core_state). 0: a "
-                       "feed-forward network", min=0),
-    )
-    max_policy_lag: int = field(
-        default=100, metadata=_flag("--max-policy-lag", "drop unrolls older than this many versions", min=0)
-    )
-    queue_size: int | None = field(
-        default=None,
-        metadata=_flag("--queue-size", "learner inbound queue, in unrolls (None: one batch, so that actors wait for a "
-                       "busy learner instead of running ahead: every batch waiting in the queue adds a version to "
-                       "the policy lag; measured on the main job, ~3 versions against ~16 with 32 unrolls)", min=1,
-                       resumable=True),
-    )
-    max_nonfinite_updates: int = field(
-        default=10,
-        metadata=_flag("--max-nonfinite-updates",
-                       "stop the job after this many updates in a row with a NaN/Inf loss or gradient", min=1,
-                       resumable=True),
-    )
-    device: str = field(
-        default="auto", metadata=_flag("--device", "torch device: auto, cpu, cuda or cuda:N", resumable=True)
-    )
-    precision: str = field(
-        default="auto",
-        metadata=_flag("--precision", "the networks' arithmetic: bf16 autocast (parameters, optimiser state, targets "
-                       "and losses stay float32), fp32, or auto: bf16 on a device with fast bf16 (a CUDA GPU with "
-                       "bf16, a CPU with AVX512-BF16 or AMX) for the networks measured faster in it, fp32 elsewhere",
-                       choices=("auto", "fp32", "bf16")),
-    )
-    compile: bool = field(
-        default=False,
-        metadata=_flag("--compile", "torch.compile the learner's policy network: off by default, as on the 2-core CPU "
-                       "it made every network's update slower or no faster (benchmarks/RESULTS.md, 'bf16 (issue "
-                       "30)'); measure before turning it on, e.g. on a GPU learner"),
-    )
-    auxiliary_losses: list[str] | None = field(
-        default=None,
-        metadata=_flag("--auxiliary-loss", "auxiliary losses added to the learner's (none: no others than the model "
-                       "loss), each the module:attribute import path of a levelray.learner.auxiliary.AuxiliaryLoss "
-                       "class (or of a function of an AuxiliarySetup that returns one), comma-separated; the module "
-                       "must import where the learner runs (Architecture, 'Adding an auxiliary loss')",
-                       check=_check_import_paths),
-    )
 
 
 @dataclass(frozen=True)
@@ -316,7 +203,7 @@ class RunConfig(_Section):
         metadata=_flag("--preset", "defaults for the env's family (contracts/presets.py): auto picks one by the env "
                        "id, none keeps the general defaults",
                        choices=("auto", "none", "procgen", "classic_control", "continuous_control", "minigrid",
-                                "atari")),
+                                "atari", "dcd")),
     )
     backend: str = field(
         default="ray", metadata=_flag("--backend", "ray or single-process", choices=("ray", "inline"), resumable=True)

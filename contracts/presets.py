@@ -110,6 +110,37 @@ PRESETS: dict[str, dict[str, Any]] = {
     # Atari game (the reset seed drives sticky actions and no-op starts): no level service, every episode a
     # fresh seed. Env throughput is measured (benchmarks/RESULTS.md); learning with these values is not yet.
     "atari": {**_PROCGEN, "env.num_levels": 0},
+    # DCD's learner for its maze runs (`--preset dcd`, for `maze:*`; facebookresearch/dcd `arguments.py`, `algos/ppo.py`
+    # and the maze configs in `train_scripts/grid_configs/minigrid/`), as APPO (learner/appo.py): PPO, 5 epochs of 1
+    # minibatch, clip 0.2, the value clipped at the same 0.2 (`clip_value_loss`, on by default) in reward units (no
+    # PopArt: DCD's `use_popart` is off), advantages standardised over the batch, Adam at 1e-4 with eps 1e-5, global
+    # gradient norm 0.5, entropy 0 (the 60-block configs'), value loss 0.5 (of 0.5 x squared error, as here), GAE
+    # lambda 0.95 as V-trace's lambda (at policy lag 0 its value targets are GAE's lambda-returns; the policy's
+    # advantage stays V-trace's, docs/guides/learner.md), discount 0.995; 32 envs x 256 steps per update (2 actors x
+    # 16 envs, batches of 2 unrolls of 256) and the agent's LSTM of 256 over the whole unroll.
+    "dcd": {
+        "actors.num_actors": 2,
+        "actors.envs_per_actor": 16,
+        "actors.unroll_length": 256,
+        "actors.unrolls_per_submit": 1,
+        "learner.model": "minigrid_cnn",
+        "learner.lstm_size": 256,
+        "learner.batch_size": 2,
+        "learner.algorithm": "appo",
+        "learner.appo.epochs": 5,
+        "learner.appo.minibatches": 1,
+        "learner.appo.clip": 0.2,
+        "learner.appo.value_clip": 0.2,
+        "learner.appo.normalize_advantages": True,
+        "learner.learning_rate": 1e-4,
+        "learner.adam_eps": 1e-5,
+        "learner.grad_clip": 0.5,
+        "learner.entropy_weight": 0.0,
+        "learner.value_weight": 0.5,
+        "learner.value_normalization": False,
+        "learner.lambda_": 0.95,
+        "learner.discount": 0.995,
+    },
 }
 PRESET_NAMES = ("auto", "none", *PRESETS)
 # Levels (reset seeds) do not make these families harder, so on their unbounded level space (`env.num_levels` 0,
@@ -173,8 +204,13 @@ def apply_preset(cfg: RunConfig, explicit: set[str]) -> RunConfig:
     name = family(cfg.env.id, cfg.env.family) if cfg.preset == "auto" else cfg.preset
     if name not in PRESETS and name != "none":
         raise ConfigError(f"preset must be one of {', '.join(PRESET_NAMES)}, got {cfg.preset!r}")
+    if name == "dcd" and family(cfg.env.id, cfg.env.family) != "minigrid":
+        raise ConfigError(f"preset dcd is DCD's maze learner (minigrid_cnn, an LSTM): for maze:* and minigrid:* envs, "
+                          f"not env.id {cfg.env.id}")
     values = {path: value() if callable(value) else value for path, value in PRESETS.get(name, {}).items()
               if path not in explicit}
+    if values.get("learner.algorithm", cfg.learner.algorithm) != "appo":  # `--preset dcd --algorithm impala`: its
+        values = {path: v for path, v in values.items() if not path.startswith("learner.appo.")}  # other settings
     declared, extra = _declared(cfg.env)
     if name == declared:  # what the family adds to the preset it declares (the maze's discount)
         values.update({path: v for path, v in extra.items() if path not in explicit})

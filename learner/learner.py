@@ -15,6 +15,10 @@
    check, the value head's output-preserving rescale, clipping, the optimiser step(s)), then each auxiliary loss's
    `after_step`.
 
+With `learner.algorithm appo`, steps 3 and 4 are APPO's passes instead (`appo.Appo.passes`): PPO's clipped surrogate
+on the V-trace advantages of step 2, `learner.appo.epochs` passes over the batch in `learner.appo.minibatches` steps,
+the log-probabilities and values recomputed at each; their steps settle as one update.
+
 It returns an `UpdateResult`: the metrics and the per-step `StepOutputs` that the caller turns into replay
 priorities (and replay's stored values for a loss that samples it). No Ray here: `LearnerCore` drives this class
 for both the Ray learner actor and the inline backend.
@@ -39,6 +43,7 @@ import torch
 from levelray.contracts.config import LearnerConfig
 from levelray.contracts.spec import EnvSpec
 from levelray.learner import learner_state, vtrace
+from levelray.learner.appo import Appo, PassTargets
 from levelray.learner.auxiliary import (
     AuxiliaryFactory,
     AuxiliaryInputs,
@@ -46,6 +51,7 @@ from levelray.learner.auxiliary import (
     AuxiliarySetup,
     check_losses,
 )
+from levelray.learner.compiled import compile_network
 from levelray.learner.data_parallel import DataParallel
 from levelray.learner.device import host_to_device, pick_device
 from levelray.learner.losses import Forward, impala_losses
@@ -55,7 +61,7 @@ from levelray.learner.value_normalization import value_head
 from levelray.policy import distributions
 from levelray.policy.models import build_model, resolve_model_kind
 from levelray.policy.precision import autocast, compute_dtype
-from levelray.policy.recurrent import core_inputs
+from levelray.policy.recurrent import core_inputs, segment_bounds
 from levelray.policy.recurrent import unroll as recurrent_unroll
 from levelray.policy.weights import weights_to_numpy
 
@@ -133,10 +139,10 @@ class Learner:
         self.model = build_model(spec, config.model, tuple(config.hidden_sizes), config.lstm_size).to(self.device)
         # bf16 or fp32 inside the policy network (policy/precision.py); its outputs are float32 either way
         self.compute_dtype = compute_dtype(config.precision, self.device, resolve_model_kind(spec, config.model))
-        # `learner.compile`: the update's forward pass through torch.compile; `self.model` (the same parameters)
-        # stays what checkpoints, weights and the auxiliary losses read. A recurrent network's unroll (torso,
-        # core, heads called apart) runs uncompiled.
-        self._net = torch.compile(self.model, dynamic=False) if config.compile else self.model
+        # `learner.compile`: the update's forward pass through torch.compile (a recurrent network's torso and heads,
+        # its core eager: `compiled.compile_network`); `self.model` (the same parameters) stays what checkpoints,
+        # weights and the auxiliary losses read.
+        self._net = compile_network(self.model) if config.compile else self.model
         if not spec.discrete:  # the box the env clips actions to (`losses.impala_losses`' action_bound term)
             self._action_low = torch.tensor(spec.action_low, dtype=torch.float32, device=self.device)
             self._action_high = torch.tensor(spec.action_high, dtype=torch.float32, device=self.device)
@@ -153,6 +159,8 @@ class Learner:
         torso = torso_parameters(self.model, spec, self.device) if self.auxiliary else ()
         self.gradient_step = GradientStep(config, self.model, self.auxiliary, torso,
                                           before_clip=self.value_norm.rescale_head)
+        # `learner.algorithm appo`: PPO's passes over each batch in place of IMPALA's one step (learner/appo.py)
+        self.appo = Appo(config.appo, seed) if config.algorithm == "appo" else None
         self.version = 0
         self.samples_trained = 0
         self.data_parallel: DataParallel | None = None
@@ -209,15 +217,18 @@ class Learner:
         reduce = None if self.data_parallel is None else self.data_parallel.sum  # several learners: over all ranks
         if union:  # onto this batch's targets, before the loss (no target moves nothing: nothing to move)
             self.value_norm.update_statistics(vt.vs, weights, reduce)
-        terms = self._loss_terms(forward, vt, weights)
         aux = self._auxiliary_losses(AuxiliaryInputs(batch, forward, weights, replayed, self.device))
         weighted = [None if out is None else loss.weight * out.loss
                     for loss, out in zip(self.auxiliary, aux, strict=True)]
-        total = terms["total"]
-        for term in weighted:
-            total = total if term is None else total + term
-        # a batch wholly masked (Robust PLR: only new levels) changes nothing and is no new version
-        step = self.gradient_step(total, terms["total"], weighted, trained / union) if union else None
+        if self.appo is not None:  # APPO: PPO's passes over the batch, their steps as one (learner/appo.py)
+            terms, total, step = self.appo.passes(self, batch, forward, vt, weights, weighted, union)
+        else:
+            terms = self._loss_terms(forward, vt, weights)
+            total = terms["total"]
+            for term in weighted:
+                total = total if term is None else total + term
+            # a batch wholly masked (Robust PLR: only new levels) changes nothing and is no new version
+            step = self.gradient_step(total, terms["total"], weighted, trained / union) if union else None
         metrics = self._metrics(forward, vt, log_rhos, weights, total, terms, step).updated({
             **{k: v for out in aux if out is not None for k, v in out.metrics.items()},
             **(step.metrics if step is not None else {}), "behaviour_kl": LATER, "trained_steps": trained})
@@ -260,9 +271,9 @@ class Learner:
         T1, B = obs.shape[:2]
         core_out = None
         if self.model.core is not None:
-            extra, starts, state = self._recurrent_inputs(batch)
+            extra, starts, state, bounds = self._recurrent_inputs(batch)
             with autocast(self.device, self.compute_dtype):
-                dist_params, values, *core_out = recurrent_unroll(self.model, obs, extra, starts, state)
+                dist_params, values, *core_out = recurrent_unroll(self._net, obs, extra, starts, state, bounds)
             dist_params, values = dist_params.float(), values.float()
         else:
             dist_params, values = self._network(obs.reshape(T1 * B, *obs.shape[2:]))
@@ -283,11 +294,12 @@ class Learner:
         log_probs = distributions.log_prob(dist_params[:-1], actions, self.spec.discrete)
         return Forward(dist_params, values, final_values, actions, log_probs)
 
-    def _recurrent_inputs(self, batch: dict[str, Any]) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    def _recurrent_inputs(self, batch: dict[str, Any]) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, list[int]]:
         """A recurrent network's inputs over the batch's `T+1` steps: the core's extra input `[T+1, B, E]`
         (step 0's stored `core_inputs`, then each step's previous action and reward), the episode starts
         `[T+1, B]` (step t > 0 where step t-1 was terminated or truncated; step 0's reset is already in the stored
-        state) and the state before step 0, `core_state [2, B, N]`."""
+        state), the state before step 0, `core_state [2, B, N]`, and the core's segments from the host's starts
+        (`recurrent.segment_bounds`: nothing read back from the device)."""
         for key in ("core_state", "core_inputs"):
             if batch.get(key) is None:
                 raise ValueError(f"batch field {key!r} missing: learner.lstm_size {self.config.lstm_size} is a "
@@ -297,7 +309,7 @@ class Learner:
                            self._tensor(previous, torch.float32)])
         dones = batch["terminated"] | batch["truncated"]
         starts = np.concatenate([np.zeros_like(dones[:1]), dones])
-        return extra, self._tensor(starts), self._tensor(batch["core_state"], torch.float32)
+        return extra, self._tensor(starts), self._tensor(batch["core_state"], torch.float32), segment_bounds(starts)
 
     def _recurrent_final_values(self, batch: dict[str, Any], idx: torch.Tensor,
                                 core_out: list[torch.Tensor]) -> torch.Tensor:
@@ -350,14 +362,16 @@ class Learner:
             weights = weights * self._tensor(batch["sample_weights"], torch.float32).view(1, B)
         return weights
 
-    def _loss_terms(self, forward: Forward, vt: vtrace.VTraceReturns, weights: torch.Tensor
-                    ) -> dict[str, torch.Tensor]:
+    def _loss_terms(self, forward: Forward, vt: vtrace.VTraceReturns, weights: torch.Tensor,
+                    appo: PassTargets | None = None) -> dict[str, torch.Tensor]:
         """IMPALA's loss terms (`losses.impala_losses`) as named scalars, `total` among them, with the steps
         weighted by `weights [T, B]`. Value targets, predictions and advantages in the value head's units under the
         statistics this batch moved (the prediction is then the rescaled head's output: see
-        `value_normalization.preserve_outputs_`; reward units without value normalisation)."""
+        `value_normalization.preserve_outputs_`; reward units without value normalisation). With `appo` (an APPO
+        pass's columns of the update's fixed targets): PPO's terms in place of IMPALA's policy and value terms
+        (`losses.ppo_losses`), and its `clip_fraction` and `approx_kl`."""
         cfg = self.config
-        T = vt.vs.shape[0]
+        T = forward.log_probs.shape[0]
         target = forward.dist_params[:T]
         bound_excess = None
         if not self.spec.discrete:
@@ -365,16 +379,19 @@ class Learner:
                 distributions.split_gaussian(target)[0], self._action_low, self._action_high
             )
         norm = self.value_norm
-        losses = impala_losses(
-            forward.log_probs, norm.normalize_advantages(vt.pg_advantages), norm.normalize(vt.vs),
-            norm.normalize(forward.values[:T]),
-            distributions.entropy(target, self.spec.discrete),
-            value_weight=cfg.value_weight, entropy_weight=cfg.entropy_weight, weights=weights,
-            action_bound_excess=bound_excess, action_bound_weight=cfg.action_bound_weight,
-        )
+        values, entropies = norm.normalize(forward.values[:T]), distributions.entropy(target, self.spec.discrete)
+        common = {"value_weight": cfg.value_weight, "entropy_weight": cfg.entropy_weight, "weights": weights,
+                  "action_bound_excess": bound_excess, "action_bound_weight": cfg.action_bound_weight}
+        if appo is None:
+            losses = impala_losses(forward.log_probs, norm.normalize_advantages(vt.pg_advantages),
+                                   norm.normalize(vt.vs), values, entropies, **common)
+        else:
+            losses = appo.losses(forward.log_probs, values, entropies, **common)
         terms = {"policy": losses.policy, "value": losses.value, "entropy": losses.entropy, "total": losses.total}
         if losses.action_bound is not None:
             terms["action_bound"] = losses.action_bound
+        if appo is not None:
+            terms.update(clip_fraction=losses.clip_fraction, approx_kl=losses.approx_kl)
         return terms
 
     def _auxiliary_losses(self, inputs: AuxiliaryInputs) -> list[AuxiliaryOutput | None]:

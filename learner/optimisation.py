@@ -86,7 +86,7 @@ class GradientStep:
     """The optimisers and the step; `data_parallel` (set by `Learner.join`) reduces the gradients over ranks."""
 
     def __init__(self, config: LearnerConfig, model: nn.Module, auxiliary: Sequence[AuxiliaryLoss],
-                 torso: Collection[int] = (), before_clip: Callable[[], bool] | None = None):
+                 torso: Collection[int] = (), before_clip: Callable[[torch.Tensor], bool] | None = None):
         self.clip, self.clip_type = config.grad_clip, config.grad_clip_type
         agent = list(model.parameters())
         # What the agent's optimiser trains and its norm and clip walk every update: the list made once
@@ -112,9 +112,12 @@ class GradientStep:
                 group["lr"] = lr
 
     def __call__(self, total: torch.Tensor, agent: torch.Tensor, auxiliary: Sequence[torch.Tensor | None],
-                 share: float) -> StepResult:
+                 share: float, before_clip: Callable[[torch.Tensor], bool] | None = None) -> StepResult:
         """One step on `agent + sum(auxiliary)` (`total`); `share`: this rank's fraction of the trained steps. Taken
-        only where `total` and every gradient norm are finite, decided on the device (the module docstring)."""
+        only where `total` and every gradient norm are finite, decided on the device (the module docstring).
+        `before_clip`: in place of the one given at construction for this step (APPO's passes: the value head is
+        rescaled by the first step taken, `learner.appo`)."""
+        before_clip = before_clip if before_clip is not None else self.before_clip
         self.optimizer.zero_grad(set_to_none=True)
         metrics: dict[str, torch.Tensor | float] = {}
         grads = [None if loss is None else self._gradient(aux, loss, metrics)
@@ -140,7 +143,7 @@ class GradientStep:
         grad_norm = _norm([p.grad for p in self.trained if p.grad is not None])
         applied = _all_finite([total, grad_norm, *(metrics[f"grad_norm_{aux.name}"] for aux in self.auxiliary
                                                    if f"grad_norm_{aux.name}" in metrics)])
-        if self.before_clip is not None and self.before_clip(applied):  # it rescaled gradients: their norm changed
+        if before_clip is not None and before_clip(applied):  # it rescaled gradients: their norm changed
             grad_norm = _norm([p.grad for p in self.trained if p.grad is not None])
         _clip(self.trained, grad_norm, self.clip, self.clip_type)
         skip = (~applied).float()  # `found_inf`: 1.0 where the step is not taken

@@ -16,6 +16,8 @@ later step, where the torso's error stays in its own step.
 
 from __future__ import annotations
 
+import itertools
+
 import numpy as np
 import torch
 from torch import nn
@@ -37,8 +39,20 @@ def core_inputs(actions: np.ndarray, rewards: np.ndarray, spec: EnvSpec) -> np.n
 class LSTMCore(nn.Module):
     """`forward(features [T, B, F], extra [T, B, E], starts [T, B] bool, state [2, B, N])` -> `(h [T, B, N],
     c [T, B, N])`, the state after each step. Where `starts[t]` is set, step t begins an episode: the state it
-    continues from and its extra input are zeroed first. One `LSTMCell` step per t (the resets make every step
-    depend on its own flags), in float32."""
+    continues from and its extra input are zeroed first. In float32.
+
+    A reset makes a step depend on its own flags, which one fused LSTM call over a sequence cannot take, so the
+    unroll is cut into segments at every step where an episode starts in some env (`segment_bounds`), and each
+    segment is one `torch.lstm` call (oneDNN's fused LSTM on a CPU: the input products of all its steps as one
+    matrix product, the weight gradients as one each) from the previous segment's last state, zeroed where its
+    first step starts an episode. Measured on this project's CPU (LSTM-256, B = 32, one thread, forward and
+    backward): T = 21 in one segment 2.5x faster than a step loop of `LSTMCell`, T = 257 1.7x, and with a segment
+    every one or two steps still no slower than the loop (benchmarks/RESULTS.md, "The learner at compiled speed").
+    An actor's single step (T = 1) keeps the `LSTMCell` call: the fused call's setup costs more than one step.
+
+    `c` is the cell state after step t only where step t ends a segment (the last step, and every step before an
+    episode starts in some env: what an unroll and a truncated episode continue from); elsewhere a fused segment
+    keeps no cell state and `c` is NaN there."""
 
     def __init__(self, feature_dim: int, extra_dim: int, size: int):
         super().__init__()
@@ -50,27 +64,54 @@ class LSTMCore(nn.Module):
         return torch.zeros(2, batch, self.size, device=device)
 
     def forward(self, features: torch.Tensor, extra: torch.Tensor, starts: torch.Tensor,
-                state: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+                state: torch.Tensor, bounds: list[int] | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+        """`bounds`: `segment_bounds(starts)` where the caller has the starts on the host (None: from `starts`)."""
         with torch.autocast(features.device.type, enabled=False):
             keep = (~starts.bool()).float().unsqueeze(-1)  # [T, B, 1]
             x = torch.cat([features.float(), extra.float() * keep], dim=-1)  # [T, B, F + E]
             h, c = state[0].float(), state[1].float()
-            hs, cs = [], []
-            for t in range(x.shape[0]):
-                h, c = self.cell(x[t], (h * keep[t], c * keep[t]))
-                hs.append(h)
-                cs.append(c)
-            return torch.stack(hs), torch.stack(cs)
+            if x.shape[0] == 1:
+                h, c = self.cell(x[0], (h * keep[0], c * keep[0]))
+                return h[None], c[None]
+            return self._segments(x, keep, segment_bounds(starts) if bounds is None else bounds, h, c)
+
+    def _segments(self, x: torch.Tensor, keep: torch.Tensor, bounds: list[int], h: torch.Tensor, c: torch.Tensor
+                  ) -> tuple[torch.Tensor, torch.Tensor]:
+        """One fused LSTM call per segment `[bounds[i], bounds[i+1])` of `x [T, B, F + E]`; see the class doc."""
+        cell = self.cell
+        weights = [cell.weight_ih, cell.weight_hh, cell.bias_ih, cell.bias_hh]
+        hs = []
+        cs = torch.full((x.shape[0], *c.shape), float("nan"), device=x.device)
+        for start, end in itertools.pairwise(bounds):
+            first = keep[start]
+            out, h, c = torch.lstm(x[start:end], ((h * first)[None], (c * first)[None]), weights,
+                                   has_biases=True, num_layers=1, dropout=0.0, train=self.training,
+                                   bidirectional=False, batch_first=False)
+            h, c = h[0], c[0]
+            hs.append(out)
+            cs[end - 1] = c
+        return torch.cat(hs) if len(hs) > 1 else hs[0], cs
 
 
-def unroll(model: nn.Module, obs: torch.Tensor, extra: torch.Tensor, starts: torch.Tensor, state: torch.Tensor
-           ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+def segment_bounds(starts: torch.Tensor | np.ndarray) -> list[int]:
+    """`[0, t_1, ..., T]`: the steps `t_i > 0` where an episode starts in some env of `starts [T, B]`, between the
+    unroll's ends. From a NumPy array on the host as it is; a tensor on a GPU is read back (the host waits)."""
+    if isinstance(starts, torch.Tensor):
+        inside = (torch.nonzero(starts[1:].any(dim=1)).flatten() + 1).tolist()
+    else:
+        inside = (np.flatnonzero(np.asarray(starts)[1:].any(axis=1)) + 1).tolist()
+    return [0, *inside, len(starts)]
+
+
+def unroll(model: nn.Module, obs: torch.Tensor, extra: torch.Tensor, starts: torch.Tensor, state: torch.Tensor,
+           bounds: list[int] | None = None) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
     """A recurrent network (`model.core` set) over `T` steps of `B` envs: `obs [T, B, ...]`, `extra [T, B, E]`,
     `starts [T, B]`, `state [2, B, N]` (h, c before step 0) -> `(dist_params [T, B, P], values [T, B],
-    h [T, B, N], c [T, B, N])`. The torso and the heads see all `T * B` observations at once; only the core
-    steps through time."""
+    h [T, B, N], c [T, B, N])` (`c` where a segment ends: `LSTMCore`). The torso and the heads see all `T * B`
+    observations at once; only the core goes through time. `bounds`: `segment_bounds(starts)`, where the caller
+    has them from the host (a GPU's starts are read back otherwise)."""
     T, B = obs.shape[:2]
     features = model.torso(obs.reshape(T * B, *obs.shape[2:]))
-    h, c = model.core(features.view(T, B, -1), extra, starts, state)
+    h, c = model.core(features.view(T, B, -1), extra, starts, state, bounds)
     dist_params, values = model.heads(h.reshape(T * B, -1))
     return dist_params.view(T, B, -1), values.view(T, B), h, c

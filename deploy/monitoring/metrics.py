@@ -43,6 +43,12 @@ METRICS = {
     "levelray_learner_behaviour_kl": (
         "gauge", "Mean over the last update's trained steps of log mu(a) - log pi(a): how far the learner's policy "
                  "has moved from the behaviour policy that acted (an estimate of KL(mu || pi); 0 at policy lag 0)"),
+    "levelray_learner_clip_fraction": (
+        "gauge", "APPO (--algorithm appo): fraction of the last update's trained steps whose ratio pi/pi_old lay "
+                 "outside 1 +- --ppo-clip, the mean over its passes (0 at the first pass); NaN under IMPALA"),
+    "levelray_learner_approx_kl": (
+        "gauge", "APPO: mean over the last update's passes of (r - 1) - log r, r = pi/pi_old: an estimate of how far "
+                 "its passes moved the policy, KL(pi_old || pi); NaN under IMPALA"),
     "levelray_policy_lag": ("histogram", "Learner version minus the unroll's policy version, in versions"),
     "levelray_learner_queue_depth": ("gauge", "Unrolls waiting in the learner's inbound queue"),
     "levelray_trajectories_dropped_total": ("counter", "Unrolls dropped by the learner, by reason"),
@@ -123,6 +129,8 @@ def _learner_families(s: StatusSnapshot):
         _gauge("levelray_learner_grad_norm", metrics.get("grad_norm")),
         _gauge("levelray_learner_explained_variance", metrics.get("explained_variance")),
         _gauge("levelray_learner_behaviour_kl", metrics.get("behaviour_kl")),
+        _gauge("levelray_learner_clip_fraction", metrics.get("clip_fraction")),
+        _gauge("levelray_learner_approx_kl", metrics.get("approx_kl")),
         _gauge("levelray_learner_queue_depth", learner.get("queue_depth")),
         _gauge("levelray_test_return", s.get("test_return_mean")),
         _gauge("levelray_levels_replay_fraction", s.get("levels_replay_fraction")),
