@@ -110,6 +110,13 @@ class LearnerConfig(_Section):
             "policy-gradient advantages in those units); its outputs are preserved when they change",
         ),
     )
+    advantage_scale: str = field(
+        default="sigma",
+        metadata=_flag("--advantage-scale", "with PopArt, what the policy-gradient advantages are divided by: sigma "
+                       "(PopArt-IMPALA: the spread of the value targets) or rms (their root mean square, which does "
+                       "not shrink when every return is the same; benchmarks/RESULTS.md, CartPole's late collapse)",
+                       choices=("sigma", "rms")),
+    )
     popart_beta: float = field(
         default=3e-3, metadata=_flag("--popart-beta", "step size of PopArt's target statistics", min=1e-8, max=1.0)
     )
@@ -195,6 +202,11 @@ def appo_problems(learner: LearnerConfig, envs_per_actor: int) -> list[tuple[tup
                 found.append(((path, "learner.algorithm"), (
                     f"{path} = {value} ({flag}) is an APPO setting, but learner.algorithm is {learner.algorithm} "
                     f"(--algorithm), which would ignore it; add --algorithm appo, or leave {flag} out")))
+    if learner.advantage_scale != "sigma" and not learner.value_normalization:
+        found.append((("learner.advantage_scale", "learner.value_normalization"), (
+            f"learner.advantage_scale = {learner.advantage_scale} (--advantage-scale) scales advantages by PopArt's "
+            f"statistics, but learner.value_normalization is off (--value-normalization false): advantages are in "
+            f"reward units; turn PopArt on, or leave --advantage-scale out")))
     columns = learner.batch_size * envs_per_actor
     if learner.algorithm == "appo" and learner.appo.minibatches > columns:
         found.append((("learner.appo.minibatches", "learner.batch_size", "actors.envs_per_actor"), (

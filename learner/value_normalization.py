@@ -305,9 +305,10 @@ class ValueHead(Protocol):
 class NormalisedHead(PopArt):
     """PopArt over `model`'s value output layer (`value_output_layer`): the head outputs normalised values."""
 
-    def __init__(self, model: nn.Module, beta: float):
+    def __init__(self, model: nn.Module, beta: float, advantage_scale: str = "sigma"):
         self.model = model
         self.layer = value_output_layer(model)
+        self.advantage_scale = advantage_scale  # `learner.advantage_scale`: sigma or rms (`normalize_advantages`)
         super().__init__(beta, device=self.layer.weight.device)  # the statistics where the values are
 
     @property
@@ -318,7 +319,12 @@ class NormalisedHead(PopArt):
         return self.sigma, self.mu
 
     def normalize_advantages(self, advantages: torch.Tensor) -> torch.Tensor:
-        """Policy-gradient advantages `[T, B]` in the head's units, as PopArt-IMPALA scales them."""
+        """Policy-gradient advantages `[T, B]` divided by sigma, the spread of the value targets (PopArt-IMPALA), or
+        with `advantage_scale` rms by their root mean square `sqrt(nu) = sqrt(mu^2 + sigma^2)`: sigma shrinks towards
+        0 when every return is the same (CartPole held to its time limit: every target near 1 / (1 - discount)),
+        which weighs each TD error 1 / sigma more as the agent improves; the RMS keeps the scale of the returns."""
+        if self.advantage_scale == "rms":
+            return advantages / self._stats[1].clamp(min=self.sigma_min ** 2).sqrt().to(advantages.dtype)
         return advantages / self._sigma
 
     def update_statistics(self, targets: torch.Tensor, weights: torch.Tensor,
@@ -410,4 +416,6 @@ class RewardUnitsHead:
 def value_head(model: nn.Module, config: LearnerConfig) -> ValueHead:
     """The scale of `model`'s value head under `config`: PopArt with `learner.value_normalization`, else the
     identity."""
-    return NormalisedHead(model, config.popart_beta) if config.value_normalization else RewardUnitsHead(model)
+    if not config.value_normalization:
+        return RewardUnitsHead(model)
+    return NormalisedHead(model, config.popart_beta, config.advantage_scale)
