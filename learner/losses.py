@@ -79,12 +79,8 @@ def impala_losses(
 
     policy = -wmean(target_action_log_probs * pg_advantages.detach())
     value = 0.5 * wmean((vs.detach() - values) ** 2)
-    entropy = wmean(entropies)
-    total = policy + value_weight * value - entropy_weight * entropy
-    action_bound = None
-    if action_bound_excess is not None:
-        action_bound = wmean(action_bound_excess)
-        total = total + action_bound_weight * action_bound
+    total, entropy, action_bound = _total(policy, value, wmean, entropies, value_weight, entropy_weight,
+                                          action_bound_excess, action_bound_weight)
     return ImpalaLosses(total, policy, value, entropy, action_bound)
 
 
@@ -141,14 +137,23 @@ def ppo_losses(
         old = old_values.detach()
         squared = torch.maximum(squared, (vs - (old + (values - old).clamp(-value_clip, value_clip))) ** 2)
     value = 0.5 * wmean(squared)
+    total, entropy, action_bound = _total(policy, value, wmean, entropies, value_weight, entropy_weight,
+                                          action_bound_excess, action_bound_weight)
+    with torch.no_grad():
+        counted = trained.to(values.dtype)
+        clip_fraction = (counted * ((ratio - 1.0).abs() > clip).to(values.dtype)).sum() / denom
+        approx_kl = (counted * ((ratio - 1.0) - log_ratio)).sum() / denom
+    return PpoLosses(total, policy, value, entropy, action_bound, clip_fraction, approx_kl)
+
+
+def _total(policy, value, wmean, entropies, value_weight, entropy_weight, action_bound_excess,
+           action_bound_weight) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]:
+    """IMPALA's and PPO's shared tail: `(total, entropy, action_bound)`, the weighted sum of the policy and value
+    terms, the entropy bonus and (continuous actions) the penalty on a mean outside the action box."""
     entropy = wmean(entropies)
     total = policy + value_weight * value - entropy_weight * entropy
     action_bound = None
     if action_bound_excess is not None:
         action_bound = wmean(action_bound_excess)
         total = total + action_bound_weight * action_bound
-    with torch.no_grad():
-        counted = trained.to(values.dtype)
-        clip_fraction = (counted * ((ratio - 1.0).abs() > clip).to(values.dtype)).sum() / denom
-        approx_kl = (counted * ((ratio - 1.0) - log_ratio)).sum() / denom
-    return PpoLosses(total, policy, value, entropy, action_bound, clip_fraction, approx_kl)
+    return total, entropy, action_bound
