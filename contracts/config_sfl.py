@@ -52,3 +52,10 @@ class SflConfig(_Section):
                                               "before the next batch of candidates replaces the buffer (SFL: "
                                               "EVAL_FREQ 100 updates x 256 envs x 256 steps = 6.55M)", min=1),
     )
+    play_timeout_s: float = field(
+        default=30.0,
+        metadata=_flag("--sfl-play-timeout", "SFL: seconds without a candidate's play coming back (and with the "
+                                             "batch's env steps trained since its last play was handed out) after "
+                                             "which the plays still out are given up as lost (an actor killed "
+                                             "mid-batch); SFL's one synchronous rollout loses none", min=0.0),
+    )

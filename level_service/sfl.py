@@ -27,13 +27,17 @@ Here, with the actors playing and the learner training apart (pure NumPy; the le
   batch chose; fresh levels alone before the first) while the last plays come back: the actors' prefetched levels
   and open episodes take a second or so, which SFL's learner, waiting on one synchronous computation, never has.
   The batch closes when every candidate has its `episodes` plays reported, or, where some never come back (an actor
-  killed mid-batch: its prefetched and open plays die with it), once the env steps of training episodes reported
-  since the last play was handed out reach those the batch's reported plays took (`batch_steps`: time to measure
-  the whole batch again, where a live actor's plays, ahead of its training levels in its prefetched queue, come back
-  long before). It then refreshes from what was reported: each candidate's p over
-  its plays that came back, a candidate none of whose plays came back left out (SFL's code would give it a NaN
-  learnability, which `argsort` puts at the top). So a killed actor loses only its own plays (`num_lost_plays`); a
-  play reported after its batch closed is not used (`num_late_plays`).
+  killed mid-batch: its prefetched and open plays die with it), once the batch has been idle on both clocks: no play
+  of it handed out or reported for `play_timeout_s` seconds, and the env steps of training episodes reported since
+  its last play was handed out at least those its reported plays took (`batch_steps`, time to measure the whole batch
+  again). Env steps alone do not tell a lost play from one still queued: on Ray an actor plays the levels it
+  prefetched before the batch began (about a second of them, `actors.env_actor.SeedPrefetcher`) ahead of its plays,
+  while its other envs report training episodes, so a batch with no play back yet has `batch_steps` 0; the seconds
+  wait for the queues, the steps for an inline run whose clock ran while its learner, not its envs, was busy. It
+  then refreshes from what was reported: each candidate's p over its plays that came back, a candidate none of whose
+  plays came back left out (SFL's code would give it a NaN learnability, which `argsort` puts at the top). So a
+  killed actor loses only its own plays (`num_lost_plays`); a play reported after its batch closed is not used
+  (`num_late_plays`).
 - **refresh**: when a batch closes, the buffer becomes its `buffer_size` candidates of highest learnability (the
   earlier candidate first on ties), with their p; the source then trains until `refresh_steps` env steps of
   training episodes (flagged trained) have been reported since, and starts the next batch.
@@ -47,6 +51,8 @@ unbounded one draws seeds of `[start_level, MAX_SEED)`. Results for ids outside 
 
 from __future__ import annotations
 
+import time
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
@@ -87,11 +93,12 @@ class SFL:
     COUNT_KEYS = SFL_COUNT_KEYS
 
     def __init__(self, seeds, config: LevelConfig | None = None, *, start_level: int = 0, discount: float = 0.99,
-                 rng=None):
+                 rng=None, clock: Callable[[], float] = time.monotonic):
         self.config = checked_config(LevelConfig(source="sfl") if config is None else config)
         self.discount = check_real("discount", discount, 0.0, 1.0)
         self._space = LevelSpace(seeds, start_level)
         self._rng = make_rng(rng)
+        self._clock = clock  # seconds, for the lost plays' idle time (a test's own clock)
         self._counts = dict.fromkeys(SFL_COUNT_KEYS, 0)
         self._buffer = np.zeros(0, dtype=np.int64)  # [k] the levels trained on beside fresh ones
         self._learnability = np.zeros(0)  # [k] their p(1 - p) when their batch closed
@@ -142,6 +149,7 @@ class SFL:
         self._handed = 0  # plays handed out, of C * episodes
         self._batch_steps = 0  # env steps of the plays reported
         self._tail_steps = 0  # env steps trained on reported since the last play was handed out
+        self._moved_at = self._clock()  # when a play of the batch was last handed out or reported
 
     def _close_batch(self) -> None:
         """Phase train: the buffer is the batch's `buffer_size` candidates of highest learnability (SFL's top-k),
@@ -163,6 +171,8 @@ class SFL:
         picks = (self._handed + np.arange(n, dtype=np.int64)) % self._candidates.size
         self._handed += n
         self._counts["num_candidate_plays"] += n
+        if n:
+            self._moved_at = self._clock()
         return picks
 
     # ------------------------------------------------------------------ draws
@@ -233,13 +243,15 @@ class SFL:
     def _advance(self) -> None:
         """A batch closes with every candidate's plays reported, or with plays lost (see the module doc); a buffer
         trained on for `refresh_steps` is replaced by the next batch's."""
-        if self._phase == "evaluate" and (
-            (self._plays >= self.config.sfl.episodes).all()
-            or (not self._plays_left() and self._tail_steps >= max(self._batch_steps, 1))
-        ):
+        if self._phase == "evaluate" and ((self._plays >= self.config.sfl.episodes).all() or self._plays_lost()):
             self._close_batch()
         elif self._phase == "train" and self._trained_steps >= self.config.sfl.refresh_steps:
             self._new_batch()
+
+    def _plays_lost(self) -> bool:
+        """Whether the plays still out are given up: every play handed out, and the batch idle on both clocks."""
+        return (not self._plays_left() and self._tail_steps >= max(self._batch_steps, 1)
+                and self._clock() - self._moved_at >= self.config.sfl.play_timeout_s)
 
     def _count_plays(self, levels: np.ndarray, solved: np.ndarray, lengths: np.ndarray) -> None:
         """Plays `levels [m]` (not trained on) with `solved [m]` and `lengths [m]`: those of the batch being measured
@@ -250,6 +262,8 @@ class SFL:
         np.add.at(self._solved, index[counted], solved[counted].astype(np.int64))
         self._batch_steps += int(lengths[counted].sum())
         self._counts["num_plays_reported"] += int(counted.sum())
+        if counted.any():
+            self._moved_at = self._clock()
         self._counts["num_late_plays"] += int((~counted).sum())
 
     # ------------------------------------------------------------------ reading
@@ -302,7 +316,7 @@ class SFL:
     def from_state_dict(cls, d: dict[str, Any]) -> SFL:
         """The source a `state_dict()` describes; ValueError naming the first bad field. Plays handed out before the
         state was written and not reported in it are lost plays (see the module doc): the batch closes without them
-        if they never come back."""
+        if they never come back (the idle seconds count from the load)."""
         st = read_sfl_state(d, SFL_COUNT_KEYS)
         obj = cls(st.space.seeds, st.config, start_level=st.space.start_level, discount=st.discount, rng=0)
         obj._rng, obj._phase, obj._counts = st.rng, st.phase, st.counts

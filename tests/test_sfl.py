@@ -104,11 +104,24 @@ def test_the_training_mix_matches_its_ratio_within_sampling_error():
         assert counts.size == 10 and counts.min() > 0.7 * counts.mean()  # uniform over the buffer
 
 
+class Clock:
+    """Seconds that pass only when a test says so (`SFL`'s `clock`)."""
+
+    def __init__(self):
+        self.now = 0.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
 def test_an_actor_killed_mid_batch_loses_only_its_own_plays():
     """Three actors draw a batch of 12 candidates x 3 plays, 12 plays each; the third dies before reporting any.
-    The batch waits in its tail (training draws) until the env steps reported since its last play was handed out
-    reach those its reported plays took, then refreshes from what came back: every candidate from its 2 plays of 3."""
-    source = SFL(None, sfl_levels(num_candidates=12, episodes=3, buffer_size=12), rng=1)
+    The batch waits in its tail (training draws) until it has been idle on both clocks: the env steps reported since
+    its last play was handed out reach those its reported plays took, and `play_timeout_s` seconds passed without a
+    play. It then refreshes from what came back: every candidate from its 2 plays of 3."""
+    clock = Clock()
+    source = SFL(None, sfl_levels(num_candidates=12, episodes=3, buffer_size=12, play_timeout_s=30.0), rng=1,
+                 clock=clock)
     handed = [source.draw_many(12) for _ in range(3)]  # play j goes to candidate j mod 12: each actor has one of each
     assert all(not flags.any() for _, flags in handed)
     rng = np.random.default_rng(2)
@@ -120,8 +133,12 @@ def test_an_actor_killed_mid_batch_loses_only_its_own_plays():
     assert trained.all()  # nothing left to hand out: the tail trains on the training mix (fresh levels, no buffer)
     source.update_with_episodes(results(tail[:4], np.ones(4, dtype=bool), np.ones(4, dtype=bool), np.full(4, 20)))
     assert source._phase == "evaluate"  # 80 steps reported in the tail, of the 120 the batch's plays took
+    clock.now = 29.0
     source.update_with_episodes(results(tail[4:], np.ones(4, dtype=bool), np.ones(4, dtype=bool), np.full(4, 10)))
-    assert source._phase == "train"  # 120 steps: actor 2's plays are lost; the batch refreshed without them
+    assert source._phase == "evaluate"  # 120 steps, but 29 s since the last play came back
+    clock.now = 30.0
+    source.update_with_episodes(results(tail[:1], [True], [True], [1]))
+    assert source._phase == "train"  # idle on both clocks: actor 2's plays are lost; the batch refreshed without them
     order = {int(level): i for i, level in enumerate(handed[0][0].tolist())}
     p = np.zeros(12)
     for (ids, _), won in zip(handed[:2], solved, strict=True):
@@ -135,11 +152,31 @@ def test_an_actor_killed_mid_batch_loses_only_its_own_plays():
     source.update_with_episodes(results(handed[2][0][:3], np.ones(3, dtype=bool), np.zeros(3, dtype=bool)))
     assert source.counters()["num_late_plays"] == 3 and np.allclose(source.view().scores, view.scores)
     # a candidate none of whose plays came back is left out of the buffer
-    alone = SFL(None, sfl_levels(num_candidates=4, episodes=1, buffer_size=4), rng=0)
+    alone = SFL(None, sfl_levels(num_candidates=4, episodes=1, buffer_size=4, play_timeout_s=0.0), rng=0)
     ids, _ = alone.draw_many(4)
     alone.update_with_episodes(results(ids[:3], [True, False, True], np.zeros(3, dtype=bool), [2, 2, 2]))
     alone.update_with_episodes(results(alone.draw_many(1)[0], [True], [True], [6]))
     assert sorted(alone.view().seeds.tolist()) == sorted(ids[:3].tolist())
+
+
+def test_plays_queued_behind_training_levels_are_waited_for():
+    """On Ray an actor plays the levels it prefetched before the batch began ahead of the batch's plays, while its
+    other envs report training episodes: many env steps come back before the first play does. None is given up
+    until no play has moved for `play_timeout_s` seconds; when they come, the batch closes with all of them."""
+    clock = Clock()
+    source = SFL(None, sfl_levels(num_candidates=8, episodes=2, buffer_size=4, play_timeout_s=10.0), rng=3,
+                 clock=clock)
+    plays, flags = source.draw_many(16)
+    assert not flags.any()
+    for second in range(1, 10):  # a queue of training levels drains: 16 x 50 env steps a second, no play back
+        clock.now = float(second)
+        queued, _ = source.draw_many(16)
+        source.update_with_episodes(results(queued, np.ones(16, dtype=bool), np.ones(16, dtype=bool), np.full(16, 50)))
+        assert source._phase == "evaluate" and source.view().seeds.size == 0
+    clock.now = 9.5
+    source.update_with_episodes(results(plays, np.arange(16) % 3 == 0, np.zeros(16, dtype=bool), np.full(16, 5)))
+    assert source._phase == "train" and source.view().seeds.size == 4
+    assert source.counters()["num_lost_plays"] == 0 and source.counters()["num_plays_reported"] == 16
 
 
 def test_after_refresh_steps_of_training_the_next_batch_begins():
@@ -229,10 +266,7 @@ SFL_RUN = ["--env", "corridor:walk", "--env-family", "tests.corridor:FAMILY", "-
 
 
 @pytest.mark.timeout(300)
-# On Ray, within the full suite, the first candidate batch has been seen not to close before the run ends (the
-# level service had 0 buffered levels at the last record, twice): a race not found yet, so the Ray case is not run
-# until it is (issue 59); the core's tests above cover the batch logic, inline runs it end to end.
-@pytest.mark.parametrize("backend", ["inline"])
+@pytest.mark.parametrize("backend", ["inline", "ray"])
 def test_a_short_sfl_run_on_both_backends(backend, tmp_path, request, one_thread):
     if backend == "ray":
         request.getfixturevalue("ray_session")
