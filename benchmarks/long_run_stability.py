@@ -2,7 +2,8 @@
 time the run reached its threshold, the lowest entropy, and whether it collapsed.
 
     python -m benchmarks.long_run_stability [--suite cartpole|doorkey|both] [--arms today,rms] [--seeds 10]
-                                            [--parallel 2] [--steps N] [--out benchmarks/out/long_run_stability]
+                                            [--first-seed 0] [--parallel 2] [--steps N]
+                                            [--out benchmarks/out/long_run_stability]
 
 CartPole-v1 with defaults on the Ray backend, the way users run it (2 actors x 8 envs, its policy lag of ~3;
 a sweep's trials run inline, so this is a script): 10M env steps a run, threshold 475, "collapsed" = a mean return
@@ -81,7 +82,9 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--suite", choices=("cartpole", "doorkey", "both"), default="cartpole")
     parser.add_argument("--arms", default="today,rms")
-    parser.add_argument("--seeds", type=int, default=None, help="seeds 0..N-1 (default: 10 CartPole, 5 DoorKey)")
+    parser.add_argument("--seeds", type=int, default=None, help="seeds up to N-1 (default: 10 CartPole, 5 DoorKey)")
+    parser.add_argument("--first-seed", type=int, default=0,
+                        help="start the seeds here, to add seeds to a benchmark run before (default 0)")
     parser.add_argument("--parallel", type=int, default=2)
     parser.add_argument("--steps", type=int, default=None, help="env steps a run (default: the suite's)")
     parser.add_argument("--out", default="benchmarks/out/long_run_stability")
@@ -94,7 +97,8 @@ def main() -> None:
     suites = ["cartpole", "doorkey"] if args.suite == "both" else [args.suite]
     result = {}
     for suite in suites:
-        seeds = range(args.seeds or (10 if suite == "cartpole" else 5))
+        last = args.seeds or (10 if suite == "cartpole" else 5)
+        seeds = range(args.first_seed, last)
         jobs = [(arm, seed) for seed in seeds for arm in arms]
         with ThreadPoolExecutor(args.parallel) as pool:
             steps = args.steps or SUITES[suite]["steps"]
