@@ -3,7 +3,7 @@
 #
 #     bash benchmarks/gpu_wheels.sh                      # here, once: .whl/ (what the device lacks)
 #     (device) bash benchmarks/gpu_run.sh                # there: writes gpu.json, gpu.md, logs into $OUT
-#     bash benchmarks/gpu_run.sh --device cpu --quick    # here: the same run in under 2 minutes (a test runs it)
+#     bash benchmarks/gpu_run.sh --device cpu --quick    # here: the same run in about 2 minutes (a test runs it)
 #
 # Options: --device cuda|cpu (default cuda), --quick (short stages, small shapes), --out DIR (default $OUT, else
 # benchmarks/out/gpu), --stages LIST (comma-separated, of tests, learner, maze_wide, maze_dcd, procgen_bigfish;
@@ -72,9 +72,12 @@ export PYTHONPATH="$SITE:$PWD${PYTHONPATH:+:$PYTHONPATH}"
 "$PY" -c 'import levelray.deploy.cli' >> "$LOG" 2>&1 || say "levelray does not import: see the log"
 
 if [ "$QUICK" = 1 ]; then
-  T_TESTS=100 T_LEARNER=90 T_WIDE=14 T_DCD=11 T_FISH=11 FISH_ENVS=16 DEFAULT_WIDE=64 DEFAULT_LEARNER=--quick
+  # a record every second, and time for several after a start that a loaded machine makes slow: the rates are
+  # taken between the first and the last record, so a run stopped just after its first report would have none
+  T_TESTS=100 T_LEARNER=90 T_WIDE=20 T_DCD=20 T_FISH=20 FISH_ENVS=16 DEFAULT_WIDE=64 DEFAULT_LEARNER=--quick REPORT_S=1
 else
   T_TESTS=150 T_LEARNER=170 T_WIDE=100 T_DCD=45 T_FISH=45 FISH_ENVS=256 DEFAULT_WIDE=4096 DEFAULT_LEARNER="--budget 90"
+  REPORT_S=5
 fi
 WIDE_ENVS=${WIDE_ENVS:-$DEFAULT_WIDE}
 read -r -a LEARNER_ARGS <<< "${LEARNER_ARGS:-$DEFAULT_LEARNER}"
@@ -103,7 +106,7 @@ train() {
     sampler=$!
   fi
   stage "$name" "$limit" "$PY" -m levelray.deploy.cli train --backend inline --device "$DEVICE" \
-    --metrics-port 0 --report-interval 5 --total-steps 100000000000 --run-dir "$WORK/runs/$name" "$@"
+    --metrics-port 0 --report-interval "$REPORT_S" --total-steps 100000000000 --run-dir "$WORK/runs/$name" "$@"
   [ -n "$sampler" ] && kill "$sampler" 2>/dev/null
 }
 MAZE=(--env maze:13x13 --num-levels 0 --level-strategy random --lstm-size 256 --num-actors 1 --batch-size 1)
