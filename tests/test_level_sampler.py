@@ -481,7 +481,7 @@ def test_the_sampler_accepts_exactly_the_levels_values_the_run_config_accepts():
             assert str(by_sampler.value) == str(by_config.value)
             assert path in str(by_sampler.value)
             checked += 1
-    assert checked == 26  # one step past each of the 26 bounds of the section (6 of them levels.sfl's)
+    assert checked == 27  # one step past each of the 27 bounds of the section (7 of them levels.sfl's)
 
 
 def test_bad_seeds():
