@@ -51,6 +51,7 @@ unbounded one draws seeds of `[start_level, MAX_SEED)`. Results for ids outside 
 
 from __future__ import annotations
 
+import math
 import time
 from collections.abc import Callable
 from typing import Any
@@ -315,8 +316,11 @@ class SFL:
     @classmethod
     def from_state_dict(cls, d: dict[str, Any]) -> SFL:
         """The source a `state_dict()` describes; ValueError naming the first bad field. Plays handed out before the
-        state was written and not reported in it are lost plays (see the module doc): the batch closes without them
-        if they never come back (the idle seconds count from the load)."""
+        state was written and not reported in it are lost plays (see the module doc), and their idle seconds are
+        taken as passed: a resumed run's actors are new, so those plays went with the processes that held them, and
+        a run resumed between a sweep's budgets must not wait on the wall clock (its result would depend on the
+        machine's speed). The batch then closes on the env steps' clock alone, as it would for plays reported late by
+        live actors after a level service restarted under them."""
         st = read_sfl_state(d, SFL_COUNT_KEYS)
         obj = cls(st.space.seeds, st.config, start_level=st.space.start_level, discount=st.discount, rng=0)
         obj._rng, obj._phase, obj._counts = st.rng, st.phase, st.counts
@@ -325,6 +329,7 @@ class SFL:
         obj._handed, obj._batch_steps, obj._tail_steps = st.handed, st.batch_steps, st.tail_steps
         obj._buffer, obj._learnability, obj._success = st.buffer, st.learnability, st.success
         obj._trained_steps = st.trained_steps
+        obj._moved_at = -math.inf
         obj._advance()  # a state that was due to move on (its config's settings changed, say) does so now
         return obj
 

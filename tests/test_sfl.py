@@ -205,6 +205,14 @@ def test_state_round_trip_and_resume(tmp_path):
     for key, value in back.state_dict().items():
         assert np.array_equal(value, state[key]) if isinstance(value, np.ndarray) else value == state[key], key
     assert np.array_equal(back.draw_many(30)[0], source.draw_many(30)[0])  # the same draws go on
+    # a state saved mid-batch: its plays out went with the old actors, so no idle seconds are waited for
+    mid = SFL(None, sfl_levels(num_candidates=4, episodes=2, buffer_size=2, play_timeout_s=1e9), rng=5)
+    plays, _ = mid.draw_many(8)
+    mid.update_with_episodes(results(plays[:4], [True, False, True, False], np.zeros(4, dtype=bool), np.full(4, 3)))
+    resumed_mid = SFL.from_state_dict(mid.state_dict())
+    tail, _ = resumed_mid.draw_many(2)
+    resumed_mid.update_with_episodes(results(tail, [True, True], [True, True], [6, 6]))  # 12 steps >= the plays' 12
+    assert resumed_mid._phase == "train" and resumed_mid.counters()["num_lost_plays"] == 4
     # resumed through the level service's snapshot, for the same level space only
     path = tmp_path / "levels.msgpack"
     service = LevelServiceCore(None, sfl_levels(num_candidates=10, episodes=3), start_level=50, rng=1,
