@@ -48,7 +48,10 @@ _PROCGEN: dict[str, Any] = {
 PRESETS: dict[str, dict[str, Any]] = {
     "procgen": _PROCGEN,
     # benchmarks/bench_vs_rllib.py, benchmarks/cartpole_value_scale.py: 8 unrolls per update keep the
-    # learner ahead of fast NumPy actors (policy lag ~2.5 versions); 4 unrolls per Ray call amortise it.
+    # learner ahead of fast NumPy actors (policy lag ~2.5 versions); 4 unrolls per Ray call amortise it. Advantages
+    # divided by the targets' RMS (benchmarks/long_run_stability.py: with PopArt's sigma 5 of 10 CartPole runs
+    # collapsed after reaching 475, as sigma shrinks once every episode reaches the time limit; with rms none did,
+    # at the cost of reaching 475 ~380k env steps later and a plateau at 450-485: RESULTS, "CartPole's late collapse").
     "classic_control": {
         "env.num_levels": 0,  # levels (reset seeds) do not make CartPole harder: no level service (UNBOUNDED_DEFAULTS)
         "actors.num_actors": _actors_for_this_machine,
@@ -60,6 +63,7 @@ PRESETS: dict[str, dict[str, Any]] = {
         "learner.batch_size": 8,
         "learner.learning_rate": 1e-3,
         "learner.entropy_weight": 0.01,
+        "learner.advantage_scale": "rms",
     },
     # benchmarks/RESULTS.md, "Continuous control preset": measured on Pendulum-v1 (the one Box-action env that runs
     # here without Box2D or MuJoCo). A Gaussian policy wants many small updates: one unroll per update (IMPALA takes
