@@ -158,15 +158,19 @@ UNBOUNDED_DEFAULTS: dict[str, dict[str, Any]] = {
 
 def _declared(env: EnvConfig) -> tuple[str | None, dict[str, Any]]:
     """The preset an env family declares for its ids (`PRESET`, e.g. the maze family's "minigrid") and what it
-    adds to it (`PRESET_DEFAULTS`); `(None, {})` where it declares none, or no family takes the id (refused with
-    the ids there are when the env is built)."""
+    adds to it (`PRESET_DEFAULTS`, and on a fixed level set, `env.num_levels` > 0, `FIXED_SET_DEFAULTS`);
+    `(None, {})` where it declares none, or no family takes the id (refused with the ids there are when the env is
+    built)."""
     from levelray.contracts.families import family_of
 
     try:
         found = family_of(env)
     except ValueError:
         return None, {}
-    return getattr(found, "PRESET", None), dict(getattr(found, "PRESET_DEFAULTS", {}))
+    extra = dict(getattr(found, "PRESET_DEFAULTS", {}))
+    if env.num_levels > 0:
+        extra.update(getattr(found, "FIXED_SET_DEFAULTS", {}))
+    return getattr(found, "PRESET", None), extra
 
 
 def family(env_id: str, env_family: str = "auto") -> str:

@@ -76,6 +76,19 @@ def test_a_maze_runs_on_the_minigrid_preset_with_dcds_discount():
     assert cli_config("--env", "maze:13x13", "--preset", "none").learner.discount == RunConfig().learner.discount
 
 
+def test_a_fixed_set_of_mazes_is_sampled_uniformly_unless_a_strategy_is_asked_for():
+    """The maze family's FIXED_SET_DEFAULTS (PLR's defaults lost to uniform sampling on fixed maze sets): a fixed set
+    draws uniformly, the unbounded space keeps PLR's level buffer, a strategy given by flag wins, and MiniGrid's
+    fixed sets keep PLR."""
+    assert cli_config("--env", "maze:13x13").levels.strategy == "random"  # 200 levels, the config's default
+    assert cli_config("--env", "maze:13x13", "--num-levels", "0").levels.strategy == "value_l1"
+    assert cli_config("--env", "maze:13x13", "--level-strategy", "value_l1").levels.strategy == "value_l1"
+    assert cli_config("--env", "maze:13x13", "--preset", "none").levels.strategy == "value_l1"
+    assert cli_config("--env", "minigrid:DoorKey-8x8").levels.strategy == "value_l1"
+    assert cli_config("--env", "CartPole-v1").learner.advantage_scale == "rms"  # the classic-control preset's
+    assert cli_config("--env", "minigrid:DoorKey-8x8").learner.advantage_scale == "sigma"
+
+
 def test_the_model_loss_replays_a_window_of_the_newest_updates_unless_a_capacity_is_given(tmp_path):
     """With the model loss, replay (first in, first out) holds the fresh unrolls of MODEL_REPLAY_WINDOW_UPDATES
     updates; a capacity from a flag or the YAML file is kept, and without the model loss replay keeps its own."""

@@ -17,19 +17,20 @@ from levelray.families.maze.env import ids, make_vector, matches, max_episode_st
 from levelray.families.maze.level_sets import MazeLevelSets
 from levelray.families.maze.stats import level_statistics
 
-__all__ = ["DISPATCH_RANK", "PRESET", "PRESET_DEFAULTS", "ids", "level", "level_sets", "level_statistics",
-           "make_vector", "matches", "max_episode_steps", "reports_success", "spec"]
+__all__ = ["DISPATCH_RANK", "FIXED_SET_DEFAULTS", "PRESET", "PRESET_DEFAULTS", "ids", "level", "level_sets",
+           "level_statistics", "make_vector", "matches", "max_episode_steps", "reports_success", "spec"]
 
 DISPATCH_RANK = 30  # where `env.family auto` tries it (contracts.families)
 # A maze is a MiniGrid env to the agent (the same view, actions and network): the minigrid preset, with what DCD's
 # maze runs use beyond it: discount 0.995 (DCD's train_scripts for its MiniGrid mazes), where a 13x13 maze's
-# episodes of up to 250 steps would lose most of a late goal's reward at 0.99 (`contracts.presets`). Levels are
-# drawn uniformly (domain randomisation on `--num-levels 0`): PLR's defaults were behind uniform sampling on a fixed
-# set of 200 mazes in 5 of 6 seeds and never ahead, -0.21 ± 0.18 held-out success at 50 walls (benchmarks/RESULTS.md,
-# "Where PLR's defaults hurt"), its rank transform at temperature 0.1 putting 0.9 of the replays on one level; a
-# curriculum is asked for by name (`--level-strategy`, `--level-source`).
+# episodes of up to 250 steps would lose most of a late goal's reward at 0.99 (`contracts.presets`). On a fixed set
+# (`--num-levels N`) levels are drawn uniformly: PLR's defaults were behind uniform sampling on 200 mazes in 5 of 6
+# seeds and never ahead, -0.21 ± 0.18 held-out success at 50 walls (benchmarks/RESULTS.md, "Where PLR's defaults
+# hurt"), its rank transform at temperature 0.1 putting 0.9 of the replays on one level; PLR is asked for by name
+# (`--level-strategy`). The unbounded space (`--num-levels 0`) keeps PLR's level buffer, where no such result is.
 PRESET = "minigrid"
-PRESET_DEFAULTS = {"learner.discount": 0.995, "levels.strategy": "random"}
+PRESET_DEFAULTS = {"learner.discount": 0.995}
+FIXED_SET_DEFAULTS = {"levels.strategy": "random"}
 level_sets = MazeLevelSets()
 
 
