@@ -33,10 +33,10 @@ Here, with the actors playing and the learner training apart (pure NumPy; the le
   again). Env steps alone do not tell a lost play from one still queued: on Ray an actor plays the levels it
   prefetched before the batch began (about a second of them, `actors.env_actor.SeedPrefetcher`) ahead of its plays,
   while its other envs report training episodes, so a batch with no play back yet has `batch_steps` 0; the seconds
-  wait for the queues, the steps for an inline run whose clock ran while its learner, not its envs, was busy. It
-  then refreshes from what was reported: each candidate's p over its plays that came back, a candidate none of whose
-  plays came back left out (SFL's code would give it a NaN learnability, which `argsort` puts at the top). So a
-  killed actor loses only its own plays (`num_lost_plays`); a play reported after its batch closed is not used
+  wait for the queues, the steps for an inline run, whose seconds also pass while its learner trains and its envs
+  wait. It then refreshes from what was reported: each candidate's p over its plays that came back, a candidate none
+  of whose plays came back left out (SFL's code would give it a NaN learnability, which `argsort` puts at the top).
+  So a killed actor loses only its own plays (`num_lost_plays`); a play reported after its batch closed is not used
   (`num_late_plays`).
 - **refresh**: when a batch closes, the buffer becomes its `buffer_size` candidates of highest learnability (the
   earlier candidate first on ties), with their p; the source then trains until `refresh_steps` env steps of
