@@ -14,16 +14,12 @@ import numpy as np
 import pytest
 import torch
 
-from levelray.actors.envs import env_spec, make_env_vector
-from levelray.actors.rollout import RolloutWorker
-from levelray.contracts import snapshot
+from levelray.actors.envs import env_spec
 from levelray.contracts.config import AppoConfig, ConfigError, LearnerConfig, replace_paths
 from levelray.contracts.validate import validate
 from levelray.deploy.cli import main
-from levelray.deploy.training.components import make_replay
 from levelray.learner import appo
 from levelray.learner.appo import Appo, standardise
-from levelray.learner.core import LearnerCore
 from levelray.learner.learner import Learner, NonFiniteUpdate
 from levelray.learner.losses import ppo_losses
 from tests.test_learner import VEC, make_batch
@@ -341,29 +337,14 @@ def test_bf16_passes_move_the_policy_as_fp32_passes_do():
 def test_an_lstm_on_appo_with_replay_resumes_to_the_same_next_update():
     """Minibatches of whole columns carry each column's core state; a replayed unroll is one; the checkpoint holds
     all APPO needs (its minibatches come from the seed and the version)."""
-    from tests.test_recurrent import _cfg, _roundtrip
+    from tests.test_recurrent import _cfg, resume_with_replay
 
     cfg = _cfg(**{"replay.replay_ratio": 0.5, "learner.batch_size": 2, "replay.min_size": 1,
                   "learner.algorithm": "appo", "learner.appo.epochs": 2, "learner.appo.minibatches": 2,
                   "learner.appo.normalize_advantages": True})
     validate(cfg)
-    spec = env_spec(cfg.env)
-    worker = RolloutWorker(make_env_vector(cfg.env, 3, None, seed=0), 12, learner=cfg.learner, seed=0)
-    unrolls = [worker.unroll() for _ in range(6)]
-    a = LearnerCore(cfg, spec, replay=make_replay(cfg))
-    for u in unrolls[:4]:
-        a.train([u])
-    state = _roundtrip(a.state_dict())
-    b_replay = make_replay(cfg)
-    b_replay.load_state_dict(snapshot.unpackb(snapshot.packb(a.replay_feed.replay.state_dict())))
-    torch.manual_seed(123)
-    b = LearnerCore(cfg, spec, replay=b_replay)
-    b.load_state_dict(state)
-    ma, mb = a.train([unrolls[4]]), b.train([unrolls[4]])
+    ma, mb = resume_with_replay(cfg)
     assert ma == mb and ma["batch_steps"] == 2 * 12 * 3 and ma["clip_fraction"] >= 0.0
-    for (name, p), q in zip(a.learner.model.state_dict().items(), b.learner.model.state_dict().values(),
-                            strict=True):
-        assert torch.equal(p, q), name
 
 
 # -- CartPole learns on both backends ----------------------------------------------------------------------------------

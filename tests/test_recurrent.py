@@ -300,8 +300,9 @@ def _roundtrip(state):
     return torch.load(buf, weights_only=True)
 
 
-def test_recurrent_run_with_replay_resumes_to_the_same_next_update():
-    cfg = _cfg(**{"replay.replay_ratio": 0.5, "learner.batch_size": 2, "replay.min_size": 1})
+def resume_with_replay(cfg) -> tuple[dict, dict]:
+    """A recurrent learner with replay trained on 4 unrolls, saved and loaded into a second one (its replay too):
+    both trained on the same fifth unroll; returns their metrics after asserting their weights are equal."""
     spec = env_spec(cfg.env)
     worker = RolloutWorker(make_env_vector(cfg.env, 3, None, seed=0), 12, learner=cfg.learner, seed=0)
     unrolls = [worker.unroll() for _ in range(6)]
@@ -315,10 +316,15 @@ def test_recurrent_run_with_replay_resumes_to_the_same_next_update():
     b = LearnerCore(cfg, spec, replay=b_replay)
     b.load_state_dict(state)
     ma, mb = a.train([unrolls[4]]), b.train([unrolls[4]])
-    assert ma == mb and ma["batch_steps"] == 2 * 12 * 3  # a replayed unroll in the batch, with its stored state
     for (name, p), q in zip(a.learner.model.state_dict().items(), b.learner.model.state_dict().values(),
                             strict=True):
         assert torch.equal(p, q), name
+    return ma, mb
+
+
+def test_recurrent_run_with_replay_resumes_to_the_same_next_update():
+    ma, mb = resume_with_replay(_cfg(**{"replay.replay_ratio": 0.5, "learner.batch_size": 2, "replay.min_size": 1}))
+    assert ma == mb and ma["batch_steps"] == 2 * 12 * 3  # a replayed unroll in the batch, with its stored state
 
 
 # -- what is refused, and the metric ------------------------------------------------------------------------------
