@@ -65,7 +65,9 @@ class HostPolicy:
 
     def __init__(self, spec: EnvSpec, learner: LearnerConfig, num_envs: int, seed: int):
         self.spec = spec
-        self.model = build_model(spec, learner.model, tuple(learner.hidden_sizes), learner.lstm_size)
+        with torch.random.fork_rng(devices=[]):  # weights before the first `set_weights` follow `seed` alone
+            torch.manual_seed(seed)
+            self.model = build_model(spec, learner.model, tuple(learner.hidden_sizes), learner.lstm_size)
         self.model.eval()
         self.numpy_policy = NumpyPolicy(self.model) if NumpyPolicy.supports(self.model) else None
         self._dtype = compute_dtype(learner.precision, torch.device("cpu"),

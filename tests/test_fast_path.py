@@ -145,3 +145,24 @@ def test_the_fast_path_shares_the_learners_network(one_thread):
     np.testing.assert_allclose(unroll["behaviour_params"].reshape(-1, 2), expected, rtol=1e-5, atol=1e-6)
     backend.close()
 
+
+
+def test_a_host_policys_first_weights_follow_its_seed_not_the_global_rng():
+    """Before its first `set_weights` an actor acts with the weights its seed gives, whatever ran before it;
+    building one leaves the global RNG where it was."""
+    cfg = replace_paths(RunConfig(), {"env.id": "CartPole-v1"})
+    spec = env_spec(cfg.env)
+
+    def first_weights(global_seed: int, seed: int) -> list[np.ndarray]:
+        torch.manual_seed(global_seed)
+        policy = HostPolicy(spec, cfg.learner, 2, seed=seed)
+        after = torch.rand(1)
+        torch.manual_seed(global_seed)
+        assert torch.equal(after, torch.rand(1))  # the global RNG did not move
+        return [p.detach().numpy().copy() for p in policy.model.parameters()]
+
+    same = first_weights(0, seed=4), first_weights(1, seed=4)
+    other = first_weights(0, seed=5)
+    for a, b in zip(*same, strict=True):
+        np.testing.assert_array_equal(a, b)
+    assert any(not np.array_equal(a, b) for a, b in zip(same[0], other, strict=True))

@@ -347,19 +347,26 @@ def test_behaviour_kl_is_the_mean_of_log_mu_minus_log_pi_over_trained_steps():
 
 
 def test_behaviour_kl_of_a_moved_policy_estimates_kl(recurrent_unrolls):
-    """The learner's metric on unrolls acted by other weights: the mean of log mu - log pi over the steps."""
+    """The learner's metric on unrolls acted by other weights: the mean of log mu - log pi over the steps, an
+    estimate of KL(mu || pi). Freshly built policies are both near uniform (their heads start at gain 0.01, KL
+    ~1e-7), so the learner's policy head is moved first, by a seeded amount that makes the KL clearly positive."""
     spec, unrolls = recurrent_unrolls
     cfg = _cfg()
     learner = Learner(spec, cfg.learner, seed=5)  # not the weights that acted
+    head = learner.model.policy[-1]
+    with torch.no_grad():
+        head.bias.add_(torch.randn(head.bias.shape, generator=torch.Generator().manual_seed(0)))
     batch = stack_unrolls(unrolls[:1])
     with torch.no_grad():
         forward = learner._forward(batch)
-    mu = torch.log_softmax(torch.from_numpy(batch["behaviour_params"]), -1)
-    pi = torch.log_softmax(forward.dist_params[:-1], -1)
+    mu = torch.log_softmax(torch.from_numpy(batch["behaviour_params"]).double(), -1)
+    pi = torch.log_softmax(forward.dist_params[:-1].double(), -1)
     a = torch.from_numpy(batch["actions"])[..., None]
     want = float((mu.gather(-1, a) - pi.gather(-1, a)).mean())
+    exact_kl = float((mu.exp() * (mu - pi)).sum(-1).mean())
     metrics = learner.update(batch).metrics
-    assert metrics["behaviour_kl"] == pytest.approx(want, abs=1e-6) and abs(want) > 1e-4
+    assert metrics["behaviour_kl"] == pytest.approx(want, abs=1e-6)
+    assert exact_kl > 0.05 and want == pytest.approx(exact_kl, abs=0.5 * exact_kl)
 
 
 @pytest.mark.timeout(120)
