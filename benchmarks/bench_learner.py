@@ -22,7 +22,12 @@ The maze rows (`MAZE_UPDATES`, with the MiniGrid net in the list; `--maze`: thos
 MiniGrid net on the maze's 7x7 view) with LSTM-256 at our maze batch (32 envs x 20 steps, 640 samples) and at DCD's
 and JaxUED's (32 envs x 256 steps, 8,192 samples, 256-step BPTT), whatever `--lstm-sizes` says: each sample is one
 gradient pass, so samples/s is the sample gradient passes/s that JaxUED's maze example reaches at 36,600/s on one
-core of this machine (5 PPO epochs of 8,192 samples, one jitted XLA program: `JAXUED_ANCHOR`).
+core of this machine (5 PPO epochs of 8,192 samples, one jitted XLA program: `JAXUED_ANCHOR`). With
+`--appo-epochs 5` the maze rows also run DCD's update (APPO, 5 passes): its samples/s is the most env steps/s the
+learner lets a run train, its gradient passes/s 5x that.
+
+Beside the wall-clock time, each update's CPU time (`update_cpu_ms`, all the process's threads): on a machine other
+work loads, wall-clock figures move by tens of percent while CPU time stays within a few.
 """
 
 from __future__ import annotations
@@ -55,7 +60,8 @@ JAXUED_ANCHOR = 36_600  # sample gradient passes/s of JaxUED's maze example on o
 INFERENCE = ("impala_cnn", "minigrid_cnn")
 INFERENCE_BATCH = 16
 COLUMNS = ["model", "algorithm", "lstm", "precision", ("torch_threads", "threads"), "T", "B",
-           ("update_ms", "update ms"), ("samples_per_s", "samples/s"), ("warmup_s", "first 3 updates s")]
+           ("update_ms", "update ms"), ("update_cpu_ms", "CPU ms"), ("samples_per_s", "samples/s"),
+           ("passes_per_s", "gradient passes/s"), ("warmup_s", "first 3 updates s")]
 INFERENCE_COLUMNS = ["model", "lstm", "precision", ("torch_threads", "threads"), "batch", ("obs_per_s", "obs/s")]
 
 
@@ -96,16 +102,17 @@ def measure(model: str, device: str, T: int, B: int, seconds: float, precision: 
     warmup_s = time.perf_counter() - warmup
     sync = torch.cuda.synchronize if learner.device.type == "cuda" else (lambda: None)
     sync()
-    n, start = 0, time.perf_counter()
+    n, start, cpu_start = 0, time.perf_counter(), time.process_time()
     while time.perf_counter() - start < seconds:
         learner.update(batch)
         n += 1
     sync()
-    elapsed = time.perf_counter() - start
+    elapsed, cpu = time.perf_counter() - start, time.process_time() - cpu_start
     return {"model": model, "algorithm": f"appo x{appo_epochs}" if appo_epochs else "impala", "lstm": lstm_size,
             "precision": precision + ("+compile" if compile_net else ""),
             "device": str(learner.device), "T": T, "B": B, "updates": n, "warmup_s": warmup_s,
-            "update_ms": elapsed / n * 1e3, "samples_per_s": n * T * B / elapsed,
+            "update_ms": elapsed / n * 1e3, "update_cpu_ms": cpu / n * 1e3, "samples_per_s": n * T * B / elapsed,
+            "passes_per_s": n * T * B * max(appo_epochs, 1) / elapsed,
             "torch_threads": torch.get_num_threads()}
 
 
@@ -189,8 +196,8 @@ def main() -> None:
         for model, B in updates:
             results += [measure(model, args.device, 20, B, seconds, p, c, n, e) for n in lstm_sizes
                         for p in precisions for c in compiled for e in appo_epochs]
-        results += [measure("minigrid_cnn", args.device, T, B, seconds, p, c, MAZE_LSTM) for T, B in maze
-                    for p in precisions for c in compiled]
+        results += [measure("minigrid_cnn", args.device, T, B, seconds, p, c, MAZE_LSTM, e) for T, B in maze
+                    for p in precisions for c in compiled for e in appo_epochs]
         inference += [measure_inference(model, seconds, p, n) for model in models for n in lstm_sizes
                       for p in precisions if not args.maze and (n or model in INFERENCE or p == precisions[0])]
         inference += [measure_inference("minigrid_cnn", seconds, p, MAZE_LSTM) for p in precisions if maze]
