@@ -3,7 +3,7 @@ actors' inference in both.
 
     python -m benchmarks.bench_learner [--device auto|cpu|cuda] [--json PATH] [--quick] [--seconds S]
         [--threads 1,2] [--precisions fp32,bf16] [--compile] [--lstm-sizes 0,256] [--models impala_cnn,mlp] [--maze]
-        [--appo-epochs 0,1,4]
+        [--appo-epochs 0,1,4] [--lstm-precisions fp32,bf16]
 
 Updates: the IMPALA CNN on procgen-shaped uint8 observations at T=20 x B=32 (640 samples: the procgen preset's
 batch of 2 unrolls x 16 envs) and B=128 (2,560), the MiniGrid net on MiniGrid's symbolic view at B=32, and the MLP
@@ -24,7 +24,8 @@ and JaxUED's (32 envs x 256 steps, 8,192 samples, 256-step BPTT), whatever `--ls
 gradient pass, so samples/s is the sample gradient passes/s that JaxUED's maze example reaches at 36,600/s on one
 core of this machine (5 PPO epochs of 8,192 samples, one jitted XLA program: `JAXUED_ANCHOR`). With
 `--appo-epochs 5` the maze rows also run DCD's update (APPO, 5 passes): its samples/s is the most env steps/s the
-learner lets a run train, its gradient passes/s 5x that.
+learner lets a run train, its gradient passes/s 5x that. `--lstm-precisions fp32,bf16`: the maze rows also with the
+core unrolled in bf16 (`learner.lstm_precision`).
 
 Beside the wall-clock time, each update's CPU time (`update_cpu_ms`, all the process's threads): on a machine other
 work loads, wall-clock figures move by tens of percent while CPU time stays within a few.
@@ -59,7 +60,8 @@ MAZE_LSTM = 256
 JAXUED_ANCHOR = 36_600  # sample gradient passes/s of JaxUED's maze example on one core here (see the module doc)
 INFERENCE = ("impala_cnn", "minigrid_cnn")
 INFERENCE_BATCH = 16
-COLUMNS = ["model", "algorithm", "lstm", "precision", ("torch_threads", "threads"), "T", "B",
+COLUMNS = ["model", "algorithm", "lstm", "precision", ("lstm_precision", "lstm prec."), ("torch_threads", "threads"),
+           "T", "B",
            ("update_ms", "update ms"), ("update_cpu_ms", "CPU ms"), ("samples_per_s", "samples/s"),
            ("passes_per_s", "gradient passes/s"), ("warmup_s", "first 3 updates s")]
 INFERENCE_COLUMNS = ["model", "lstm", "precision", ("torch_threads", "threads"), "batch", ("obs_per_s", "obs/s")]
@@ -88,12 +90,13 @@ def make_batch(spec: EnvSpec, T: int, B: int, rng: np.random.Generator, obs_high
 
 
 def measure(model: str, device: str, T: int, B: int, seconds: float, precision: str = "fp32",
-            compile_net: bool = False, lstm_size: int = 0, appo_epochs: int = 0) -> dict:
+            compile_net: bool = False, lstm_size: int = 0, appo_epochs: int = 0, lstm_precision: str = "fp32") -> dict:
     """`appo_epochs` > 0: APPO's update (`learner.algorithm appo`) with that many passes over the batch, one
     minibatch each; 0: IMPALA's. samples/s counts each batch sample once, however many passes an update makes."""
     spec = CASES[model]
     algorithm = {"algorithm": "appo", "appo": AppoConfig(epochs=appo_epochs)} if appo_epochs else {}
-    config = LearnerConfig(device=device, precision=precision, compile=compile_net, lstm_size=lstm_size, **algorithm)
+    config = LearnerConfig(device=device, precision=precision, compile=compile_net, lstm_size=lstm_size,
+                           lstm_precision=lstm_precision if lstm_size else "fp32", **algorithm)
     learner = Learner(spec, config, seed=0)
     batch = make_batch(spec, T, B, np.random.default_rng(0), OBS_HIGH.get(model, 256), lstm_size)
     warmup = time.perf_counter()
@@ -109,6 +112,7 @@ def measure(model: str, device: str, T: int, B: int, seconds: float, precision: 
     sync()
     elapsed, cpu = time.perf_counter() - start, time.process_time() - cpu_start
     return {"model": model, "algorithm": f"appo x{appo_epochs}" if appo_epochs else "impala", "lstm": lstm_size,
+            "lstm_precision": config.lstm_precision,
             "precision": precision + ("+compile" if compile_net else ""),
             "device": str(learner.device), "T": T, "B": B, "updates": n, "warmup_s": warmup_s,
             "update_ms": elapsed / n * 1e3, "update_cpu_ms": cpu / n * 1e3, "samples_per_s": n * T * B / elapsed,
@@ -180,6 +184,8 @@ def main() -> None:
     parser.add_argument("--maze", action="store_true", help="only the maze net with LSTM-256 (MAZE_UPDATES)")
     parser.add_argument("--appo-epochs", default="0",
                         help="the update per case: 0 IMPALA's, N > 0 APPO's with N epochs; comma-separated")
+    parser.add_argument("--lstm-precisions", default="fp32",
+                        help="learner.lstm_precision values for the maze rows, comma-separated")
     args = parser.parse_args()
     seconds = 2.0 if args.quick else args.seconds
     threads = [1] if args.quick else [int(x) for x in args.threads.split(",")]
@@ -196,8 +202,9 @@ def main() -> None:
         for model, B in updates:
             results += [measure(model, args.device, 20, B, seconds, p, c, n, e) for n in lstm_sizes
                         for p in precisions for c in compiled for e in appo_epochs]
-        results += [measure("minigrid_cnn", args.device, T, B, seconds, p, c, MAZE_LSTM, e) for T, B in maze
-                    for p in precisions for c in compiled for e in appo_epochs]
+        results += [measure("minigrid_cnn", args.device, T, B, seconds, p, c, MAZE_LSTM, e, lp) for T, B in maze
+                    for p in precisions for c in compiled for e in appo_epochs
+                    for lp in args.lstm_precisions.split(",")]
         inference += [measure_inference(model, seconds, p, n) for model in models for n in lstm_sizes
                       for p in precisions if not args.maze and (n or model in INFERENCE or p == precisions[0])]
         inference += [measure_inference("minigrid_cnn", seconds, p, MAZE_LSTM) for p in precisions if maze]

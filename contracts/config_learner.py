@@ -1,5 +1,6 @@
 """The `learner` section of the run config (`LearnerConfig`), with APPO's settings in it (`AppoConfig`,
-`learner.appo`), and the checks that need several of their fields (`appo_problems`, which `contracts.validate` runs).
+`learner.appo`), and the checks that need several of their fields (`learner_problems`, which `contracts.validate`
+runs).
 
 Apart from `contracts.config`, which imports it from here (and every other module imports it from there), so that
 both stay readable.
@@ -147,6 +148,14 @@ class LearnerConfig(_Section):
                        "state per env and reset it at episode starts, unrolls carry it (core_state). 0: a "
                        "feed-forward network", min=0),
     )
+    lstm_precision: str = field(
+        default="fp32",
+        metadata=_flag("--lstm-precision", "the LSTM core's arithmetic in the learner's unrolls: fp32 (whatever "
+                       "--precision says: a recurrence carries its rounding into every later step), or bf16, "
+                       "oneDNN's bf16 LSTM on a CPU with AVX512-BF16 or AMX (the maze update 1.1-1.3x faster, h "
+                       "within ~1e-2 of float64; benchmarks/RESULTS.md, 'The learner at compiled speed'); actors "
+                       "step the core in fp32", choices=("fp32", "bf16")),
+    )
     max_policy_lag: int = field(
         default=100, metadata=_flag("--max-policy-lag", "drop unrolls older than this many versions", min=0)
     )
@@ -189,11 +198,12 @@ class LearnerConfig(_Section):
     )
 
 
-def appo_problems(learner: LearnerConfig, envs_per_actor: int) -> list[tuple[tuple[str, ...], str]]:
-    """`(dotted paths, message)` for each combination of APPO's settings that means nothing (`contracts.validate`
-    makes them its `Problem`s): an APPO setting with `learner.algorithm impala` (it would change nothing), and more
-    minibatches than a batch has env columns (`learner.batch_size` x `actors.envs_per_actor`, `envs_per_actor`: a
-    minibatch is whole columns, so some would be empty)."""
+def learner_problems(learner: LearnerConfig, envs_per_actor: int) -> list[tuple[tuple[str, ...], str]]:
+    """`(dotted paths, message)` for each combination of learner settings that means nothing (`contracts.validate`
+    makes them its `Problem`s): an APPO setting with `learner.algorithm impala` (it would change nothing), an
+    advantage scale without PopArt, an LSTM precision without an LSTM, and more APPO minibatches than a batch has
+    env columns (`learner.batch_size` x `actors.envs_per_actor`, `envs_per_actor`: a minibatch is whole columns, so
+    some would be empty)."""
     found = []
     if learner.algorithm != "appo":
         for f in dataclasses.fields(AppoConfig):
@@ -207,6 +217,11 @@ def appo_problems(learner: LearnerConfig, envs_per_actor: int) -> list[tuple[tup
             f"learner.advantage_scale = {learner.advantage_scale} (--advantage-scale) scales advantages by PopArt's "
             f"statistics, but learner.value_normalization is off (--value-normalization false): advantages are in "
             f"reward units; turn PopArt on, or leave --advantage-scale out")))
+    if learner.lstm_precision != "fp32" and not learner.lstm_size:
+        found.append((("learner.lstm_precision", "learner.lstm_size"), (
+            f"learner.lstm_precision = {learner.lstm_precision} (--lstm-precision) sets the LSTM core's arithmetic, "
+            f"but learner.lstm_size is 0 (--lstm-size): the network has no core; add --lstm-size N, or leave "
+            f"--lstm-precision out")))
     columns = learner.batch_size * envs_per_actor
     if learner.algorithm == "appo" and learner.appo.minibatches > columns:
         found.append((("learner.appo.minibatches", "learner.batch_size", "actors.envs_per_actor"), (

@@ -35,8 +35,9 @@ problem named by the dotted paths of its fields:
 - A level editor (`levels.editor`, ACCEL's `accel`) without what it needs: an unbounded level space
   (`env.num_levels` 0), a scored `levels.strategy`, and `levels.robust` (children are never trained on). The env
   family it edits is the editor's own to check (`level_service.editors.editor_problems`), before the run starts.
-- APPO's settings (`learner.appo`) with `learner.algorithm impala`, or more minibatches than a batch has env
-  columns (`contracts.config_learner.appo_problems`).
+- APPO's settings (`learner.appo`) with `learner.algorithm impala`, more minibatches than a batch has env
+  columns, an advantage scale without PopArt, or an LSTM precision without an LSTM
+  (`contracts.config_learner.learner_problems`).
 
 The rules a service also needs of the section it is handed are written here once and called there too, so that
 both refuse in the same words: a section's leaves (`leaf_problems`), the level buffer's needs
@@ -67,7 +68,7 @@ from levelray.contracts.config import (
     leaves,
     uses_replay,
 )
-from levelray.contracts.config_learner import appo_problems
+from levelray.contracts.config_learner import learner_problems
 from levelray.contracts.levels import UNSCORED_STRATEGIES
 from levelray.contracts.spec import EnvSpec
 
@@ -457,7 +458,7 @@ def problems(cfg: RunConfig) -> list[Problem]:
     return [*_replay_problems(cfg), *_model_problems(cfg), *_device_problems(cfg), *_actor_device_problems(cfg),
             *_learner_placement_problems(cfg),
             *_clip_problems(cfg), *_interval_problems(cfg), *_video_problems(cfg), *_level_problems(cfg),
-            *(Problem(paths, message) for paths, message in appo_problems(cfg.learner, cfg.actors.envs_per_actor))]
+            *(Problem(paths, message) for paths, message in learner_problems(cfg.learner, cfg.actors.envs_per_actor))]
 
 
 def validate(cfg: RunConfig, *, fixed: Collection[str] = ()) -> list[Problem]:

@@ -60,7 +60,7 @@ from levelray.learner.results import LATER, Metrics, StepOutputs, UpdateResult, 
 from levelray.learner.value_normalization import value_head
 from levelray.policy import distributions
 from levelray.policy.models import build_model, resolve_model_kind
-from levelray.policy.precision import autocast, compute_dtype
+from levelray.policy.precision import autocast, compute_dtype, lstm_unroll_dtype
 from levelray.policy.recurrent import core_inputs, segment_bounds
 from levelray.policy.recurrent import unroll as recurrent_unroll
 from levelray.policy.weights import weights_to_numpy
@@ -139,6 +139,8 @@ class Learner:
         self.model = build_model(spec, config.model, tuple(config.hidden_sizes), config.lstm_size).to(self.device)
         # bf16 or fp32 inside the policy network (policy/precision.py); its outputs are float32 either way
         self.compute_dtype = compute_dtype(config.precision, self.device, resolve_model_kind(spec, config.model))
+        if self.model.core is not None:  # the core's own arithmetic over unrolls (policy/recurrent.py)
+            self.model.core.unroll_dtype = lstm_unroll_dtype(config.lstm_precision, self.device)
         # `learner.compile`: the update's forward pass through torch.compile (a recurrent network's torso and heads,
         # its core eager: `compiled.compile_network`); `self.model` (the same parameters) stays what checkpoints,
         # weights and the auxiliary losses read.

@@ -29,7 +29,8 @@ from pathlib import Path
 
 import torch
 
-__all__ = ["AUTO_BF16", "AUTO_BF16_INFERENCE", "PRECISIONS", "autocast", "bf16_is_fast", "compute_dtype"]
+__all__ = ["AUTO_BF16", "AUTO_BF16_INFERENCE", "PRECISIONS", "autocast", "bf16_is_fast", "compute_dtype",
+           "lstm_unroll_dtype"]
 
 log = logging.getLogger(__name__)
 
@@ -78,6 +79,23 @@ def compute_dtype(precision: str, device: torch.device, network: str, *, inferen
         measured_faster = AUTO_BF16_INFERENCE if inference else AUTO_BF16
         return torch.bfloat16 if fast and network in measured_faster else torch.float32
     raise ValueError(f"learner.precision must be one of {', '.join(PRECISIONS)}, got {precision!r}")
+
+
+def lstm_unroll_dtype(lstm_precision: str, device: torch.device) -> torch.dtype:
+    """What a learner's LSTM core computes its unrolls in (`learner.lstm_precision`, `LSTMCore.unroll_dtype`). bf16
+    is oneDNN's LSTM, measured on a CPU only: elsewhere it is refused (CUDA's bf16 LSTM depends on the cuDNN and
+    PyTorch builds), and on a CPU without fast bf16 it is emulated, with a warning."""
+    if lstm_precision == "fp32":
+        return torch.float32
+    if lstm_precision != "bf16":
+        raise ValueError(f"learner.lstm_precision must be fp32 or bf16, got {lstm_precision!r}")
+    if device.type != "cpu":
+        raise ValueError(f"learner.lstm_precision bf16 (--lstm-precision) runs oneDNN's bf16 LSTM on a CPU; the "
+                         f"learner is on {device}: use --lstm-precision fp32 there")
+    if not bf16_is_fast(device):
+        log.warning("lstm_precision bf16 on a CPU without %s: it is emulated, slower than fp32",
+                    " or ".join(CPU_BF16_FLAGS))
+    return torch.bfloat16
 
 
 def autocast(device: torch.device, dtype: torch.dtype) -> contextlib.AbstractContextManager:

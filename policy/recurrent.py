@@ -9,7 +9,9 @@ The core runs in float32 whatever the network's precision: under bf16 autocast t
 bf16, the core's products do not. Measured on this project's CPU (LSTM-256, T = 20, B = 8, random inputs, fresh
 weights): with the torso in bf16 and the core in float32 the core's output h stays within 1-3e-4 of an all-float32
 unroll; with the core in bf16 too, within 7-9e-4, 3-9x further, and a recurrence carries its error into every
-later step, where the torso's error stays in its own step.
+later step, where the torso's error stays in its own step. A learner may still ask for a bf16 core over its unrolls
+(`learner.lstm_precision` bf16, `LSTMCore.unroll_dtype`), where oneDNN's bf16 LSTM makes the maze update 1.1-1.3x
+faster on a CPU with AVX512-BF16; a single step (an actor's) stays float32.
 
 `core_state` `[2, B, N]` is (h, c) stacked: what an unroll carries at its first step (`contracts.trajectory`).
 """
@@ -52,12 +54,17 @@ class LSTMCore(nn.Module):
 
     `c` is the cell state after step t only where step t ends a segment (the last step, and every step before an
     episode starts in some env: what an unroll and a truncated episode continue from); elsewhere a fused segment
-    keeps no cell state and `c` is NaN there."""
+    keeps no cell state and `c` is NaN there.
+
+    `unroll_dtype`: what the fused segments compute in, float32 unless a learner sets bf16
+    (`learner.lstm_precision`): the weights, inputs and state are cast for the call (the parameters and their
+    gradients stay float32) and `h`, `c` come back as float32."""
 
     def __init__(self, feature_dim: int, extra_dim: int, size: int):
         super().__init__()
         self.size = size
         self.cell = nn.LSTMCell(feature_dim + extra_dim, size)
+        self.unroll_dtype = torch.float32
 
     def initial_state(self, batch: int, device: torch.device | None = None) -> torch.Tensor:
         """Zeros `[2, batch, N]`."""
@@ -78,8 +85,9 @@ class LSTMCore(nn.Module):
     def _segments(self, x: torch.Tensor, keep: torch.Tensor, bounds: list[int], h: torch.Tensor, c: torch.Tensor
                   ) -> tuple[torch.Tensor, torch.Tensor]:
         """One fused LSTM call per segment `[bounds[i], bounds[i+1])` of `x [T, B, F + E]`; see the class doc."""
-        cell = self.cell
-        weights = [cell.weight_ih, cell.weight_hh, cell.bias_ih, cell.bias_hh]
+        cell, dtype = self.cell, self.unroll_dtype
+        weights = [w.to(dtype) for w in (cell.weight_ih, cell.weight_hh, cell.bias_ih, cell.bias_hh)]
+        x, keep, h, c = x.to(dtype), keep.to(dtype), h.to(dtype), c.to(dtype)
         hs = []
         cs = torch.full((x.shape[0], *c.shape), float("nan"), device=x.device)
         for start, end in itertools.pairwise(bounds):
@@ -89,8 +97,8 @@ class LSTMCore(nn.Module):
                                    bidirectional=False, batch_first=False)
             h, c = h[0], c[0]
             hs.append(out)
-            cs[end - 1] = c
-        return torch.cat(hs) if len(hs) > 1 else hs[0], cs
+            cs[end - 1] = c.float()
+        return (torch.cat(hs) if len(hs) > 1 else hs[0]).float(), cs
 
 
 def segment_bounds(starts: torch.Tensor | np.ndarray) -> list[int]:

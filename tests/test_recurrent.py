@@ -57,10 +57,17 @@ def _reference_lstm(cell: torch.nn.LSTMCell, x: torch.Tensor, starts: torch.Tens
     return torch.stack(out)
 
 
-def test_core_matches_a_float64_reference_with_resets_in_features_and_gradient():
+@pytest.mark.parametrize("unroll_dtype, tolerance", [
+    (torch.float32, 1e-5),
+    (torch.bfloat16, 1e-2),  # `learner.lstm_precision` bf16: 8 bits of mantissa, carried through time (~2e-3 here)
+], ids=["fp32", "bf16"])
+def test_core_matches_a_float64_reference_with_resets_in_features_and_gradient(unroll_dtype, tolerance):
+    """h within `tolerance`, each gradient within `tolerance` of its largest entry; a bf16 core's error is above
+    float32's (it did compute in bf16) and its outputs and gradients are float32."""
     torch.manual_seed(0)
     T, B, F, E = 7, 4, 5, 3
     core = LSTMCore(F, E, N)
+    core.unroll_dtype = unroll_dtype
     features = torch.randn(T, B, F, dtype=torch.float64)
     extra = torch.randn(T, B, E, dtype=torch.float64)
     starts = torch.zeros(T, B, dtype=torch.bool)
@@ -83,9 +90,11 @@ def test_core_matches_a_float64_reference_with_resets_in_features_and_gradient()
     (ref_h * weights).sum().backward()
     ref_grads = [ref_cell.weight_ih.grad, ref_cell.weight_hh.grad, ref_cell.bias_ih.grad, feats64.grad]
 
-    torch.testing.assert_close(h.double(), ref_h.detach(), rtol=0, atol=1e-5)
+    assert h.dtype == torch.float32 and all(g.dtype == torch.float32 for g in grads)
+    h_error = float((h.detach().double() - ref_h.detach()).abs().max())
+    assert h_error < tolerance and (unroll_dtype == torch.float32 or h_error > 1e-4)
     for got, want in zip(grads, ref_grads, strict=True):
-        torch.testing.assert_close(got.double(), want, rtol=1e-4, atol=1e-5)
+        assert float((got.double() - want).abs().max()) < tolerance * float(want.abs().max())
     # a reset really cuts the past: env 0 from step 2 on is the same from any state before it
     h_other, _ = core(feats32.detach(), extra.float(), starts, torch.randn(2, B, N))
     torch.testing.assert_close(h_other[2:, 0], h[2:, 0].detach())
@@ -436,3 +445,23 @@ def test_evaluation_plays_a_recurrent_policy():
     with pytest.raises(RuntimeError, match="core"):
         evaluate_policy(cfg, weights_to_numpy(build_model(env_spec(cfg.env), "mlp")), np.arange(5), 1,
                         greedy=True, num_envs=1, seed=0)
+
+
+def test_lstm_precision_bf16_unrolls_the_learners_core_in_bf16_and_needs_a_core_on_a_cpu(recurrent_unrolls):
+    """`learner.lstm_precision` bf16: the learner's core unrolls in bf16, an update's losses stay within bf16's
+    rounding of fp32's from the same weights and batch; without a core, or off a CPU, it is refused by name."""
+    spec, unrolls = recurrent_unrolls
+    batch = stack_unrolls(unrolls[:1])
+    metrics = {}
+    for precision in ("fp32", "bf16"):
+        learner = Learner(spec, _cfg(**{"learner.lstm_precision": precision}).learner, seed=5)
+        assert learner.model.core.unroll_dtype == getattr(torch, {"fp32": "float32", "bf16": "bfloat16"}[precision])
+        metrics[precision] = learner.update(batch).metrics
+    for key in ("loss_policy", "loss_value", "entropy", "grad_norm"):
+        assert metrics["bf16"][key] == pytest.approx(metrics["fp32"][key], rel=1e-3, abs=1e-4), key
+    with pytest.raises(ConfigError, match="learner.lstm_precision.*--lstm-size"):
+        validate(replace_paths(RunConfig(), {"learner.lstm_precision": "bf16"}))
+    from levelray.policy.precision import lstm_unroll_dtype
+
+    with pytest.raises(ValueError, match="--lstm-precision fp32"):
+        lstm_unroll_dtype("bf16", torch.device("meta"))
