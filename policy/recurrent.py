@@ -10,8 +10,8 @@ bf16, the core's products do not. Measured on this project's CPU (LSTM-256, T = 
 weights): with the torso in bf16 and the core in float32 the core's output h stays within 1-3e-4 of an all-float32
 unroll; with the core in bf16 too, within 7-9e-4, 3-9x further, and a recurrence carries its error into every
 later step, where the torso's error stays in its own step. A learner may still ask for a bf16 core over its unrolls
-(`learner.lstm_precision` bf16, `LSTMCore.unroll_dtype`), where oneDNN's bf16 LSTM makes the maze update 1.1-1.3x
-faster on a CPU with AVX512-BF16; a single step (an actor's) stays float32.
+(`learner.lstm_precision` bf16, `LSTMCore.unroll_dtype`), where oneDNN's bf16 LSTM takes 6-18% off the maze
+update's CPU time on a CPU with AVX512-BF16; a single step (an actor's) stays float32.
 
 `core_state` `[2, B, N]` is (h, c) stacked: what an unroll carries at its first step (`contracts.trajectory`).
 """
