@@ -234,6 +234,10 @@ def _device_problems(cfg: RunConfig) -> list[Problem]:
                         f"learner.device: expected auto, cpu, cuda or cuda:N, got {device!r}")]
     if not device.startswith("cuda"):
         return []
+    if cfg.learner.lstm_size and cfg.learner.lstm_precision == "bf16":
+        return [Problem(("learner.lstm_precision", "learner.device"),
+                        f"learner.lstm_precision = bf16 (--lstm-precision) runs oneDNN's bf16 LSTM on a CPU, but "
+                        f"learner.device is {device!r}; use --lstm-precision fp32 on a GPU")]
     index = int(match.group(1) or 0)
     if cfg.backend == "ray" and index > 0 and not os.environ.get("RAY_EXPERIMENTAL_NOSET_CUDA_VISIBLE_DEVICES"):
         return [Problem(

@@ -461,6 +461,8 @@ def test_lstm_precision_bf16_unrolls_the_learners_core_in_bf16_and_needs_a_core_
         assert metrics["bf16"][key] == pytest.approx(metrics["fp32"][key], rel=1e-3, abs=1e-4), key
     with pytest.raises(ConfigError, match="learner.lstm_precision.*--lstm-size"):
         validate(replace_paths(RunConfig(), {"learner.lstm_precision": "bf16"}))
+    with pytest.raises(ConfigError, match="learner.lstm_precision.*learner.device"):
+        validate(_cfg(**{"learner.lstm_precision": "bf16", "learner.device": "cuda"}))
     from levelray.policy.precision import lstm_unroll_dtype
 
     with pytest.raises(ValueError, match="--lstm-precision fp32"):
