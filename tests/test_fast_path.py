@@ -146,7 +146,6 @@ def test_the_fast_path_shares_the_learners_network(one_thread):
     backend.close()
 
 
-
 def test_a_host_policys_first_weights_follow_its_seed_not_the_global_rng():
     """Before its first `set_weights` an actor acts with the weights its seed gives, whatever ran before it;
     building one leaves the global RNG where it was."""
