@@ -201,9 +201,9 @@ class LearnerConfig(_Section):
 def learner_problems(learner: LearnerConfig, envs_per_actor: int) -> list[tuple[tuple[str, ...], str]]:
     """`(dotted paths, message)` for each combination of learner settings that means nothing (`contracts.validate`
     makes them its `Problem`s): an APPO setting with `learner.algorithm impala` (it would change nothing), an
-    advantage scale without PopArt, an LSTM precision without an LSTM, and more APPO minibatches than a batch has
-    env columns (`learner.batch_size` x `actors.envs_per_actor`, `envs_per_actor`: a minibatch is whole columns, so
-    some would be empty)."""
+    advantage scale without PopArt, a bf16 LSTM precision without an LSTM or on a GPU, and more APPO minibatches
+    than a batch has env columns (`learner.batch_size` x `actors.envs_per_actor`, `envs_per_actor`: a minibatch is
+    whole columns, so some would be empty)."""
     found = []
     if learner.algorithm != "appo":
         for f in dataclasses.fields(AppoConfig):
@@ -222,6 +222,10 @@ def learner_problems(learner: LearnerConfig, envs_per_actor: int) -> list[tuple[
             f"learner.lstm_precision = {learner.lstm_precision} (--lstm-precision) sets the LSTM core's arithmetic, "
             f"but learner.lstm_size is 0 (--lstm-size): the network has no core; add --lstm-size N, or leave "
             f"--lstm-precision out")))
+    elif learner.lstm_precision == "bf16" and learner.device.startswith("cuda"):
+        found.append((("learner.lstm_precision", "learner.device"), (
+            f"learner.lstm_precision = bf16 (--lstm-precision) runs oneDNN's bf16 LSTM on a CPU, but learner.device "
+            f"is {learner.device!r}; use --lstm-precision fp32 on a GPU")))
     columns = learner.batch_size * envs_per_actor
     if learner.algorithm == "appo" and learner.appo.minibatches > columns:
         found.append((("learner.appo.minibatches", "learner.batch_size", "actors.envs_per_actor"), (

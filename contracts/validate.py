@@ -36,7 +36,7 @@ problem named by the dotted paths of its fields:
   (`env.num_levels` 0), a scored `levels.strategy`, and `levels.robust` (children are never trained on). The env
   family it edits is the editor's own to check (`level_service.editors.editor_problems`), before the run starts.
 - APPO's settings (`learner.appo`) with `learner.algorithm impala`, more minibatches than a batch has env
-  columns, an advantage scale without PopArt, or an LSTM precision without an LSTM
+  columns, an advantage scale without PopArt, or a bf16 LSTM precision without an LSTM or on a GPU
   (`contracts.config_learner.learner_problems`).
 
 The rules a service also needs of the section it is handed are written here once and called there too, so that
@@ -234,10 +234,6 @@ def _device_problems(cfg: RunConfig) -> list[Problem]:
                         f"learner.device: expected auto, cpu, cuda or cuda:N, got {device!r}")]
     if not device.startswith("cuda"):
         return []
-    if cfg.learner.lstm_size and cfg.learner.lstm_precision == "bf16":
-        return [Problem(("learner.lstm_precision", "learner.device"),
-                        f"learner.lstm_precision = bf16 (--lstm-precision) runs oneDNN's bf16 LSTM on a CPU, but "
-                        f"learner.device is {device!r}; use --lstm-precision fp32 on a GPU")]
     index = int(match.group(1) or 0)
     if cfg.backend == "ray" and index > 0 and not os.environ.get("RAY_EXPERIMENTAL_NOSET_CUDA_VISIBLE_DEVICES"):
         return [Problem(
