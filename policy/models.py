@@ -212,6 +212,8 @@ class MiniGridNet(_SharedTorso):
         # not in the state dict: constants, and actors load exactly the learner's parameters
         self.register_buffer("offsets", torch.cumsum(sizes, 0) - sizes, persistent=False)
         self.register_buffer("max_index", sizes - 1, persistent=False)
+        # the channel (object, colour, state) each row of `embed` below the direction's belongs to
+        self.register_buffer("channel_of_row", torch.repeat_interleave(torch.arange(3), sizes[:3]), persistent=False)
         self.embed = nn.Embedding(int(sizes.sum()), embed_dim)
         if min(h, w) >= 7:
             self.conv = nn.Sequential(
@@ -241,10 +243,32 @@ class MiniGridNet(_SharedTorso):
 
     def _features(self, obs: torch.Tensor) -> torch.Tensor:
         idx = torch.minimum(obs.long(), self.max_index) + self.offsets  # [N, H, W, 4] rows of `embed`
-        N, H, W, _ = idx.shape
-        cells = self._lookup(idx[..., :3]).view(N, H, W, -1)  # [N, H, W, 3 * embed_dim]
-        x = self.conv(cells.permute(0, 3, 1, 2)).flatten(1)
+        cell_rows = idx[..., :3]
+        if torch.is_grad_enabled():
+            x = self._first_conv_of_one_hot(cell_rows)
+        else:
+            N, H, W, _ = idx.shape
+            x = self.conv[0](self._lookup(cell_rows).view(N, H, W, -1).permute(0, 3, 1, 2))
+        x = self.conv[1:](x).flatten(1)
         return torch.cat([x, self._lookup(idx[:, 0, 0, 3])], dim=1)
+
+    def _first_conv_of_one_hot(self, cell_rows: torch.Tensor) -> torch.Tensor:
+        """The first convolution over the cells' embeddings, `cell_rows [N, H, W, 3]` (rows of `embed`) ->
+        `[N, C, H', W']`, computed as a convolution of the cells' one-hot rows (`[N, R, H, W]`, R = the object,
+        colour and state rows) with the kernel `W'[o, r] = W[o, channel(r)] · embed[r]`.
+
+        The same function of the same parameters as embedding then convolving (what `_features` does without
+        gradients, faster there), and its gradients reach `embed` and the kernel through W' (a product of
+        `[C, R, k, k]`), but the convolution's input is a constant: its backward computes no input gradient,
+        which at a 5×5 or 7×7 view was most of the torso's time (a learner's torso forward and backward 2.6×
+        faster on this CPU: benchmarks/RESULTS.md, "The learner at compiled speed (issue 57, third part)"). The
+        one-hot stays channels-last, the layout oneDNN is fastest on here."""
+        first, rows = self.conv[0], self.channel_of_row.numel()
+        kernel = first.weight.view(first.out_channels, 3, -1, *first.kernel_size)[:, self.channel_of_row]
+        kernel = torch.einsum("orekl,re->orkl", kernel, self.embed.weight[:rows])  # [C, R, k, k]
+        one_hot = torch.zeros(*cell_rows.shape[:3], rows, dtype=kernel.dtype, device=cell_rows.device)
+        one_hot.scatter_(3, cell_rows, 1.0)  # a cell's three rows lie in disjoint ranges
+        return F.conv2d(one_hot.permute(0, 3, 1, 2), kernel, first.bias)
 
     def _lookup(self, idx: torch.Tensor) -> torch.Tensor:
         """`embed`'s rows for `idx [...]`, as `[idx.numel(), embed_dim]`: `index_select`, whose backward is one

@@ -156,28 +156,37 @@ def test_network_shapes_popart_layer_and_the_torch_inference_path():
     np.testing.assert_allclose(unroll["behaviour_params"][0], expected.numpy(), rtol=1e-6)
 
 
-def test_the_embedding_lookup_and_its_gradient_match_a_float64_reference():
-    """`_features` reads the tables with `index_select` (its backward is one `index_add_`): the features and
-    the tables' gradient equal an independent float64 one-hot computation of the documented layout."""
+@pytest.mark.parametrize("view", [7, 5], ids=["minigrid-7x7", "dcd-5x5"])
+def test_the_torso_and_its_gradients_match_a_float64_reference(view):
+    """`_features` convolves the cells' one-hot rows with a kernel folded from the embedding where it is
+    differentiated (no input gradient) and the looked-up embeddings elsewhere, and reads the direction with
+    `index_select`: both forms' features and every parameter's gradient (tables, kernels, biases) equal an
+    independent float64 computation of the documented layout, embedding then convolving."""
     torch.manual_seed(1)
-    model = build_model(SPEC).double()
-    obs = torch.from_numpy(np.random.default_rng(0).integers(0, 20, (6, 7, 7, 4), dtype=np.uint8))
+    spec = EnvSpec((view, view, 4), "uint8", True, num_actions=7, obs_encoding=MINIGRID_OBS)
+    model = build_model(spec).double()
+    reference_model = build_model(spec).double()
+    reference_model.load_state_dict(model.state_dict())
+    obs = torch.from_numpy(np.random.default_rng(0).integers(0, 20, (6, view, view, 4), dtype=np.uint8))
     sizes = torch.tensor([16, 8, 4, 4])  # MINIGRID_TABLE_SIZES: object, colour, state, direction
     rows = torch.minimum(obs.long(), sizes - 1) + torch.cumsum(sizes, 0) - sizes
-    onehot = torch.nn.functional.one_hot(rows, int(sizes.sum())).double()  # [N, 7, 7, 4, rows]
+    onehot = torch.nn.functional.one_hot(rows, int(sizes.sum())).double()  # [N, V, V, 4, rows]
+    table = reference_model.embed.weight
+    cells = (onehot[..., :3, :] @ table).reshape(6, view, view, -1).permute(0, 3, 1, 2)
+    expected = torch.cat([reference_model.conv(cells).flatten(1), onehot[:, 0, 0, 3] @ table], dim=1)
 
-    def reference(table: torch.Tensor) -> torch.Tensor:
-        cells = (onehot[..., :3, :] @ table).reshape(6, 7, 7, -1).permute(0, 3, 1, 2)
-        return torch.cat([model.conv(cells).flatten(1), onehot[:, 0, 0, 3] @ table], dim=1)
-
-    features = model._features(obs)
-    table = model.embed.weight.detach().clone().requires_grad_()
-    expected = reference(table)
+    with torch.no_grad():  # the embedding form: what actors run
+        torch.testing.assert_close(model._features(obs), expected, rtol=1e-12, atol=1e-12)
+    features = model._features(obs)  # the one-hot form: what a learner differentiates
     torch.testing.assert_close(features, expected, rtol=1e-12, atol=1e-12)
     upstream = torch.randn_like(features)
     (features * upstream).sum().backward()
     (expected * upstream).sum().backward()
-    torch.testing.assert_close(model.embed.weight.grad, table.grad, rtol=1e-10, atol=1e-12)
+    for (name, p), q in zip(model.named_parameters(), reference_model.parameters(), strict=True):
+        if q.grad is None:  # the towers: not part of the torso
+            assert p.grad is None, name
+            continue
+        torch.testing.assert_close(p.grad, q.grad, rtol=1e-10, atol=1e-12, msg=name)
 
 
 def test_other_models_and_specs():
