@@ -3,10 +3,9 @@
 A feed-forward network is compiled whole. A recurrent one (`learner.lstm_size` > 0) is run by
 `policy.recurrent.unroll`, which calls its torso on all `[T * B]` observations, its core over time and its heads on
 all `[T * B]` outputs apart: the torso and the heads are compiled (fixed shapes per batch, `dynamic=False`), the core
-is not. The core cuts the unroll at every episode start inside it and runs one fused LSTM call per segment
-(`policy.recurrent.LSTMCore`): the number of segments changes with every batch, which would make a compiled core
-recompile (or, traced through its Python step loop, a graph with hundreds of steps at 256-step BPTT), and the fused
-call is oneDNN's kernel either way.
+is not. The core runs the unroll's episode fragments as lanes in a few fused LSTM calls (`policy.recurrent.LSTMCore`,
+`policy.lanes`): their number and shapes change with every batch, which would make a compiled core recompile, and
+the fused call is oneDNN's kernel either way.
 """
 
 from __future__ import annotations

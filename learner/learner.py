@@ -59,9 +59,10 @@ from levelray.learner.optimisation import GradientStep, StepResult, torso_parame
 from levelray.learner.results import LATER, Metrics, StepOutputs, UpdateResult, on_host
 from levelray.learner.value_normalization import value_head
 from levelray.policy import distributions
+from levelray.policy.lanes import LanePlan, plan_lanes
 from levelray.policy.models import build_model, resolve_model_kind
 from levelray.policy.precision import autocast, compute_dtype, lstm_unroll_dtype
-from levelray.policy.recurrent import core_inputs, segment_bounds
+from levelray.policy.recurrent import core_inputs
 from levelray.policy.recurrent import unroll as recurrent_unroll
 from levelray.policy.weights import weights_to_numpy
 
@@ -273,9 +274,9 @@ class Learner:
         T1, B = obs.shape[:2]
         core_out = None
         if self.model.core is not None:
-            extra, starts, state, bounds = self._recurrent_inputs(batch)
+            extra, starts, state, plan = self._recurrent_inputs(batch)
             with autocast(self.device, self.compute_dtype):
-                dist_params, values, *core_out = recurrent_unroll(self._net, obs, extra, starts, state, bounds)
+                dist_params, values, *core_out = recurrent_unroll(self._net, obs, extra, starts, state, plan)
             dist_params, values = dist_params.float(), values.float()
         else:
             dist_params, values = self._network(obs.reshape(T1 * B, *obs.shape[2:]))
@@ -296,12 +297,13 @@ class Learner:
         log_probs = distributions.log_prob(dist_params[:-1], actions, self.spec.discrete)
         return Forward(dist_params, values, final_values, actions, log_probs)
 
-    def _recurrent_inputs(self, batch: dict[str, Any]) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, list[int]]:
+    def _recurrent_inputs(self, batch: dict[str, Any]) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, LanePlan]:
         """A recurrent network's inputs over the batch's `T+1` steps: the core's extra input `[T+1, B, E]`
         (step 0's stored `core_inputs`, then each step's previous action and reward), the episode starts
         `[T+1, B]` (step t > 0 where step t-1 was terminated or truncated; step 0's reset is already in the stored
-        state), the state before step 0, `core_state [2, B, N]`, and the core's segments from the host's starts
-        (`recurrent.segment_bounds`: nothing read back from the device)."""
+        state), the state before step 0, `core_state [2, B, N]`, and the core's lanes from the host's starts
+        (`policy.lanes.plan_lanes`: nothing read back from the device), keeping the cell state after each
+        truncated step, which its final observation's value continues from."""
         for key in ("core_state", "core_inputs"):
             if batch.get(key) is None:
                 raise ValueError(f"batch field {key!r} missing: learner.lstm_size {self.config.lstm_size} is a "
@@ -311,7 +313,11 @@ class Learner:
                            self._tensor(previous, torch.float32)])
         dones = batch["terminated"] | batch["truncated"]
         starts = np.concatenate([np.zeros_like(dones[:1]), dones])
-        return extra, self._tensor(starts), self._tensor(batch["core_state"], torch.float32), segment_bounds(starts)
+        cells = np.zeros_like(starts)
+        if batch.get("final_obs_index") is not None and len(batch["final_obs_index"]):
+            cells[batch["final_obs_index"][:, 0], batch["final_obs_index"][:, 1]] = True
+        return (extra, self._tensor(starts), self._tensor(batch["core_state"], torch.float32),
+                plan_lanes(starts, cells))
 
     def _recurrent_final_values(self, batch: dict[str, Any], idx: torch.Tensor,
                                 core_out: list[torch.Tensor]) -> torch.Tensor:

@@ -18,13 +18,12 @@ update's CPU time on a CPU with AVX512-BF16; a single step (an actor's) stays fl
 
 from __future__ import annotations
 
-import itertools
-
 import numpy as np
 import torch
 from torch import nn
 
 from levelray.contracts.spec import EnvSpec
+from levelray.policy.lanes import LanePlan, plan_lanes
 
 
 def core_inputs(actions: np.ndarray, rewards: np.ndarray, spec: EnvSpec) -> np.ndarray:
@@ -44,19 +43,19 @@ class LSTMCore(nn.Module):
     continues from and its extra input are zeroed first. In float32.
 
     A reset makes a step depend on its own flags, which one fused LSTM call over a sequence cannot take, so the
-    unroll is cut into segments at every step where an episode starts in some env (`segment_bounds`), and each
-    segment is one `torch.lstm` call (oneDNN's fused LSTM on a CPU: the input products of all its steps as one
-    matrix product, the weight gradients as one each) from the previous segment's last state, zeroed where its
-    first step starts an episode. Measured on this project's CPU (LSTM-256, B = 32, one thread, forward and
-    backward): T = 21 in one segment 2.5x faster than a step loop of `LSTMCell`, T = 257 1.7x, and with a segment
-    every one or two steps still no slower than the loop (benchmarks/RESULTS.md, "The learner at compiled speed").
-    An actor's single step (T = 1) keeps the `LSTMCell` call: the fused call's setup costs more than one step.
+    unroll runs as lanes (`policy.lanes`): each env's episode fragments side by side, each from its own initial
+    state, in a few fused `torch.lstm` calls (oneDNN's fused LSTM on a CPU: the input products of all its steps as
+    one matrix product, the weight gradients as one each). Measured on this project's CPU (LSTM-256, B = 32, one
+    thread, forward and backward): fused calls 1.7-2.5x faster than a step loop of `LSTMCell`, and lanes 1.4x
+    faster than a call per stretch between episode starts in bf16 (benchmarks/RESULTS.md, "The learner at
+    compiled speed"). An actor's single step (T = 1) keeps the `LSTMCell` call: the fused call's setup costs more
+    than one step.
 
-    `c` is the cell state after step t only where step t ends a segment (the last step, and every step before an
-    episode starts in some env: what an unroll and a truncated episode continue from); elsewhere a fused segment
-    keeps no cell state and `c` is NaN there.
+    `c` is the cell state after each step only for T = 1; over an unroll a fused call keeps the cell state of its
+    last step alone, so `c` holds it where the plan's `cells` asked for it (the steps a truncated episode
+    continues from) and is NaN elsewhere.
 
-    `unroll_dtype`: what the fused segments compute in, float32 unless a learner sets bf16
+    `unroll_dtype`: what the fused calls compute in, float32 unless a learner sets bf16
     (`learner.lstm_precision`): the weights, inputs and state are cast for the call (the parameters and their
     gradients stay float32) and `h`, `c` come back as float32."""
 
@@ -71,55 +70,58 @@ class LSTMCore(nn.Module):
         return torch.zeros(2, batch, self.size, device=device)
 
     def forward(self, features: torch.Tensor, extra: torch.Tensor, starts: torch.Tensor,
-                state: torch.Tensor, bounds: list[int] | None = None) -> tuple[torch.Tensor, torch.Tensor]:
-        """`bounds`: `segment_bounds(starts)` where the caller has the starts on the host (None: from `starts`)."""
+                state: torch.Tensor, plan: LanePlan | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+        """`plan`: `plan_lanes(starts, cells)` where the caller has the starts on the host (None: from `starts`,
+        keeping no cell state)."""
         with torch.autocast(features.device.type, enabled=False):
             keep = (~starts.bool()).float().unsqueeze(-1)  # [T, B, 1]
             x = torch.cat([features.float(), extra.float() * keep], dim=-1)  # [T, B, F + E]
-            h, c = state[0].float(), state[1].float()
+            h, c = state[0].float() * keep[0], state[1].float() * keep[0]
             if x.shape[0] == 1:
-                h, c = self.cell(x[0], (h * keep[0], c * keep[0]))
+                h, c = self.cell(x[0], (h, c))
                 return h[None], c[None]
-            return self._segments(x, keep, segment_bounds(starts) if bounds is None else bounds, h, c)
+            if plan is None:
+                plan = plan_lanes(starts.cpu().numpy() if isinstance(starts, torch.Tensor) else starts)
+            return self._lanes(x, plan, h, c)
 
-    def _segments(self, x: torch.Tensor, keep: torch.Tensor, bounds: list[int], h: torch.Tensor, c: torch.Tensor
-                  ) -> tuple[torch.Tensor, torch.Tensor]:
-        """One fused LSTM call per segment `[bounds[i], bounds[i+1])` of `x [T, B, F + E]`; see the class doc."""
-        cell, dtype = self.cell, self.unroll_dtype
+    def _lanes(self, x: torch.Tensor, plan: LanePlan, h: torch.Tensor, c: torch.Tensor
+               ) -> tuple[torch.Tensor, torch.Tensor]:
+        """`x [T, B, F + E]` through the plan's fused calls from the state `h, c [B, N]`; see the class doc."""
+        T, B, D = x.shape
+        cell, dtype, device = self.cell, self.unroll_dtype, x.device
         weights = [w.to(dtype) for w in (cell.weight_ih, cell.weight_hh, cell.bias_ih, cell.bias_hh)]
-        x, keep, h, c = x.to(dtype), keep.to(dtype), h.to(dtype), c.to(dtype)
-        hs = []
-        cs = torch.full((x.shape[0], *c.shape), float("nan"), device=x.device)
-        for start, end in itertools.pairwise(bounds):
-            first = keep[start]
-            out, h, c = torch.lstm(x[start:end], ((h * first)[None], (c * first)[None]), weights,
-                                   has_biases=True, num_layers=1, dropout=0.0, train=self.training,
-                                   bidirectional=False, batch_first=False)
-            h, c = h[0], c[0]
-            hs.append(out)
-            cs[end - 1] = c.float()
-        return (torch.cat(hs) if len(hs) > 1 else hs[0]).float(), cs
-
-
-def segment_bounds(starts: torch.Tensor | np.ndarray) -> list[int]:
-    """`[0, t_1, ..., T]`: the steps `t_i > 0` where an episode starts in some env of `starts [T, B]`, between the
-    unroll's ends. From a NumPy array on the host as it is; a tensor on a GPU is read back (the host waits)."""
-    if isinstance(starts, torch.Tensor):
-        inside = (torch.nonzero(starts[1:].any(dim=1)).flatten() + 1).tolist()
-    else:
-        inside = (np.flatnonzero(np.asarray(starts)[1:].any(axis=1)) + 1).tolist()
-    return [0, *inside, len(starts)]
+        index = {name: torch.from_numpy(getattr(plan, name)).to(device)
+                 for name in ("gather", "scatter", "initial", "cell_rows", "cell_sources")}
+        rows = torch.cat([x.reshape(T * B, D), x.new_zeros(1, D)]).to(dtype).index_select(0, index["gather"])
+        lane_h, lane_c = (torch.cat([s, s.new_zeros(1, self.size)]).to(dtype).index_select(0, index["initial"])
+                          for s in (h, c))
+        outputs, finals, offset = [], [], 0
+        for length, lanes in plan.chunks:
+            out, lane_h, lane_c = torch.lstm(
+                rows[offset:offset + length * lanes].view(length, lanes, D),
+                (lane_h[None, :lanes], lane_c[None, :lanes]), weights, has_biases=True, num_layers=1,
+                dropout=0.0, train=self.training, bidirectional=False, batch_first=False)
+            lane_h, lane_c = lane_h[0], lane_c[0]
+            outputs.append(out.reshape(length * lanes, self.size))
+            finals.append(lane_c)
+            offset += length * lanes
+        h = torch.cat(outputs).index_select(0, index["scatter"]).view(T, B, self.size).float()
+        cs = torch.full((T * B, self.size), float("nan"), device=device)
+        if len(plan.cell_rows):
+            kept = torch.cat(finals).index_select(0, index["cell_sources"]).float()
+            cs = cs.index_copy(0, index["cell_rows"], kept)
+        return h, cs.view(T, B, self.size)
 
 
 def unroll(model: nn.Module, obs: torch.Tensor, extra: torch.Tensor, starts: torch.Tensor, state: torch.Tensor,
-           bounds: list[int] | None = None) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+           plan: LanePlan | None = None) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
     """A recurrent network (`model.core` set) over `T` steps of `B` envs: `obs [T, B, ...]`, `extra [T, B, E]`,
     `starts [T, B]`, `state [2, B, N]` (h, c before step 0) -> `(dist_params [T, B, P], values [T, B],
-    h [T, B, N], c [T, B, N])` (`c` where a segment ends: `LSTMCore`). The torso and the heads see all `T * B`
-    observations at once; only the core goes through time. `bounds`: `segment_bounds(starts)`, where the caller
-    has them from the host (a GPU's starts are read back otherwise)."""
+    h [T, B, N], c [T, B, N])` (`c` where the plan keeps it: `LSTMCore`). The torso and the heads see all `T * B`
+    observations at once; only the core goes through time. `plan`: `policy.lanes.plan_lanes(starts, cells)`,
+    where the caller has the starts on the host (a GPU's starts are read back otherwise)."""
     T, B = obs.shape[:2]
     features = model.torso(obs.reshape(T * B, *obs.shape[2:]))
-    h, c = model.core(features.view(T, B, -1), extra, starts, state, bounds)
+    h, c = model.core(features.view(T, B, -1), extra, starts, state, plan)
     dist_params, values = model.heads(h.reshape(T * B, -1))
     return dist_params.view(T, B, -1), values.view(T, B), h, c

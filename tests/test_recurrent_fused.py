@@ -1,6 +1,7 @@
-"""The LSTM core's fused segments (one `torch.lstm` call per stretch without an episode start) against the LSTM
-written out step by step in float64, with episodes starting at random steps; and `learner.compile` with a recurrent
-network (its torso and heads compiled), resets inside the unroll and bf16, against the eager learner."""
+"""The LSTM core's lanes (`policy.lanes`: each env's episode fragments side by side, in a few fused `torch.lstm`
+calls) against the LSTM written out step by step in float64, with episodes starting at random steps, however the
+lanes are chunked; the plan itself on a hand-worked unroll; and `learner.compile` with a recurrent network (its
+torso and heads compiled), resets inside the unroll and bf16, against the eager learner."""
 
 from __future__ import annotations
 
@@ -13,7 +14,8 @@ import torch
 from levelray.contracts.config import LearnerConfig
 from levelray.contracts.spec import EnvSpec
 from levelray.learner.learner import Learner
-from levelray.policy.recurrent import LSTMCore, segment_bounds
+from levelray.policy.lanes import plan_lanes
+from levelray.policy.recurrent import LSTMCore
 
 F, E, N = 5, 3, 16
 
@@ -38,8 +40,16 @@ def _reference(core: LSTMCore, x: torch.Tensor, starts: torch.Tensor, state: tor
     return torch.stack(hs), torch.stack(cs)
 
 
+def _fragment_ends(starts: torch.Tensor) -> torch.Tensor:
+    """`[T, B]`: the steps after which an env's fragment ends (an episode starts next, or the unroll ends)."""
+    ends = torch.ones_like(starts)
+    ends[:-1] = starts[1:]
+    return ends
+
+
+@pytest.mark.parametrize("call_cost", [0, 32, 1e9], ids=["a-call-per-length", "default", "one-call"])
 @pytest.mark.parametrize("T, density", [(1, 0.0), (1, 0.5), (9, 0.0), (9, 0.1), (33, 0.05), (33, 0.5), (12, 1.0)])
-def test_fused_segments_match_the_float64_step_loop_in_outputs_and_gradients(T, density):
+def test_lanes_match_the_float64_step_loop_in_outputs_and_gradients(T, density, call_cost):
     torch.manual_seed(T)
     B = 6
     core = LSTMCore(F, E, N)
@@ -47,28 +57,49 @@ def test_fused_segments_match_the_float64_step_loop_in_outputs_and_gradients(T, 
     features, extra = torch.randn(T, B, F, dtype=torch.float64), torch.randn(T, B, E, dtype=torch.float64)
     state = torch.randn(2, B, N, dtype=torch.float64)
     weights = torch.randn(T, B, N, dtype=torch.float64)
-    bounds = segment_bounds(starts)
-    assert bounds == segment_bounds(starts.numpy())
-    ends = torch.zeros(T, dtype=torch.bool)
-    ends[[end - 1 for end in bounds[1:]]] = True  # where the core keeps the cell state
+    cells = _fragment_ends(starts) & (torch.rand(T, B) < 0.5)  # the cell states a learner would keep
+    plan = plan_lanes(starts.numpy(), cells.numpy(), call_cost)
 
     leaves = [features.float().requires_grad_(), extra.float().requires_grad_(), state.float().requires_grad_()]
-    h, c = core(*leaves[:2], starts, leaves[2])
-    ((h.double() * weights).sum() + (c[ends].double() * weights[ends]).sum()).backward()
+    h, c = core(*leaves[:2], starts, leaves[2], plan)
+    ((h.double() * weights).sum() + (c[cells].double() * weights[cells]).sum()).backward()
     grads = [p.grad for p in core.parameters()] + [leaf.grad for leaf in leaves]
 
     ref_core = LSTMCore(F, E, N).double()
     ref_core.load_state_dict(core.state_dict())
     ref_leaves = [t.clone().requires_grad_() for t in (features, extra, state)]
     ref_h, ref_c = _reference(ref_core, torch.cat(ref_leaves[:2], dim=-1), starts, ref_leaves[2])
-    ((ref_h * weights).sum() + (ref_c[ends] * weights[ends]).sum()).backward()
+    ((ref_h * weights).sum() + (ref_c[cells] * weights[cells]).sum()).backward()
     ref_grads = [p.grad for p in ref_core.parameters()] + [leaf.grad for leaf in ref_leaves]
 
     torch.testing.assert_close(h.double(), ref_h.detach(), rtol=0, atol=1e-5)
-    torch.testing.assert_close(c[ends].double(), ref_c[ends].detach(), rtol=0, atol=1e-5)
-    assert T == 1 or ends.all() or c[~ends].isnan().all()  # no cell state kept inside a fused segment
+    torch.testing.assert_close(c[cells].double(), ref_c[cells].detach(), rtol=0, atol=1e-5)
+    assert T == 1 or c[~cells].isnan().all()  # a fused call keeps no cell state but its last step's
     for got, want in zip(grads, ref_grads, strict=True):
         torch.testing.assert_close(got.double(), want, rtol=1e-4, atol=1e-5)
+
+
+def test_the_plan_of_a_hand_worked_unroll():
+    """T = 4, B = 2: env 0 starts an episode at step 2, env 1 runs through. Fragments: env 0 steps 0-1 (length 2,
+    from the given state), env 0 steps 2-3 (length 2, from zeros), env 1 steps 0-3 (length 4): lanes longest first,
+    env 1's then env 0's two. Keeping env 0's cell state after step 1 forces a cut at lane time 2."""
+    starts = np.array([[0, 0], [0, 0], [1, 0], [0, 0]], dtype=bool)
+    cells = np.zeros_like(starts)
+    cells[1, 0] = True
+    plan = plan_lanes(starts, cells, call_cost=1e9)
+    assert plan.chunks == ((2, 3), (2, 1))  # lane times 0-1 with all three lanes, then env 1's alone
+    np.testing.assert_array_equal(plan.initial, [1, 0, 2])  # env 1's state, env 0's, zeros (row B)
+    # computed rows: chunk 0 is [2 times, 3 lanes], chunk 1 [2 times, 1 lane]; unroll row t * B + b
+    np.testing.assert_array_equal(plan.gather, [1, 0, 4, 3, 2, 6, 5, 7])
+    np.testing.assert_array_equal(plan.scatter, [1, 0, 4, 3, 2, 6, 5, 7])
+    np.testing.assert_array_equal(plan.cell_rows, [2])  # step 1 of env 0
+    np.testing.assert_array_equal(plan.cell_sources, [1])  # chunk 0's final state of lane 1
+    assert plan_lanes(starts, None, call_cost=1e9).chunks == ((4, 3),)  # no cut asked: one call, padded
+    assert plan_lanes(starts, None, call_cost=0).chunks == ((2, 3), (2, 1))  # no padding
+    long = plan_lanes(np.zeros((300, 2), dtype=bool))  # no start: calls of at most MAX_CALL_LENGTH (128)
+    assert long.chunks == ((128, 2), (128, 2), (44, 2))
+    with pytest.raises(ValueError, match="not at step 0 of env 0: no episode starts at step 1"):
+        plan_lanes(starts, np.eye(4, 2, dtype=bool))
 
 
 MAZE = EnvSpec((5, 5, 4), "uint8", True, num_actions=7, obs_encoding="minigrid")
