@@ -3,7 +3,7 @@ actors' inference in both.
 
     python -m benchmarks.bench_learner [--device auto|cpu|cuda] [--json PATH] [--quick] [--seconds S]
         [--threads 1,2] [--precisions fp32,bf16] [--compile] [--lstm-sizes 0,256] [--models impala_cnn,mlp] [--maze]
-        [--appo-epochs 0,1,4] [--lstm-precisions fp32,bf16]
+        [--appo-epochs 0,1,4] [--lstm-precisions fp32,bf16] [--maze-views minigrid,dcd]
 
 Updates: the IMPALA CNN on procgen-shaped uint8 observations at T=20 x B=32 (640 samples: the procgen preset's
 batch of 2 unrolls x 16 envs) and B=128 (2,560), the MiniGrid net on MiniGrid's symbolic view at B=32, and the MLP
@@ -25,7 +25,9 @@ gradient pass, so samples/s is the sample gradient passes/s that JaxUED's maze e
 core of this machine (5 PPO epochs of 8,192 samples, one jitted XLA program: `JAXUED_ANCHOR`). With
 `--appo-epochs 5` the maze rows also run DCD's update (APPO, 5 passes): its samples/s is the most env steps/s the
 learner lets a run train, its gradient passes/s 5x that. `--lstm-precisions fp32,bf16`: the maze rows also with the
-core unrolled in bf16 (`learner.lstm_precision`).
+core unrolled in bf16 (`learner.lstm_precision`). `--maze-views minigrid,dcd`: the maze rows also on DCD's 5x5
+view (`--maze-view dcd`), where the net has DCD's torso: the network of JaxUED's example, the like-for-like row
+beside its anchor.
 
 Beside the wall-clock time, each update's CPU time (`update_cpu_ms`, all the process's threads): on a machine other
 work loads, wall-clock figures move by tens of percent while CPU time stays within a few.
@@ -53,7 +55,11 @@ CASES = {
     "minigrid_cnn": EnvSpec((7, 7, 4), "uint8", True, num_actions=7, obs_encoding=MINIGRID_OBS),
     "mlp": EnvSpec((4,), "float32", True, num_actions=2),
 }
-OBS_HIGH = {"minigrid_cnn": 6}  # MiniGrid's symbolic view: small object, colour and state indices
+# the maze net on DCD's 5x5 view (`--maze-view dcd`, DCD's torso: JaxUED's network), a maze row only
+MAZE_VIEWS = {"minigrid": "minigrid_cnn", "dcd": "minigrid_cnn_dcd_view"}
+MAZE_CASES = {"minigrid_cnn_dcd_view": EnvSpec((5, 5, 4), "uint8", True, num_actions=7, obs_encoding=MINIGRID_OBS)}
+# MiniGrid's symbolic view: small object, colour and state indices
+OBS_HIGH = {"minigrid_cnn": 6, "minigrid_cnn_dcd_view": 6}
 UPDATES = [("impala_cnn", 32), ("impala_cnn", 128), ("minigrid_cnn", 32), ("mlp", 32), ("mlp", 256)]
 MAZE_UPDATES = [(20, 32), (256, 32)]  # (T, B) of the maze net with LSTM-256: ours, then DCD's and JaxUED's
 MAZE_LSTM = 256
@@ -93,7 +99,7 @@ def measure(model: str, device: str, T: int, B: int, seconds: float, precision: 
             compile_net: bool = False, lstm_size: int = 0, appo_epochs: int = 0, lstm_precision: str = "fp32") -> dict:
     """`appo_epochs` > 0: APPO's update (`learner.algorithm appo`) with that many passes over the batch, one
     minibatch each; 0: IMPALA's. samples/s counts each batch sample once, however many passes an update makes."""
-    spec = CASES[model]
+    spec = {**CASES, **MAZE_CASES}[model]
     algorithm = {"algorithm": "appo", "appo": AppoConfig(epochs=appo_epochs)} if appo_epochs else {}
     config = LearnerConfig(device=device, precision=precision, compile=compile_net, lstm_size=lstm_size,
                            lstm_precision=lstm_precision if lstm_size else "fp32", **algorithm)
@@ -123,8 +129,8 @@ def measure(model: str, device: str, T: int, B: int, seconds: float, precision: 
 def measure_inference(model: str, seconds: float, precision: str, lstm_size: int = 0) -> dict:
     """Observations per second through the actors' CPU forward pass at a batch of `INFERENCE_BATCH`: the policy head
     alone (the NumPy path for the feed-forward MLP), or one recurrent step with its state."""
-    spec = CASES[model]
-    net = build_model(spec, model, lstm_size=lstm_size).eval()
+    spec = {**CASES, **MAZE_CASES}[model]
+    net = build_model(spec, "auto", lstm_size=lstm_size).eval()
     dtype = compute_dtype(precision, torch.device("cpu"), model, inference=True)
     obs = torch.from_numpy(make_batch(spec, 1, INFERENCE_BATCH, np.random.default_rng(0),
                                       OBS_HIGH.get(model, 256))["obs"][0])
@@ -186,6 +192,8 @@ def main() -> None:
                         help="the update per case: 0 IMPALA's, N > 0 APPO's with N epochs; comma-separated")
     parser.add_argument("--lstm-precisions", default="fp32",
                         help="learner.lstm_precision values for the maze rows, comma-separated")
+    parser.add_argument("--maze-views", default="minigrid",
+                        help="the maze rows' views (env.maze_view), comma-separated: minigrid (7x7), dcd (5x5)")
     args = parser.parse_args()
     seconds = 2.0 if args.quick else args.seconds
     threads = [1] if args.quick else [int(x) for x in args.threads.split(",")]
@@ -193,6 +201,10 @@ def main() -> None:
     lstm_sizes = [int(x) for x in args.lstm_sizes.split(",")]
     models = args.models.split(",")
     appo_epochs = [int(x) for x in args.appo_epochs.split(",")]
+    maze_views = args.maze_views.split(",")
+    unknown = set(maze_views) - set(MAZE_VIEWS)
+    if unknown:
+        parser.error(f"--maze-views takes {', '.join(MAZE_VIEWS)}; got {', '.join(sorted(unknown))}")
     updates = [] if args.maze else [(m, b) for m, b in UPDATES if (not args.quick or b <= 32) and m in models]
     maze = [(T, B) for T, B in MAZE_UPDATES if args.maze or "minigrid_cnn" in models]
     compiled = (False, True) if args.compile else (False,)
@@ -202,12 +214,13 @@ def main() -> None:
         for model, B in updates:
             results += [measure(model, args.device, 20, B, seconds, p, c, n, e) for n in lstm_sizes
                         for p in precisions for c in compiled for e in appo_epochs]
-        results += [measure("minigrid_cnn", args.device, T, B, seconds, p, c, MAZE_LSTM, e, lp) for T, B in maze
-                    for p in precisions for c in compiled for e in appo_epochs
-                    for lp in args.lstm_precisions.split(",")]
+        results += [measure(MAZE_VIEWS[view], args.device, T, B, seconds, p, c, MAZE_LSTM, e, lp)
+                    for view in maze_views for T, B in maze for p in precisions for c in compiled
+                    for e in appo_epochs for lp in args.lstm_precisions.split(",")]
         inference += [measure_inference(model, seconds, p, n) for model in models for n in lstm_sizes
                       for p in precisions if not args.maze and (n or model in INFERENCE or p == precisions[0])]
-        inference += [measure_inference("minigrid_cnn", seconds, p, MAZE_LSTM) for p in precisions if maze]
+        inference += [measure_inference(MAZE_VIEWS[view], seconds, p, MAZE_LSTM) for view in maze_views
+                      for p in precisions if maze]
     torch.set_num_threads(threads[0])
     adam = [measure_adam(model, impl) for model in CASES for impl in ("foreach", "fused", "foreach", "fused")]
     print_table(results, COLUMNS)
