@@ -152,7 +152,7 @@ class LearnerConfig(_Section):
         default="fp32",
         metadata=_flag("--lstm-precision", "the LSTM core's arithmetic in the learner's unrolls: fp32 (whatever "
                        "learner.precision says: a recurrence carries its rounding into every later step), or bf16, "
-                       "oneDNN's bf16 LSTM on a CPU with AVX512-BF16 or AMX (the maze update in 0.82-0.94x the "
+                       "oneDNN's bf16 LSTM on a CPU with AVX512-BF16 or AMX (the maze update in 0.65-0.86x the "
                        "CPU time, h within ~2e-3 of float64 in the tests; benchmarks/RESULTS.md, 'The learner at "
                        "compiled speed'); actors step the core in fp32", choices=("fp32", "bf16")),
     )

@@ -10,7 +10,7 @@ bf16, the core's products do not. Measured on this project's CPU (LSTM-256, T = 
 weights): with the torso in bf16 and the core in float32 the core's output h stays within 1-3e-4 of an all-float32
 unroll; with the core in bf16 too, within 7-9e-4, 3-9x further, and a recurrence carries its error into every
 later step, where the torso's error stays in its own step. A learner may still ask for a bf16 core over its unrolls
-(`learner.lstm_precision` bf16, `LSTMCore.unroll_dtype`), where oneDNN's bf16 LSTM takes 6-18% off the maze
+(`learner.lstm_precision` bf16, `LSTMCore.unroll_dtype`), where oneDNN's bf16 LSTM takes 15-35% off the maze
 update's CPU time on a CPU with AVX512-BF16; a single step (an actor's) stays float32.
 
 `core_state` `[2, B, N]` is (h, c) stacked: what an unroll carries at its first step (`contracts.trajectory`).
@@ -46,10 +46,10 @@ class LSTMCore(nn.Module):
     unroll runs as lanes (`policy.lanes`): each env's episode fragments side by side, each from its own initial
     state, in a few fused `torch.lstm` calls (oneDNN's fused LSTM on a CPU: the input products of all its steps as
     one matrix product, the weight gradients as one each). Measured on this project's CPU (LSTM-256, B = 32, one
-    thread, forward and backward): fused calls 1.7-2.5x faster than a step loop of `LSTMCell`, and lanes 1.4x
-    faster than a call per stretch between episode starts in bf16 (benchmarks/RESULTS.md, "The learner at
-    compiled speed"). An actor's single step (T = 1) keeps the `LSTMCell` call: the fused call's setup costs more
-    than one step.
+    thread, forward and backward): fused calls 1.7-2.5x faster than a step loop of `LSTMCell`, and at 1% of steps
+    starting an episode lanes 1.6x faster than a call per stretch between starts in bf16, 1.3x in fp32
+    (benchmarks/RESULTS.md, "The learner at compiled speed"). An actor's single step (T = 1) keeps the `LSTMCell`
+    call: the fused call's setup costs more than one step.
 
     `c` is the cell state after each step only for T = 1; over an unroll a fused call keeps the cell state of its
     last step alone, so `c` holds it where the plan's `cells` asked for it (the steps a truncated episode
