@@ -1,9 +1,13 @@
-"""DCD's maze result at equal trained steps: domain randomisation, Robust PLR and ACCEL on `maze:13x13`, tested
-zero-shot on the hand-designed suite at five budgets of steps trained on.
+"""DCD's maze result at equal trained steps: domain randomisation, Robust PLR, ACCEL (and SFL) on `maze:13x13`,
+tested zero-shot on the hand-designed suite at five budgets of steps trained on.
 
     python -m benchmarks.dcd_maze                  # runs (or continues) benchmarks/sweeps/dcd_maze.yaml, then reports
     python -m benchmarks.dcd_maze --analyse        # reports the sweep directory as it is now, finished or not
-        [--out-dir DIR] [--parallel 2] [--json PATH] [--mirror]
+        [--spec dcd_maze|curriculum_maze] [--out-dir DIR] [--parallel 2] [--json PATH] [--mirror]
+
+`--spec curriculum_maze` is the four-curricula comparison (`benchmarks/sweeps/curriculum_maze.yaml`: SFL beside
+the three, on DCD's view, the learner with `--advantage-scale rms`): the same report, with SFL paired against every
+other arm and its buffer's learnability and success rate against trained steps.
 
 The arms are DCD's MiniGrid comparison of ACCEL (Parker-Holder et al. 2022, `facebookresearch/dcd`'s `60_blocks`
 configs; `benchmarks/sweeps/dcd_maze.yaml` says which keys) over the unbounded level space, each with DCD's LSTM-256
@@ -40,7 +44,7 @@ from pathlib import Path
 import numpy as np
 import yaml
 
-from benchmarks.accel_maze import GENERATED, GENERATED_SETS, complexity_curve, print_complexity
+from benchmarks.accel_maze import CURVE_POINTS, GENERATED, GENERATED_SETS, complexity_curve, print_complexity
 from benchmarks.common import (
     LEVELRAY,
     ROOT,
@@ -65,7 +69,9 @@ DCD_TRAINED_STEPS = 20_000 * 32 * 256  # DCD's 20k PPO updates of 32 envs x 256 
 # mg_60_blocks_uni-robust_plr, mg_60_blocks_uni-dr}_20k_updates.csv (5 seeds each, no seed shared across arms).
 DCD_SUITE_BY_SEED = {"dr": (0.632, 0.410, 0.726, 0.636, 0.698), "robust": (0.719, 0.728, 0.768, 0.536, 0.792),
                      "accel": (0.913, 0.951, 0.785, 0.950, 0.774)}
-PAIRS = (("dr", "accel"), ("dr", "robust"), ("robust", "accel"))
+# (x, y): the paired difference y - x, where both arms are in the spec; every curriculum against DR, SFL against
+# every other arm
+PAIRS = (("dr", "accel"), ("dr", "robust"), ("robust", "accel"), ("dr", "sfl"), ("robust", "sfl"), ("accel", "sfl"))
 SHORT_PATH = 8  # moves: a level the agent can solve by walking to a goal it nearly sees
 REFERENCE_LEVELS = 2000  # fresh levels whose complexity the buffers' is set beside
 MIRROR, MIRROR_SUFFIX = "mirror", "_mirror"  # evaluate-mirror.json; comb -> comb_mirror.txt
@@ -74,14 +80,19 @@ SUITE_EPISODES = 100  # sampled episodes a suite maze, as the spec's suite evalu
 
 def parse(argv: list[str] | None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--out-dir", default=str(ROOT / "benchmarks" / "out" / "dcd_maze"))
+    p.add_argument("--spec", default="dcd_maze", choices=("dcd_maze", "curriculum_maze"),
+                   help="the sweep spec in benchmarks/sweeps/ (and the default names of --out-dir and --json)")
+    p.add_argument("--out-dir", help="the sweep directory (default benchmarks/out/SPEC)")
     p.add_argument("--parallel", type=int, default=2)
     p.add_argument("--analyse", action="store_true", help="report the sweep directory as it is; run nothing")
-    p.add_argument("--json", default=str(ROOT / "benchmarks" / "out" / "dcd_maze.json"))
+    p.add_argument("--json", help="the report's JSON (default benchmarks/out/SPEC.json)")
     p.add_argument("--mirror", action="store_true",
                    help="also play each finished run's last checkpoint on the suite flipped left to right (100 "
                         "episodes a maze, kept in the run as evaluate-mirror.json), to tell skill from handedness")
-    return p.parse_args(argv)
+    args = p.parse_args(argv)
+    args.out_dir = args.out_dir or str(ROOT / "benchmarks" / "out" / args.spec)
+    args.json = args.json or str(ROOT / "benchmarks" / "out" / f"{args.spec}.json")
+    return args
 
 
 def evaluations(run: Path, names: list[tuple[int, int | None]]) -> dict[int, dict]:
@@ -176,6 +187,7 @@ def trial_result(run: Path, arm: str, seed: int, names: list[tuple[int, int | No
            "wall_s": last["time"] - records[0]["time"] if records else None,  # evaluations and restarts included
            "levels_edited": last.get("levels_edited"), "training_return_last100": last.get("episode_return_mean"),
            "complexity": complexity_curve(records, "samples_trained"),
+           "learnability": learnability_curve(records),
            "replay": replay_profile(run, loaded["config"].get("env", {})) if loaded["config"] else None,
            "budgets": {}}
     out["trained_fraction"] = out["samples_trained"] / out["env_steps"] if out["env_steps"] else None
@@ -187,6 +199,26 @@ def trial_result(run: Path, arm: str, seed: int, names: list[tuple[int, int | No
             "mazes": {m: suite["results"][m]["success_rate"] for m in suite["maze_suite"]["mazes"]},
             **{s: ev["generated"]["results"][s]["success_rate"] for s in GENERATED_SETS}}
     return out
+
+
+def learnability_curve(records: list[dict]) -> list[dict]:
+    """SFL's buffer at `CURVE_POINTS` evenly spaced records that hold it: trained steps, its mean learnability
+    p(1 - p) and mean success rate p (`levels_mean_learnability`, `levels_mean_success_rate`). Empty for the
+    other arms."""
+    kept = [r for r in records if r.get("levels_mean_learnability") is not None]
+    step = max(1, len(kept) // CURVE_POINTS)
+    return [{"samples_trained": r["samples_trained"], "learnability": r["levels_mean_learnability"],
+             "success_rate": r.get("levels_mean_success_rate")} for r in kept[step - 1::step][-CURVE_POINTS:]]
+
+
+def print_learnability(results: list[dict]) -> None:
+    """Each run's `learnability` curve (SFL's), a point per tenth: "trained steps: learnability / success rate"."""
+    for r in results:
+        if r.get("learnability"):
+            points = "  ".join(f"{p['samples_trained'] / 1e6:.1f}M {p['learnability']:.3f}/"
+                               f"{p['success_rate'] if p['success_rate'] is not None else float('nan'):.2f}"
+                               for p in r["learnability"])
+            print(f"{r['arm']} seed {r['seed']}: {points}")
 
 
 def evaluated_at(results: list[dict], budget: int, key: str) -> list[dict]:
@@ -272,6 +304,9 @@ def print_report(results: list[dict], summary: dict, arms: list[str], budgets: l
     for name, c in summary["reference_complexity"].items():
         print(f"{name}: {c['levels_mean_walls']:.1f}/{c['levels_mean_path_length']:.1f} "
               f"({1 - c['levels_unsolvable_fraction']:.0%} solvable)")
+    if any(r.get("learnability") for r in results):
+        print("\nSFL's buffer: mean learnability p(1 - p) / mean success rate p, against trained steps")
+        print_learnability(results)
 
 
 def draw_curve(ax, curve: dict, budgets: list[int], label: str) -> None:
@@ -361,7 +396,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.analyse:  # the spec the directory's sweep runs (what `levelray sweep` keeps beside its trials)
         spec = yaml.safe_load((out / "sweep.yaml").read_text())
     else:
-        spec = load_sweep("dcd_maze")
+        spec = load_sweep(args.spec)
         run_sweep(spec, out, args.parallel)
     arms, budgets = list(spec["arms"]), list(spec["budgets"])
     names = budget_names(spec, budgets)
@@ -386,7 +421,7 @@ def main(argv: list[str] | None = None) -> int:
     figures = plot_curves(summary, arms, budgets, Path(args.json).with_suffix(".png"))
     print(f"learning curves: {', '.join(map(str, figures))}")
     write_json(args.json, {"results": {"spec": spec, "dcd_trained_steps": DCD_TRAINED_STEPS, "summary": summary,
-                                       "runs": results, "dcd_suite_by_seed": DCD_SUITE_BY_SEED}}, benchmark="dcd_maze")
+                                       "runs": results, "dcd_suite_by_seed": DCD_SUITE_BY_SEED}}, benchmark=args.spec)
     return 0
 
 
