@@ -86,16 +86,19 @@ def sweep_spec(args: argparse.Namespace, arms: list[str], seeds: list[int]) -> d
                          {"levels": ",".join(GENERATED_SETS), "episodes": 4 * args.eval_episodes, "name": GENERATED}]}
 
 
+def curve_records(records: list[dict], key: str) -> list[dict]:
+    """`CURVE_POINTS` evenly spaced records among those that hold `key` (the last one among them)."""
+    kept = [r for r in records if r.get(key) is not None]
+    step = max(1, len(kept) // CURVE_POINTS)
+    return kept[step - 1::step][-CURVE_POINTS:]
+
+
 def complexity_curve(records: list[dict], x: str = "env_steps") -> list[dict]:
     """`CURVE_POINTS` evenly spaced records of the buffer's complexity: the counter `x` (env steps, or
     samples_trained), mean walls and path length."""
-    kept = [r for r in records if r.get("levels_mean_walls") is not None]
-    if not kept:
-        return []
-    step = max(1, len(kept) // CURVE_POINTS)
-    picks = kept[step - 1::step][-CURVE_POINTS:]
     return [{x: r[x], "walls": r["levels_mean_walls"],
-             "path_length": r.get("levels_mean_path_length"), "edited": r.get("levels_edited")} for r in picks]
+             "path_length": r.get("levels_mean_path_length"), "edited": r.get("levels_edited")}
+            for r in curve_records(records, "levels_mean_walls")]
 
 
 def print_complexity(results: list[dict], arms: list[str], x: str | None = None) -> None:

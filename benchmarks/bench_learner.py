@@ -60,6 +60,7 @@ MAZE_VIEWS = {"minigrid": "minigrid_cnn", "dcd": "minigrid_cnn_dcd_view"}
 MAZE_CASES = {"minigrid_cnn_dcd_view": EnvSpec((5, 5, 4), "uint8", True, num_actions=7, obs_encoding=MINIGRID_OBS)}
 # MiniGrid's symbolic view: small object, colour and state indices
 OBS_HIGH = {"minigrid_cnn": 6, "minigrid_cnn_dcd_view": 6}
+SPECS = {**CASES, **MAZE_CASES}  # every case's spec, by name
 UPDATES = [("impala_cnn", 32), ("impala_cnn", 128), ("minigrid_cnn", 32), ("mlp", 32), ("mlp", 256)]
 MAZE_UPDATES = [(20, 32), (256, 32)]  # (T, B) of the maze net with LSTM-256: ours, then DCD's and JaxUED's
 MAZE_LSTM = 256
@@ -99,7 +100,7 @@ def measure(model: str, device: str, T: int, B: int, seconds: float, precision: 
             compile_net: bool = False, lstm_size: int = 0, appo_epochs: int = 0, lstm_precision: str = "fp32") -> dict:
     """`appo_epochs` > 0: APPO's update (`learner.algorithm appo`) with that many passes over the batch, one
     minibatch each; 0: IMPALA's. samples/s counts each batch sample once, however many passes an update makes."""
-    spec = {**CASES, **MAZE_CASES}[model]
+    spec = SPECS[model]
     algorithm = {"algorithm": "appo", "appo": AppoConfig(epochs=appo_epochs)} if appo_epochs else {}
     config = LearnerConfig(device=device, precision=precision, compile=compile_net, lstm_size=lstm_size,
                            lstm_precision=lstm_precision if lstm_size else "fp32", **algorithm)
@@ -129,7 +130,7 @@ def measure(model: str, device: str, T: int, B: int, seconds: float, precision: 
 def measure_inference(model: str, seconds: float, precision: str, lstm_size: int = 0) -> dict:
     """Observations per second through the actors' CPU forward pass at a batch of `INFERENCE_BATCH`: the policy head
     alone (the NumPy path for the feed-forward MLP), or one recurrent step with its state."""
-    spec = {**CASES, **MAZE_CASES}[model]
+    spec = SPECS[model]
     net = build_model(spec, "auto", lstm_size=lstm_size).eval()
     dtype = compute_dtype(precision, torch.device("cpu"), model, inference=True)
     obs = torch.from_numpy(make_batch(spec, 1, INFERENCE_BATCH, np.random.default_rng(0),

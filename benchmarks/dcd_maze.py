@@ -44,7 +44,7 @@ from pathlib import Path
 import numpy as np
 import yaml
 
-from benchmarks.accel_maze import CURVE_POINTS, GENERATED, GENERATED_SETS, complexity_curve, print_complexity
+from benchmarks.accel_maze import GENERATED, GENERATED_SETS, complexity_curve, curve_records, print_complexity
 from benchmarks.common import (
     LEVELRAY,
     ROOT,
@@ -202,13 +202,12 @@ def trial_result(run: Path, arm: str, seed: int, names: list[tuple[int, int | No
 
 
 def learnability_curve(records: list[dict]) -> list[dict]:
-    """SFL's buffer at `CURVE_POINTS` evenly spaced records that hold it: trained steps, its mean learnability
+    """SFL's buffer at the evenly spaced records that hold it (`curve_records`): trained steps, its mean learnability
     p(1 - p) and mean success rate p (`levels_mean_learnability`, `levels_mean_success_rate`). Empty for the
     other arms."""
-    kept = [r for r in records if r.get("levels_mean_learnability") is not None]
-    step = max(1, len(kept) // CURVE_POINTS)
     return [{"samples_trained": r["samples_trained"], "learnability": r["levels_mean_learnability"],
-             "success_rate": r.get("levels_mean_success_rate")} for r in kept[step - 1::step][-CURVE_POINTS:]]
+             "success_rate": r.get("levels_mean_success_rate")}
+            for r in curve_records(records, "levels_mean_learnability")]
 
 
 def print_learnability(results: list[dict]) -> None:
