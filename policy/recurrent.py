@@ -106,10 +106,10 @@ class LSTMCore(nn.Module):
             finals.append(lane_c)
             offset += length * lanes
         h = torch.cat(outputs).index_select(0, index["scatter"]).view(T, B, self.size).float()
-        cs = torch.full((T * B, self.size), float("nan"), device=device)
-        if len(plan.cell_rows):
-            kept = torch.cat(finals).index_select(0, index["cell_sources"]).float()
-            cs = cs.index_copy(0, index["cell_rows"], kept)
+        if not len(plan.cell_rows):  # NaN everywhere: a view, no buffer filled on every pass
+            return h, torch.full((1, 1, self.size), float("nan"), device=device).expand(T, B, self.size)
+        kept = torch.cat(finals).index_select(0, index["cell_sources"]).float()
+        cs = torch.full((T * B, self.size), float("nan"), device=device).index_copy(0, index["cell_rows"], kept)
         return h, cs.view(T, B, self.size)
 
 
