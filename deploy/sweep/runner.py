@@ -109,7 +109,10 @@ def _tuner(spec: SweepSpec, sweep_dir: Path, max_concurrent: int | None) -> tune
         run_config=tune.RunConfig(
             name=TUNE_DIR, storage_path=str(sweep_dir), verbose=0, callbacks=[Progress(budgets, spec.budget_counter)],
             failure_config=tune.FailureConfig(max_failures=spec.max_failures),
-            checkpoint_config=tune.CheckpointConfig(num_to_keep=2),
+            # every pointer kept (12 KB each, one a minute at most): Tune deletes old ones itself, and a sweep killed
+            # between a deletion and Tune's next save of its state resumes naming a deleted one, which Tune reports
+            # as an error at the trial's next checkpoint; the checkpoints themselves are the run directory's
+            checkpoint_config=tune.CheckpointConfig(num_to_keep=None),
         ),
     )
 
