@@ -249,7 +249,8 @@ class MiniGridNet(_SharedTorso):
         else:
             N, H, W, _ = idx.shape
             x = self.conv[0](self._lookup(cell_rows).view(N, H, W, -1).permute(0, 3, 1, 2))
-        x = self.conv[1:](x).flatten(1)
+        # the last ReLU after the flatten's copy out of channels-last: on the copy, its backward is 2x+ faster
+        x = self.conv[-1](self.conv[1:-1](x).flatten(1))
         return torch.cat([x, self._lookup(idx[:, 0, 0, 3])], dim=1)
 
     def _first_conv_of_one_hot(self, cell_rows: torch.Tensor) -> torch.Tensor:

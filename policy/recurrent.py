@@ -37,6 +37,23 @@ def core_inputs(actions: np.ndarray, rewards: np.ndarray, spec: EnvSpec) -> np.n
     return np.concatenate([action_part, rewards], axis=-1)
 
 
+def _onednn_linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor) -> torch.Tensor:
+    """`x @ weight.T + bias` by oneDNN's linear (the op Inductor's CPU code calls), without autograd."""
+    return torch.ops.mkldnn._linear_pointwise(x, weight, bias, "none", [], "")
+
+
+def _has_onednn_linear() -> bool:
+    """Whether this torch has oneDNN's linear and it runs here."""
+    try:
+        x = torch.ones(1, 2)
+        return bool(torch.backends.mkldnn.is_available() and _onednn_linear(x, x, torch.zeros(1)).item() == 2.0)
+    except (AttributeError, RuntimeError):
+        return False
+
+
+_ONEDNN_LINEAR = _has_onednn_linear()
+
+
 class LSTMCore(nn.Module):
     """`forward(features [T, B, F], extra [T, B, E], starts [T, B] bool, state [2, B, N])` -> `(h [T, B, N],
     c [T, B, N])`, the state after each step. Where `starts[t]` is set, step t begins an episode: the state it
@@ -48,8 +65,8 @@ class LSTMCore(nn.Module):
     one matrix product, the weight gradients as one each). Measured on this project's CPU (LSTM-256, B = 32, one
     thread, forward and backward): fused calls 1.7-2.5x faster than a step loop of `LSTMCell`, and at 1% of steps
     starting an episode lanes 1.6x faster than a call per stretch between starts in bf16, 1.3x in fp32
-    (benchmarks/RESULTS.md, "The learner at compiled speed"). An actor's single step (T = 1) keeps the `LSTMCell`
-    call: the fused call's setup costs more than one step.
+    (benchmarks/RESULTS.md, "The learner at compiled speed"). An actor's single step (T = 1) is a cell step
+    (`_step`): the fused call's setup costs more than one step.
 
     `c` is the cell state after each step only for T = 1; over an unroll a fused call keeps the cell state of its
     last step alone, so `c` holds it where the plan's `cells` asked for it (the steps a truncated episode
@@ -78,11 +95,26 @@ class LSTMCore(nn.Module):
             x = torch.cat([features.float(), extra.float() * keep], dim=-1)  # [T, B, F + E]
             h, c = state[0].float() * keep[0], state[1].float() * keep[0]
             if x.shape[0] == 1:
-                h, c = self.cell(x[0], (h, c))
+                h, c = self._step(x[0], h, c)
                 return h[None], c[None]
             if plan is None:
                 plan = plan_lanes(starts.cpu().numpy() if isinstance(starts, torch.Tensor) else starts)
             return self._lanes(x, plan, h, c)
+
+    def _step(self, x: torch.Tensor, h: torch.Tensor, c: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """One step, `x [B, F + E]`, `h, c [B, N]` -> `(h, c)`. Without gradients on a CPU (an actor's step), the
+        gates' two products go to oneDNN: torch's float32 `addmm` goes to MKL, whose code on AMD's AVX-512 CPUs
+        is its AVX2 path, where oneDNN's runs at 1.4-1.6x its rate (LSTM-256 at 16 and 32 envs: 117 and 183
+        against 167 and 297 µs for the products; the same float32 function to rounding). The weights are read
+        as they are at each call, so whatever changes them in place (an optimiser, a load) is seen. Otherwise
+        `LSTMCell`."""
+        if torch.is_grad_enabled() or x.device.type != "cpu" or not _ONEDNN_LINEAR:
+            return self.cell(x, (h, c))
+        cell = self.cell
+        gates = _onednn_linear(x, cell.weight_ih, cell.bias_ih).add_(_onednn_linear(h, cell.weight_hh, cell.bias_hh))
+        i, f, g, o = gates.chunk(4, dim=1)  # LSTMCell's order
+        c = torch.sigmoid(f) * c + torch.sigmoid(i) * torch.tanh(g)
+        return torch.sigmoid(o) * torch.tanh(c), c
 
     def _lanes(self, x: torch.Tensor, plan: LanePlan, h: torch.Tensor, c: torch.Tensor
                ) -> tuple[torch.Tensor, torch.Tensor]:
@@ -95,16 +127,17 @@ class LSTMCore(nn.Module):
         rows = torch.cat([x.reshape(T * B, D), x.new_zeros(1, D)]).to(dtype).index_select(0, index["gather"])
         lane_h, lane_c = (torch.cat([s, s.new_zeros(1, self.size)]).to(dtype).index_select(0, index["initial"])
                           for s in (h, c))
-        outputs, finals, offset = [], [], 0
-        for length, lanes in plan.chunks:
+        # one split, not a slice per call: each slice's backward fills and adds a gradient of all the rows
+        chunk_rows = rows.split([length * lanes for length, lanes in plan.chunks])
+        outputs, finals = [], []
+        for (length, lanes), chunk in zip(plan.chunks, chunk_rows, strict=True):
             out, lane_h, lane_c = torch.lstm(
-                rows[offset:offset + length * lanes].view(length, lanes, D),
+                chunk.view(length, lanes, D),
                 (lane_h[None, :lanes], lane_c[None, :lanes]), weights, has_biases=True, num_layers=1,
                 dropout=0.0, train=self.training, bidirectional=False, batch_first=False)
             lane_h, lane_c = lane_h[0], lane_c[0]
             outputs.append(out.reshape(length * lanes, self.size))
             finals.append(lane_c)
-            offset += length * lanes
         h = torch.cat(outputs).index_select(0, index["scatter"]).view(T, B, self.size).float()
         if not len(plan.cell_rows):  # NaN everywhere: a view, no buffer filled on every pass
             return h, torch.full((1, 1, self.size), float("nan"), device=device).expand(T, B, self.size)

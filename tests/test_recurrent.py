@@ -21,6 +21,7 @@ from levelray.deploy.training.components import make_replay
 from levelray.deploy.training.inline import InlineBackend
 from levelray.learner.core import LearnerCore
 from levelray.learner.learner import Learner, behaviour_kl
+from levelray.policy import recurrent
 from levelray.policy.models import build_model
 from levelray.policy.numpy_policy import NumpyPolicy
 from levelray.policy.recurrent import LSTMCore, core_inputs, unroll
@@ -467,3 +468,41 @@ def test_lstm_precision_bf16_unrolls_the_learners_core_in_bf16_and_needs_a_core_
 
     with pytest.raises(ValueError, match="--lstm-precision fp32"):
         lstm_unroll_dtype("bf16", torch.device("meta"))
+
+
+@pytest.mark.parametrize("B", [1, 5, 32])
+def test_an_actors_step_matches_the_float64_cell_and_follows_new_weights(B):
+    # without gradients on a CPU the step's products are oneDNN's (`LSTMCore._step`)
+    torch.manual_seed(B)
+    core = LSTMCore(6, 3, N)
+    x, extra = torch.randn(1, B, 6), torch.randn(1, B, 3)
+    starts, state = torch.rand(1, B) < 0.3, torch.randn(2, B, N)
+
+    def reference() -> tuple[torch.Tensor, torch.Tensor]:
+        cell = core.cell
+        keep = (~starts[0]).double()[:, None]
+        xt = torch.cat([x[0].double(), extra[0].double() * keep], dim=1)
+        gates = (xt @ cell.weight_ih.double().T + (state[0].double() * keep) @ cell.weight_hh.double().T
+                 + cell.bias_ih.double() + cell.bias_hh.double())
+        i, f, g, o = gates.chunk(4, dim=1)
+        c = torch.sigmoid(f) * state[1].double() * keep + torch.sigmoid(i) * torch.tanh(g)
+        return torch.sigmoid(o) * torch.tanh(c), c
+
+    for _ in range(2):  # the second time with weights changed in place, as a fused optimiser changes them
+        with torch.inference_mode():
+            h, c = core(x, extra, starts, state)
+        want_h, want_c = reference()
+        torch.testing.assert_close(h[0].double(), want_h, rtol=1e-5, atol=1e-6)
+        torch.testing.assert_close(c[0].double(), want_c, rtol=1e-5, atol=1e-6)
+        for p in core.parameters():
+            p.grad = torch.randn_like(p)
+        torch.optim.Adam(core.parameters(), lr=0.5, fused=True).step()  # in place, the version counter unmoved
+    assert recurrent._ONEDNN_LINEAR or not torch.backends.mkldnn.is_available()
+
+
+def test_a_step_with_gradients_reaches_the_weights():
+    core = LSTMCore(6, 3, N)
+    h, _ = core(torch.randn(1, 4, 6), torch.randn(1, 4, 3), torch.zeros(1, 4, dtype=torch.bool),
+                torch.randn(2, 4, N))
+    h.sum().backward()
+    assert core.cell.weight_ih.grad.abs().sum() > 0 and core.cell.weight_hh.grad.abs().sum() > 0
