@@ -2,16 +2,16 @@
 
     python -m benchmarks.bench_roofline [--updates N] [--json PATH]
 
-One torch thread, CPU time. First the peak: a 1024³ matrix product in float32 and in bf16 (oneDNN's AVX512-BF16
-path where the CPU has one), GFLOP/s. Then each update of `CASES` (the maze net with LSTM-256 at our batch, with the
-float32 and the bf16 core, and the main job's IMPALA CNN in bf16 as `--precision auto` runs it): its CPU time per
-update, split by torch.profiler's self time into the LSTM (oneDNN's fused layer, forward and backward), the
-convolutions (forward and backward), the max-pool (forward, backward and the zero fill of its input gradient), the
-matrix products, Adam (its kernel and the optimizer's Python) and the rest (elementwise operations, copies,
-autograd's engine); with each part's floating-point work (the convolutions' and products' from
-`torch.utils.flop_counter`, the LSTM's counted: 2·4N·(F + N) a step forward, twice that backward) and what it
-reaches against the peak of its precision. The last columns bound what any faster kernel can give: `all at peak`
-is the update with the LSTM, convolutions and products at the peak and the rest as it is; `x if free` is the
+One torch thread, CPU time. First the peak: a 1024³ matrix product in float32 by torch's `@` (MKL) and by oneDNN,
+and in bf16 (oneDNN's AVX512-BF16 path where the CPU has one), GFLOP/s. Then each update of `CASES` (the maze net
+with LSTM-256 at our batch, with the float32 and the bf16 core, and the main job's IMPALA CNN in bf16 as
+`--precision auto` runs it): its CPU time per update, split by torch.profiler's self time into the LSTM (oneDNN's
+fused layer, forward and backward), the convolutions (forward and backward), the max-pool (forward, backward and the
+zero fill of its input gradient), the matrix products, Adam (its kernel and the optimizer's Python) and the rest
+(elementwise operations, copies, autograd's engine); with each part's floating-point work (the convolutions' and
+products' from `torch.utils.flop_counter`, the LSTM's counted: 2·4N·(F + N) a step forward, twice that backward) and
+what it reaches against the peak of its precision. The last columns bound what any faster kernel can give: `all at
+peak` is the update with the LSTM, convolutions and products at the peak and the rest as it is; `x if free` is the
 update's speed-up if that part cost nothing.
 
 The profiler's own cost inflates the many small operations ("rest") by a few percent; the shares are what to read.
@@ -52,16 +52,34 @@ PARTS = {
 ARITHMETIC = ("lstm", "conv", "matmul")  # the parts whose work is floating-point products
 
 
-def peak_gflops(dtype: torch.dtype, n: int = 1024, seconds: float = 1.0) -> float:
-    """GFLOP/s of an `n`³ matrix product in `dtype` on this thread (CPU time)."""
+def peak_gflops(product: Callable[[torch.Tensor, torch.Tensor], torch.Tensor], dtype: torch.dtype, n: int = 1024,
+                seconds: float = 1.0) -> float:
+    """GFLOP/s of `product` of two `n` x `n` matrices in `dtype` on this thread (CPU time)."""
     a, b = torch.randn(n, n, dtype=dtype), torch.randn(n, n, dtype=dtype)
     for _ in range(3):
-        a @ b
+        product(a, b)
     calls, start = 0, time.process_time()
     while time.process_time() - start < seconds:
-        a @ b
+        product(a, b)
         calls += 1
     return 2 * n**3 * calls / (time.process_time() - start) / 1e9
+
+
+def onednn_product(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+    """`a @ b.T` by oneDNN's linear: torch's float32 `@` on a CPU is MKL's, which on AMD CPUs runs its AVX2 code."""
+    return torch.ops.mkldnn._linear_pointwise(a, b, None, "none", [], "")
+
+
+def peaks() -> dict[str, float]:
+    """This thread's GFLOP/s: float32 by torch's `@` (MKL) and by oneDNN, bf16 (oneDNN); "fp32" is the faster
+    float32 one, what a part's share of the peak is taken against."""
+    found = {"fp32_mkl": peak_gflops(torch.matmul, torch.float32), "bf16": peak_gflops(torch.matmul, torch.bfloat16)}
+    try:
+        found["fp32_onednn"] = peak_gflops(onednn_product, torch.float32)
+    except (AttributeError, RuntimeError):  # a torch without oneDNN's linear
+        found["fp32_onednn"] = 0.0
+    found["fp32"] = max(found["fp32_mkl"], found["fp32_onednn"])
+    return found
 
 
 def lstm_flops(T: int, B: int, features: int, size: int) -> float:
@@ -142,16 +160,17 @@ def main() -> None:
     parser.add_argument("--json", default="benchmarks/out/bench_roofline.json")
     args = parser.parse_args()
     torch.set_num_threads(1)
-    peaks = {"fp32": peak_gflops(torch.float32), "bf16": peak_gflops(torch.bfloat16)}
-    print(f"peak (1024³ product, one thread): fp32 {peaks['fp32']:.0f} GFLOP/s, bf16 {peaks['bf16']:.0f} GFLOP/s")
-    rows = [measure(*case, peaks=peaks, updates=max(2, args.updates // (8 if case[1] == "impala_cnn" else 1)))
+    found = peaks()
+    print(f"peak (1024³ product, one thread): fp32 {found['fp32_mkl']:.0f} GFLOP/s by torch's @ (MKL), "
+          f"{found['fp32_onednn']:.0f} by oneDNN; bf16 {found['bf16']:.0f} GFLOP/s")
+    rows = [measure(*case, peaks=found, updates=max(2, args.updates // (8 if case[1] == "impala_cnn" else 1)))
             for case in CASES]
     gflops = lambda part: (f"{part}_gflops", f"{part} GFLOP/s")  # noqa: E731
     print_table(rows, ["case", "T", "B", ("update_ms", "CPU ms"), ("lstm_ms", "LSTM ms"), gflops("lstm"),
                        ("conv_ms", "conv ms"), gflops("conv"), ("pool_ms", "pool ms"), ("matmul_ms", "products ms"),
                        ("adam_ms", "Adam ms"), ("rest_ms", "rest ms"), ("all_at_peak_x", "all at peak x"),
                        ("pool_free_x", "x if pool free"), ("rest_free_x", "x if rest free")])
-    write_json(args.json, {"peak_gflops": peaks, "cases": rows}, benchmark="bench_roofline")
+    write_json(args.json, {"peak_gflops": found, "cases": rows}, benchmark="bench_roofline")
 
 
 if __name__ == "__main__":
