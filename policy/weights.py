@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import warnings
+
 import numpy as np
 import torch
 
@@ -12,4 +14,8 @@ def weights_to_numpy(model: torch.nn.Module) -> dict[str, np.ndarray]:
 
 
 def load_numpy_weights(model: torch.nn.Module, weights: dict[str, np.ndarray]) -> None:
-    model.load_state_dict({k: torch.from_numpy(np.asarray(v)) for k, v in weights.items()})
+    """Copy `weights` into `model`'s parameters. Arrays from Ray's object store are read-only; `load_state_dict`
+    only reads them, so they are wrapped without a copy and torch's warning about writing to them does not apply."""
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message="The given NumPy array is not writable")
+        model.load_state_dict({k: torch.from_numpy(np.asarray(v)) for k, v in weights.items()})

@@ -5,6 +5,7 @@ loss's refusal and the behaviour KL metric."""
 from __future__ import annotations
 
 import io
+import warnings
 
 import numpy as np
 import pytest
@@ -506,3 +507,17 @@ def test_a_step_with_gradients_reaches_the_weights():
                 torch.randn(2, 4, N))
     h.sum().backward()
     assert core.cell.weight_ih.grad.abs().sum() > 0 and core.cell.weight_hh.grad.abs().sum() > 0
+
+
+def test_read_only_weights_load_without_a_warning_and_equal_the_learners():
+    # Ray's object store hands actors read-only arrays
+    source, target = build_model(EnvSpec((4,), "float32", True, num_actions=2)), \
+        build_model(EnvSpec((4,), "float32", True, num_actions=2))
+    weights = weights_to_numpy(source)
+    for array in weights.values():
+        array.flags.writeable = False
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        load_numpy_weights(target, weights)
+    for (name, a), b in zip(source.state_dict().items(), target.state_dict().values(), strict=True):
+        assert torch.equal(a, b), name
