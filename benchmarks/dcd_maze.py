@@ -20,7 +20,8 @@ Student-t interval over seeds (the learning curve against trained steps), with t
 Robust PLR - DR and ACCEL - Robust PLR (same seed); each maze's rate against trained steps (a table per arm and a
 figure), with the paired differences per maze at the last budget; at the last budget the generated 25- and
 50-wall mazes (DR's own training distribution, reported apart); the env steps played and the trained share; the
-buffer's complexity (mean walls, mean shortest path of the levels it holds) against trained steps. DCD's own
+buffer's complexity (mean walls, mean shortest path of the levels it holds) against trained steps; the stretches
+of each run in which its policy never moved (`still_spells`: a collapse an evaluation can land in). DCD's own
 runs stand beside, for the ordering (its per-seed results, mean ± 95% interval, and Welch's interval of the
 differences, its arms sharing no seeds): its budget is 20k updates of 32 x 256 steps (163.84M trained steps) on its
 12 mazes. `--analyse` reads whatever the sweep directory holds (a trial's evaluations so far, its metrics
@@ -37,6 +38,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
 import sys
 from pathlib import Path
@@ -76,6 +78,7 @@ SHORT_PATH = 8  # moves: a level the agent can solve by walking to a goal it nea
 REFERENCE_LEVELS = 2000  # fresh levels whose complexity the buffers' is set beside
 MIRROR, MIRROR_SUFFIX = "mirror", "_mirror"  # evaluate-mirror.json; comb -> comb_mirror.txt
 SUITE_EPISODES = 100  # sampled episodes a suite maze, as the spec's suite evaluation
+STILL_RETURN, STILL_ENTROPY_TOL = 0.05, 0.03  # a report of a policy that never moves (`still_spells`)
 
 
 def parse(argv: list[str] | None) -> argparse.Namespace:
@@ -188,6 +191,7 @@ def trial_result(run: Path, arm: str, seed: int, names: list[tuple[int, int | No
            "levels_edited": last.get("levels_edited"), "training_return_last100": last.get("episode_return_mean"),
            "complexity": complexity_curve(records, "samples_trained"),
            "learnability": learnability_curve(records),
+           "still_spells": still_spells(records),
            "replay": replay_profile(run, loaded["config"].get("env", {})) if loaded["config"] else None,
            "budgets": {}}
     out["trained_fraction"] = out["samples_trained"] / out["env_steps"] if out["env_steps"] else None
@@ -199,6 +203,25 @@ def trial_result(run: Path, arm: str, seed: int, names: list[tuple[int, int | No
             "mazes": {m: suite["results"][m]["success_rate"] for m in suite["maze_suite"]["mazes"]},
             **{s: ev["generated"]["results"][s]["success_rate"] for s in GENERATED_SETS}}
     return out
+
+
+def still_spells(records: list[dict], num_actions: int = 7) -> list[tuple[float, float]]:
+    """The stretches `(first, last)` trained steps of a run's reports in which its policy never moved: no return
+    (< `STILL_RETURN`) and the entropy at ln(num_actions - 1) (within `STILL_ENTROPY_TOL`), i.e. "forward" at
+    probability ~0 and the other actions uniform, so every episode ends at the time limit. Learners fall into it on
+    mazes and may not leave it (benchmarks/RESULTS.md, "The bf16 LSTM core against float32 on mazes")."""
+    still_entropy = math.log(num_actions - 1)
+    spells: list[tuple[float, float]] = []
+    previous_still = False
+    for record in records:
+        still = (record.get("episode_return_mean", 1.0) < STILL_RETURN
+                 and abs(record.get("learner_entropy", 0.0) - still_entropy) < STILL_ENTROPY_TOL)
+        if still and previous_still:
+            spells[-1] = (spells[-1][0], record["samples_trained"])
+        elif still:
+            spells.append((record["samples_trained"], record["samples_trained"]))
+        previous_still = still
+    return spells
 
 
 def learnability_curve(records: list[dict]) -> list[dict]:
@@ -255,12 +278,17 @@ def summarise(results: list[dict], arms: list[str], budgets: list[int]) -> dict:
             "trained_fraction": shares}
 
 
+def spells_text(spells: list[tuple[float, float]]) -> str:
+    """`still_spells` as "1.0-1.8, 3.2" (millions of trained steps; a lone report as one number), "-" for none."""
+    return ", ".join(f"{a / 1e6:.1f}" if a == b else f"{a / 1e6:.1f}-{b / 1e6:.1f}" for a, b in spells) or "-"
+
+
 def print_report(results: list[dict], summary: dict, arms: list[str], budgets: list[int]) -> None:
     print_table([[r["arm"], r["seed"], f"{r['samples_trained']:,}", f"{r['env_steps']:,}",
                   None if r["trained_fraction"] is None else round(r["trained_fraction"], 3),
-                  round(r["wall_s"] or 0), r["levels_edited"],
+                  round(r["wall_s"] or 0), r["levels_edited"], spells_text(r["still_spells"]),
                   *(r["budgets"].get(b, {}).get("suite_solved") for b in budgets)] for r in results],
-                ["arm", "seed", "trained", "env steps", "trained share", "wall s", "edited",
+                ["arm", "seed", "trained", "env steps", "trained share", "wall s", "edited", "never moved (M)",
                  *(f"suite@{b / 1e6:g}M" for b in budgets)], title="runs (suite solved at each budget reached)")
     print()
     dcd = summary["dcd"]
