@@ -139,7 +139,8 @@ def replay_profile(run: Path, env: dict) -> dict | None:
     """What the newest checkpoint's level buffer replays: its levels' mean shortest path (over solvable ones)
     plain and weighted by the replay distribution P, and P's share on the top level and on paths under
     `SHORT_PATH` moves; its distinct starts (cell and heading) and P's share on the most replayed one. `env`: the
-    run's env section. None without a buffer (domain randomisation) or a checkpoint."""
+    run's env section. None without a buffer (domain randomisation), a checkpoint, or a level in the buffer yet (SFL
+    before its first batch)."""
     from levelray.deploy.report.runs import load_level_state
     from levelray.families.maze.level import MazeLevel, level_for_id, maze_size, parse_blocks
     from levelray.level_service.spaces import level_encodings, levels_view
@@ -149,6 +150,8 @@ def replay_profile(run: Path, env: dict) -> dict | None:
     if sampler is None:
         return None
     view = levels_view(sampler)
+    if not len(view.seeds):
+        return None
     encodings = level_encodings(sampler, view.seeds.tolist())
     width, height = maze_size(env["id"])
     blocks = parse_blocks(env["maze_blocks"])
