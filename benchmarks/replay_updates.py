@@ -58,14 +58,14 @@ def replay(args: argparse.Namespace) -> int:
     backend = InlineBackend(from_dict(yaml.safe_load(Path(args.config).read_text())))
     learner = backend.core.learner
     seen: dict[str, Any] = {}
-    step = Learner.step
+    step = learner.step
 
-    def watched_step(self: Learner, batch: dict[str, Any], replayed: Any = None):
-        if args.first <= self.version <= args.last:
+    def watched_step(batch: dict[str, Any], replayed: Any = None):
+        if args.first <= learner.version <= args.last:
             seen.update(batch_summary(batch))
-        return step(self, batch, replayed)
+        return step(batch, replayed)
 
-    Learner.step = watched_step
+    learner.step = watched_step  # this learner's `update` steps through it
     written = 0
     try:
         with open(args.jsonl, "w") as out:
@@ -79,7 +79,6 @@ def replay(args: argparse.Namespace) -> int:
                     out.write(json.dumps({"version": version, **seen, **kept}) + "\n")
                     written += 1
     finally:
-        Learner.step = step
         backend.close()
     return written
 
