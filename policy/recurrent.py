@@ -54,6 +54,16 @@ def _has_onednn_linear() -> bool:
 _ONEDNN_LINEAR = _has_onednn_linear()
 
 
+def _one_chunk(weights: list[torch.Tensor]) -> list[torch.Tensor]:
+    """`weights` (`w_ih [4N, D]`, `w_hh [4N, N]`, `b_ih [4N]`, `b_hh [4N]`) as views of one buffer in that order,
+    cuDNN's layout of a one-layer LSTM's weights. cuDNN takes weights laid out so as they are; others it copies into
+    such a buffer itself on every `torch.lstm` call, with a warning each run ("RNN module weights are not part of
+    single contiguous chunk of memory"). One copy an unroll instead of one a fused call, and gradients flow back
+    through it to the cell's parameters."""
+    flat = torch.cat([w.reshape(-1) for w in weights])
+    return [part.view_as(w) for part, w in zip(flat.split([w.numel() for w in weights]), weights, strict=True)]
+
+
 class LSTMCore(nn.Module):
     """`forward(features [T, B, F], extra [T, B, E], starts [T, B] bool, state [2, B, N])` -> `(h [T, B, N],
     c [T, B, N])`, the state after each step. Where `starts[t]` is set, step t begins an episode: the state it
@@ -122,6 +132,8 @@ class LSTMCore(nn.Module):
         T, B, D = x.shape
         cell, dtype, device = self.cell, self.unroll_dtype, x.device
         weights = [w.to(dtype) for w in (cell.weight_ih, cell.weight_hh, cell.bias_ih, cell.bias_hh)]
+        if device.type == "cuda":
+            weights = _one_chunk(weights)
         index = {name: torch.from_numpy(getattr(plan, name)).to(device)
                  for name in ("gather", "scatter", "initial", "cell_rows", "cell_sources")}
         rows = torch.cat([x.reshape(T * B, D), x.new_zeros(1, D)]).to(dtype).index_select(0, index["gather"])

@@ -7,6 +7,8 @@ no GPU, as in CI. Each compares the CUDA path with the CPU one, which the rest o
   lr * sign(gradient), so a gradient element near 0 that takes the other sign on the other device moves its
   parameter by 2 lr). TF32 is off in these tests (cuDNN's convolutions use it by default): they check the CUDA path
   computes the same function, not TF32's rounding.
+- The LSTM core's fused calls on cuda get their weights as one buffer in cuDNN's layout (no copy and warning each
+  call) and equal the cpu core's.
 - A checkpoint saved on cuda loads on cpu and back, the weights and optimiser state unchanged.
 - The inline fast path (`DevicePolicy` on cuda) makes the cpu path's unrolls for a fixed seed (actions and
   observations exactly, distribution parameters and values within float error), and its first update trains as the
@@ -97,6 +99,34 @@ def test_a_checkpoint_saved_on_cuda_loads_on_cpu_and_back(tmp_path):
     assert moments and all(m.device.type == "cuda" for m in moments)
     back.update(make_batch(spec, 10, 8, np.random.default_rng(3), 6, 256))  # trains on from there
     assert back.version == 3
+
+
+def test_the_lstm_core_on_cuda_hands_cudnn_its_weights_in_one_chunk_and_equals_the_cpu_core():
+    """cuDNN copies weights that are not one buffer in its layout on every fused call and warns ("not part of
+    single contiguous chunk of memory"): the core's unroll on cuda (episode starts inside it: several calls) raises
+    no such warning, and its outputs and weight gradients equal the cpu core's."""
+    import warnings
+
+    from levelray.policy.recurrent import LSTMCore
+
+    torch.manual_seed(0)
+    T, B, F, E, N = 40, 8, 12, 7, 64
+    cores = {"cpu": LSTMCore(F, E, N)}
+    cores["cuda"] = LSTMCore(F, E, N).cuda()
+    cores["cuda"].load_state_dict(cores["cpu"].state_dict())
+    features, extra = torch.randn(T, B, F), torch.randn(T, B, E)
+    starts = torch.rand(T, B) < 0.05
+    state = torch.randn(2, B, N)
+    results = {}
+    for device, core in cores.items():
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            h, _ = core(features.to(device), extra.to(device), starts.to(device), state.to(device))
+            (h * h).sum().backward()
+        assert not [w for w in caught if "contiguous chunk" in str(w.message)], device
+        results[device] = [h.detach().cpu(), *(p.grad.cpu() for p in core.cell.parameters())]
+    for got, want in zip(results["cuda"], results["cpu"], strict=True):
+        torch.testing.assert_close(got, want, rtol=1e-4, atol=1e-4)
 
 
 def _maze(lstm: int, K: int, T: int, device: str) -> RunConfig:

@@ -103,6 +103,25 @@ def test_core_matches_a_float64_reference_with_resets_in_features_and_gradient(u
     assert not torch.allclose(h_other[:2, 0], h[:2, 0].detach())
 
 
+def test_one_chunk_lays_the_cells_weights_out_in_one_buffer_in_cudnns_order_and_passes_their_gradients_back():
+    """The CUDA core hands cuDNN its weights as `_one_chunk` lays them out (tests/test_gpu.py checks cuDNN takes
+    them without copying them again); here, on any device: the same values, one buffer, w_ih | w_hh | b_ih | b_hh
+    end to end from its start, and gradients reaching the cell's parameters."""
+    cell = torch.nn.LSTMCell(5, 3)
+    params = [cell.weight_ih, cell.weight_hh, cell.bias_ih, cell.bias_hh]
+    chunk = recurrent._one_chunk(params)
+    base = chunk[0].untyped_storage().data_ptr()
+    offset = 0
+    for got, param in zip(chunk, params, strict=True):
+        torch.testing.assert_close(got, param, rtol=0, atol=0)
+        assert got.untyped_storage().data_ptr() == base and got.data_ptr() == base + 4 * offset
+        assert got.is_contiguous()
+        offset += param.numel()
+    sum((w * (i + 1)).sum() for i, w in enumerate(chunk)).backward()
+    for i, param in enumerate(params):
+        torch.testing.assert_close(param.grad, torch.full_like(param, i + 1.0))
+
+
 def test_core_runs_in_float32_under_bf16_autocast():
     torch.manual_seed(0)
     core = LSTMCore(6, 3, N)
