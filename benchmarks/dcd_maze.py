@@ -6,7 +6,7 @@ tested zero-shot on the hand-designed suite at five budgets of steps trained on.
         [--spec dcd_maze|curriculum_maze] [--out-dir DIR] [--parallel 2] [--json PATH] [--mirror]
 
 `--spec curriculum_maze` is the four-curricula comparison (`benchmarks/sweeps/curriculum_maze.yaml`: SFL beside
-the three, on DCD's view, the learner with `--advantage-scale rms`): the same report, with SFL paired against every
+the three, on DCD's view, IMPALA without PopArt): the same report, with SFL paired against every
 other arm and its buffer's learnability and success rate against trained steps.
 
 The arms are DCD's MiniGrid comparison of ACCEL (Parker-Holder et al. 2022, `facebookresearch/dcd`'s `60_blocks`
