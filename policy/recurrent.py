@@ -56,10 +56,10 @@ _ONEDNN_LINEAR = _has_onednn_linear()
 
 def _one_chunk(weights: list[torch.Tensor]) -> list[torch.Tensor]:
     """`weights` (`w_ih [4N, D]`, `w_hh [4N, N]`, `b_ih [4N]`, `b_hh [4N]`) as views of one buffer in that order,
-    cuDNN's layout of a one-layer LSTM's weights. cuDNN takes weights laid out so as they are; others it copies into
-    such a buffer itself on every `torch.lstm` call, with a warning each run ("RNN module weights are not part of
-    single contiguous chunk of memory"). One copy an unroll instead of one a fused call, and gradients flow back
-    through it to the cell's parameters."""
+    cuDNN's layout of a one-layer LSTM's weights, which cuDNN reads in place (tests/test_gpu.py checks it on a GPU);
+    weights laid out otherwise it copies into such a buffer itself on every `torch.lstm` call, with a warning each
+    run ("RNN module weights are not part of single contiguous chunk of memory"). One copy an unroll instead of one
+    a fused call, and gradients flow back through it to the cell's parameters."""
     flat = torch.cat([w.reshape(-1) for w in weights])
     return [part.view_as(w) for part, w in zip(flat.split([w.numel() for w in weights]), weights, strict=True)]
 
