@@ -208,6 +208,13 @@ def trial_result(run: Path, arm: str, seed: int, names: list[tuple[int, int | No
     return out
 
 
+def sweep_results(out: Path, spec: dict) -> list[dict]:
+    """`trial_result` of every trial of the sweep in `out` (its `spec`) that has a run directory so far."""
+    names = budget_names(spec, list(spec["budgets"]))
+    return [trial_result(trial_dir(out, arm, seed), arm, seed, names)
+            for seed in spec["seeds"] for arm in spec["arms"] if trial_dir(out, arm, seed).exists()]
+
+
 def still_spells(records: list[dict], num_actions: int = 7) -> list[tuple[float, float]]:
     """The stretches `(first, last)` trained steps of a run's reports in which its policy never moved: no return
     (< `STILL_RETURN`) and the entropy at ln(num_actions - 1) (within `STILL_ENTROPY_TOL`), i.e. "forward" at
@@ -429,9 +436,7 @@ def main(argv: list[str] | None = None) -> int:
         spec = load_sweep(args.spec)
         run_sweep(spec, out, args.parallel)
     arms, budgets = list(spec["arms"]), list(spec["budgets"])
-    names = budget_names(spec, budgets)
-    results = [trial_result(trial_dir(out, arm, seed), arm, seed, names)
-               for seed in spec["seeds"] for arm in arms if trial_dir(out, arm, seed).exists()]
+    results = sweep_results(out, spec)
     if args.mirror:
         folder = write_mirror_suite(out / "mirror_suite")
         for r in results:

@@ -20,10 +20,9 @@ from pathlib import Path
 import yaml
 
 from benchmarks.accel_maze import GENERATED_SETS
-from benchmarks.common import budget_names, fmt_ci, paired, print_table, write_json
-from benchmarks.dcd_maze import evaluated_at, spells_text, trial_result
+from benchmarks.common import fmt_ci, paired, print_table, write_json
+from benchmarks.dcd_maze import evaluated_at, spells_text, sweep_results
 from levelray.deploy.report.stats import ci_summary
-from levelray.deploy.sweep.trial import trial_dir
 
 MEASURES = ("suite_solved", *GENERATED_SETS)
 
@@ -80,9 +79,7 @@ def main(argv: list[str] | None = None) -> int:
     out = Path(args.out_dir)
     spec = yaml.safe_load((out / "sweep.yaml").read_text())
     arms, budgets = list(spec["arms"]), list(spec["budgets"])
-    names = budget_names(spec, budgets)
-    results = [trial_result(trial_dir(out, arm, seed), arm, seed, names)
-               for seed in spec["seeds"] for arm in arms if trial_dir(out, arm, seed).exists()]
+    results = sweep_results(out, spec)
     comparison = compare(results, arms, spec["baseline"], budgets)
     print_comparison(results, comparison, spec["baseline"], budgets)
     write_json(args.json or str(out / "learner_ab.json"),
