@@ -6,7 +6,7 @@ tested zero-shot on the hand-designed suite at five budgets of steps trained on.
         [--spec dcd_maze|curriculum_maze] [--out-dir DIR] [--parallel 2] [--json PATH] [--mirror]
 
 `--spec curriculum_maze` is the four-curricula comparison (`benchmarks/sweeps/curriculum_maze.yaml`: SFL beside
-the three, on DCD's view, IMPALA without PopArt): the same report, with SFL paired against every
+the three, on DCD's view, every arm the learner its header names): the same report, with SFL paired against every
 other arm and its buffer's learnability and success rate against trained steps.
 
 The arms are DCD's MiniGrid comparison of ACCEL (Parker-Holder et al. 2022, `facebookresearch/dcd`'s `60_blocks`
@@ -18,14 +18,15 @@ env steps to get there.
 Per arm, at each budget: the suite's solved rate (the mean over mazes of each maze's success rate) as mean and 95%
 Student-t interval over seeds (the learning curve against trained steps), with the paired differences ACCEL - DR,
 Robust PLR - DR and ACCEL - Robust PLR (same seed); each maze's rate against trained steps (a table per arm and a
-figure), with the paired differences per maze at the last budget; at the last budget the generated 25- and
-50-wall mazes (DR's own training distribution, reported apart); the env steps played and the trained share; the
-buffer's complexity (mean walls, mean shortest path of the levels it holds) against trained steps; the stretches
-of each run in which its policy never moved (`still_spells`: a collapse an evaluation can land in). DCD's own
-runs stand beside, for the ordering (its per-seed results, mean ± 95% interval, and Welch's interval of the
-differences, its arms sharing no seeds): its budget is 20k updates of 32 x 256 steps (163.84M trained steps) on its
-12 mazes. `--analyse` reads whatever the sweep directory holds (a trial's evaluations so far, its metrics
-so far), so the first runs' curves, trained share and buffer can be looked at before all seeds are spent.
+figure), with the paired differences per maze at the last budget; at the last budget the generated 25- and 50-wall
+mazes (DR's own training distribution, reported apart), and both together by the shortest path of each level
+(`PATH_BINS`; every arm plays the same generated levels, so the rates pair by seed); the env steps played and the
+trained share; the buffer's complexity (mean walls, mean shortest path of the levels it holds) against trained
+steps; the stretches of each run in which its policy never moved (`still_spells`: a collapse an evaluation can land
+in). DCD's own runs stand beside, for the ordering (its per-seed results, mean ± 95% interval, and Welch's interval
+of the differences, its arms sharing no seeds): its budget is 20k updates of 32 x 256 steps (163.84M trained steps)
+on its 12 mazes. `--analyse` reads whatever the sweep directory holds (a trial's evaluations so far, its metrics so
+far), so the first runs' curves, trained share and buffer can be looked at before all seeds are spent.
 
 `--mirror` also plays each finished run's last checkpoint on the suite flipped left to right: a mirrored maze is
 as hard as its original, yet a policy that prefers one hand at corners solves one and not the other (seed 0's
@@ -37,6 +38,7 @@ as a skill, and the habit can flip between checkpoints. Reported: each arm's sui
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import math
 import os
@@ -75,6 +77,9 @@ DCD_SUITE_BY_SEED = {"dr": (0.632, 0.410, 0.726, 0.636, 0.698), "robust": (0.719
 # every other arm
 PAIRS = (("dr", "accel"), ("dr", "robust"), ("robust", "accel"), ("dr", "sfl"), ("robust", "sfl"), ("accel", "sfl"))
 SHORT_PATH = 8  # moves: a level the agent can solve by walking to a goal it nearly sees
+# shortest-path ranges (moves, [low, high)) the generated mazes' solved rate is split by: half of them are under 10
+# moves, a twentieth 20 or more, where the suite's mazes are 24-96
+PATH_BINS = ((1, 10), (10, 20), (20, 1000))
 REFERENCE_LEVELS = 2000  # fresh levels whose complexity the buffers' is set beside
 MIRROR, MIRROR_SUFFIX = "mirror", "_mirror"  # evaluate-mirror.json; comb -> comb_mirror.txt
 SUITE_EPISODES = 100  # sampled episodes a suite maze, as the spec's suite evaluation
@@ -181,6 +186,38 @@ def reference_complexity(env: dict, n: int = REFERENCE_LEVELS) -> dict[str, dict
             "suite": complexity.summary([suite_level_id(m) for m in suite_names()])}
 
 
+def path_bin_name(low: int, high: int) -> str:
+    return f"{low}-{high - 1}" if high < 1000 else f"{low}+"
+
+
+@functools.cache
+def generated_path(seed: int, walls: int, width: int, height: int) -> int:
+    """Shortest path (moves) of the level `maze-<walls>` plays under `seed`; 0 when the goal cannot be reached."""
+    from levelray.families.maze.level import level_for_id, parse_blocks
+
+    return shortest_path_length(level_for_id(seed, width, height, parse_blocks(str(walls)))) or 0
+
+
+def solved_by_path(generated: dict) -> dict[str, float | None]:
+    """Success rate on the solvable generated levels of both `GENERATED_SETS` together, per `PATH_BINS` range of
+    their shortest path (None for a range without a level). `generated`: an `evaluate-generated` json, whose
+    sets list each episode's level seed and return (a return above 0 is a solved episode)."""
+    from levelray.families.maze.level import maze_size
+
+    width, height = maze_size(generated["env"])
+    paths, solved = [], []
+    for name in GENERATED_SETS:
+        result, walls = generated["results"][name], int(name.split("-")[1])
+        paths += [generated_path(int(s), walls, width, height) for s in result["seeds"]]
+        solved += [r > 0 for r in result["returns"]]
+    paths_a, solved_a = np.array(paths), np.array(solved)
+    rates = {}
+    for low, high in PATH_BINS:
+        inside = (paths_a >= low) & (paths_a < high)
+        rates[path_bin_name(low, high)] = float(solved_a[inside].mean()) if inside.any() else None
+    return rates
+
+
 def trial_result(run: Path, arm: str, seed: int, names: list[tuple[int, int | None]]) -> dict:
     """One run's numbers so far: its evaluations at each budget reached (`names`: `budget_names`) and its training
     records."""
@@ -204,7 +241,8 @@ def trial_result(run: Path, arm: str, seed: int, names: list[tuple[int, int | No
             "env_steps": suite["env_steps"], "samples_trained": suite["samples_trained"],
             "suite_solved": suite["maze_suite"]["success_rate"],
             "mazes": {m: suite["results"][m]["success_rate"] for m in suite["maze_suite"]["mazes"]},
-            **{s: ev["generated"]["results"][s]["success_rate"] for s in GENERATED_SETS}}
+            **{s: ev["generated"]["results"][s]["success_rate"] for s in GENERATED_SETS},
+            "by_path": solved_by_path(ev["generated"])}
     return out
 
 
@@ -278,6 +316,12 @@ def summarise(results: list[dict], arms: list[str], budgets: list[int]) -> dict:
                                  for m in suite_names()} for x, y in pairs}
     generated = {a: {s: ci_summary([r[s] for r in evaluated_at(results, final, s) if r["arm"] == a])
                      for s in GENERATED_SETS} for a in arms}
+    bins = [path_bin_name(*b) for b in PATH_BINS]
+    at_final_paths = [{**r, **r["by_path"]} for r in evaluated_at(results, final, "by_path")]
+    by_path = {a: {b: ci_summary([r[b] for r in at_final_paths if r["arm"] == a and r[b] is not None])
+                   for b in bins} for a in arms}
+    paired_by_path = {f"{y}-{x}": {b: paired([r for r in at_final_paths if r[b] is not None], x, y, b) for b in bins}
+                      for x, y in pairs}
     shares = {a: ci_summary([r["trained_fraction"] for r in results if r["arm"] == a and final in r["budgets"]])
               for a in arms}  # finished runs only: a running one is still in its buffer's warm-up share
     dcd = {"suite_solved": {a: ci_summary(DCD_SUITE_BY_SEED[a]) for a in arms if a in DCD_SUITE_BY_SEED},
@@ -285,7 +329,7 @@ def summarise(results: list[dict], arms: list[str], budgets: list[int]) -> dict:
                           if {x, y} <= set(arms) & set(DCD_SUITE_BY_SEED)}}
     return {"suite_solved": curve, "paired_suite_solved": paired_suite, "dcd": dcd, "mazes": mazes,
             "maze_curves": maze_curves, "paired_mazes": paired_mazes, "generated": generated,
-            "trained_fraction": shares}
+            "generated_by_path": by_path, "paired_generated_by_path": paired_by_path, "trained_fraction": shares}
 
 
 def spells_text(spells: list[tuple[float, float]]) -> str:
@@ -329,6 +373,12 @@ def print_report(results: list[dict], summary: dict, arms: list[str], budgets: l
                 ["arm", *GENERATED_SETS, "trained share"],
                 title="generated mazes (DR's training distribution) at the last budget; trained share of env steps "
                       "(finished runs)")
+    print()
+    bins = [path_bin_name(*b) for b in PATH_BINS]
+    print_table([[name, *(fmt_ci(table[b]) for b in bins)] for name, table in
+                 [*summary["generated_by_path"].items(), *summary["paired_generated_by_path"].items()]],
+                ["arm / paired (same seed)", *(f"path {b}" for b in bins)],
+                title="generated mazes (both sets, solvable levels) solved by shortest path, at the last budget")
     print()
     print_table([[r["arm"], r["seed"], r["replay"]["levels"], round(r["replay"]["mean_walls"], 1),
                   round(r["replay"]["mean_path"], 2), round(r["replay"]["replayed_path"], 2),

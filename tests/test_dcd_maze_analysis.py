@@ -1,9 +1,12 @@
-"""The maze comparison's report finds the stretches in which a run's policy never moved (no return, entropy at
-ln 6 of MiniGrid's 7 actions), report by report."""
+"""The maze comparison's report: the stretches in which a run's policy never moved (no return, entropy at ln 6 of
+MiniGrid's 7 actions), report by report, and the generated mazes' solved rate by each level's shortest path."""
 
 import math
 
-from benchmarks.dcd_maze import spells_text, still_spells
+import numpy as np
+
+from benchmarks.dcd_maze import PATH_BINS, path_bin_name, solved_by_path, spells_text, still_spells
+from levelray.families.maze.level import level_for_id, parse_blocks
 
 
 def _record(trained: int, ret: float, entropy: float) -> dict:
@@ -20,3 +23,34 @@ def test_still_spells_are_the_runs_of_reports_with_no_return_at_entropy_ln_6():
     spells = still_spells(records)
     assert spells == [(2_000_000, 3_000_000), (7_000_000, 7_000_000)]
     assert spells_text(spells) == "2.0-3.0, 7.0" and spells_text([]) == "-"
+
+
+def _reference_path(level) -> int:
+    """Moves from agent to goal by relaxing a distance grid until it settles (0: unreachable)."""
+    free, dist = ~level.walls, np.full(level.walls.shape, np.inf)
+    dist[level.agent[1], level.agent[0]] = 0
+    while True:
+        padded = np.pad(dist, 1, constant_values=np.inf)
+        nearest = np.minimum.reduce([padded[:-2, 1:-1], padded[2:, 1:-1], padded[1:-1, :-2], padded[1:-1, 2:]])
+        grown = np.where(free, np.minimum(dist, nearest + 1), np.inf)
+        if np.array_equal(grown, dist):
+            goal = dist[level.goal[1], level.goal[0]]
+            return 0 if np.isinf(goal) else int(goal)
+        dist = grown
+
+
+def test_generated_mazes_solved_rate_is_split_by_each_levels_shortest_path():
+    rng = np.random.default_rng(7)
+    results, expected = {}, {path_bin_name(*b): [] for b in PATH_BINS}
+    for walls in (25, 50):
+        seeds = rng.integers(0, 2**31, size=60).tolist()
+        returns = rng.choice([0.0, 0.8], size=60).tolist()
+        results[f"maze-{walls}"] = {"seeds": seeds, "returns": returns}
+        for seed, ret in zip(seeds, returns, strict=True):
+            path = _reference_path(level_for_id(seed, 13, 13, parse_blocks(str(walls))))
+            for low, high in PATH_BINS:
+                if low <= path < high:
+                    expected[path_bin_name(low, high)].append(ret > 0)
+    rates = solved_by_path({"env": "maze:13x13", "results": results})
+    assert all(expected.values())  # every range holds levels, so each rate is tested
+    assert rates == {name: float(np.mean(solved)) for name, solved in expected.items()}
