@@ -22,11 +22,12 @@ figure), with the paired differences per maze at the last budget; at the last bu
 mazes (DR's own training distribution, reported apart), and both together by the shortest path of each level
 (`PATH_BINS`; every arm plays the same generated levels, so the rates pair by seed); the env steps played and the
 trained share; the buffer's complexity (mean walls, mean shortest path of the levels it holds) against trained
-steps; the stretches of each run in which its policy never moved (`still_spells`: a collapse an evaluation can land
-in). DCD's own runs stand beside, for the ordering (its per-seed results, mean ± 95% interval, and Welch's interval
-of the differences, its arms sharing no seeds): its budget is 20k updates of 32 x 256 steps (163.84M trained steps)
-on its 12 mazes. `--analyse` reads whatever the sweep directory holds (a trial's evaluations so far, its metrics so
-far), so the first runs' curves, trained share and buffer can be looked at before all seeds are spent.
+steps; the learner's entropy before each budget; the stretches of each run in which its policy never moved
+(`still_spells`: a collapse an evaluation can land in). DCD's own runs stand beside, for the ordering (its per-seed
+results, mean ± 95% interval, and Welch's interval of the differences, its arms sharing no seeds): its budget is 20k
+updates of 32 x 256 steps (163.84M trained steps) on its 12 mazes. `--analyse` reads whatever the sweep directory
+holds (a trial's evaluations so far, its metrics so far), so the first runs' curves, trained share and buffer can be
+looked at before all seeds are spent.
 
 `--mirror` also plays each finished run's last checkpoint on the suite flipped left to right: a mirrored maze is
 as hard as its original, yet a policy that prefers one hand at corners solves one and not the other (seed 0's
@@ -83,6 +84,7 @@ PATH_BINS = ((1, 10), (10, 20), (20, 1000))
 REFERENCE_LEVELS = 2000  # fresh levels whose complexity the buffers' is set beside
 MIRROR, MIRROR_SUFFIX = "mirror", "_mirror"  # evaluate-mirror.json; comb -> comb_mirror.txt
 SUITE_EPISODES = 100  # sampled episodes a suite maze, as the spec's suite evaluation
+ENTROPY_WINDOW = 2_000_000  # trained steps before a budget whose reports' learner entropy is averaged
 STILL_RETURN, STILL_ENTROPY_TOL = 0.05, 0.03  # a report of a policy that never moves (`still_spells`)
 
 
@@ -231,6 +233,7 @@ def trial_result(run: Path, arm: str, seed: int, names: list[tuple[int, int | No
            "levels_edited": last.get("levels_edited"), "training_return_last100": last.get("episode_return_mean"),
            "complexity": complexity_curve(records, "samples_trained"),
            "learnability": learnability_curve(records),
+           "entropy": entropy_at(records, [b for b, _ in names]),
            "still_spells": still_spells(records),
            "replay": replay_profile(run, loaded["config"].get("env", {})) if loaded["config"] else None,
            "budgets": {}}
@@ -270,6 +273,19 @@ def still_spells(records: list[dict], num_actions: int = 7) -> list[tuple[float,
             spells.append((record["samples_trained"], record["samples_trained"]))
         previous_still = still
     return spells
+
+
+def entropy_at(records: list[dict], budgets: list[int]) -> dict[int, float]:
+    """Budget -> the mean learner entropy (nats, of the batches trained on) over the reports in the
+    `ENTROPY_WINDOW` trained steps up to it, for the budgets with such a report: what the curricula's
+    standardised advantages do to the policy on the levels they replay, beside DR's."""
+    out = {}
+    for budget in budgets:
+        window = [r["learner_entropy"] for r in records if r.get("learner_entropy") is not None
+                  and budget - ENTROPY_WINDOW < r["samples_trained"] <= budget]
+        if window:
+            out[budget] = float(np.mean(window))
+    return out
 
 
 def learnability_curve(records: list[dict]) -> list[dict]:
@@ -322,6 +338,8 @@ def summarise(results: list[dict], arms: list[str], budgets: list[int]) -> dict:
                    for b in bins} for a in arms}
     paired_by_path = {f"{y}-{x}": {b: paired([r for r in at_final_paths if r[b] is not None], x, y, b) for b in bins}
                       for x, y in pairs}
+    entropy = {a: {b: ci_summary([r["entropy"][b] for r in results if r["arm"] == a and b in r["entropy"]])
+                   for b in budgets} for a in arms}
     shares = {a: ci_summary([r["trained_fraction"] for r in results if r["arm"] == a and final in r["budgets"]])
               for a in arms}  # finished runs only: a running one is still in its buffer's warm-up share
     dcd = {"suite_solved": {a: ci_summary(DCD_SUITE_BY_SEED[a]) for a in arms if a in DCD_SUITE_BY_SEED},
@@ -329,7 +347,8 @@ def summarise(results: list[dict], arms: list[str], budgets: list[int]) -> dict:
                           if {x, y} <= set(arms) & set(DCD_SUITE_BY_SEED)}}
     return {"suite_solved": curve, "paired_suite_solved": paired_suite, "dcd": dcd, "mazes": mazes,
             "maze_curves": maze_curves, "paired_mazes": paired_mazes, "generated": generated,
-            "generated_by_path": by_path, "paired_generated_by_path": paired_by_path, "trained_fraction": shares}
+            "generated_by_path": by_path, "paired_generated_by_path": paired_by_path, "trained_fraction": shares,
+            "entropy": entropy}
 
 
 def spells_text(spells: list[tuple[float, float]]) -> str:
@@ -373,6 +392,11 @@ def print_report(results: list[dict], summary: dict, arms: list[str], budgets: l
                 ["arm", *GENERATED_SETS, "trained share"],
                 title="generated mazes (DR's training distribution) at the last budget; trained share of env steps "
                       "(finished runs)")
+    print()
+    print_table([[a, *(fmt_ci(summary["entropy"][a][b], ".2f") for b in budgets)] for a in arms],
+                ["arm", *(f"{b / 1e6:g}M" for b in budgets)],
+                title=f"learner entropy (nats, of the batches trained on; ln 7 = 1.95 is uniform), mean over the "
+                      f"reports in the {ENTROPY_WINDOW / 1e6:g}M trained steps up to each budget")
     print()
     bins = [path_bin_name(*b) for b in PATH_BINS]
     print_table([[name, *(fmt_ci(table[b]) for b in bins)] for name, table in

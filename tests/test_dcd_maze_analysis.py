@@ -1,11 +1,20 @@
 """The maze comparison's report: the stretches in which a run's policy never moved (no return, entropy at ln 6 of
-MiniGrid's 7 actions), report by report, and the generated mazes' solved rate by each level's shortest path."""
+MiniGrid's 7 actions), report by report; the generated mazes' solved rate by each level's shortest path; the
+learner's entropy before each budget."""
 
 import math
 
 import numpy as np
 
-from benchmarks.dcd_maze import PATH_BINS, path_bin_name, solved_by_path, spells_text, still_spells
+from benchmarks.dcd_maze import (
+    ENTROPY_WINDOW,
+    PATH_BINS,
+    entropy_at,
+    path_bin_name,
+    solved_by_path,
+    spells_text,
+    still_spells,
+)
 from levelray.families.maze.level import level_for_id, parse_blocks
 
 
@@ -54,3 +63,17 @@ def test_generated_mazes_solved_rate_is_split_by_each_levels_shortest_path():
     rates = solved_by_path({"env": "maze:13x13", "results": results})
     assert all(expected.values())  # every range holds levels, so each rate is tested
     assert rates == {name: float(np.mean(solved)) for name, solved in expected.items()}
+
+
+def test_entropy_at_a_budget_is_the_mean_over_the_reports_in_the_window_up_to_it():
+    rng = np.random.default_rng(3)
+    trained = np.sort(rng.integers(1, 9_000_000, size=40))
+    entropy = rng.uniform(0.0, 1.9, size=40)
+    records = [{"samples_trained": int(t), "learner_entropy": float(e)} for t, e in zip(trained, entropy, strict=True)]
+    records.insert(5, {"samples_trained": 3_900_000})  # a report without the learner's numbers yet
+    budgets = [4_000_000, 8_000_000, 20_000_000]
+    got = entropy_at(records, budgets)
+    for budget in budgets[:2]:
+        inside = (trained > budget - ENTROPY_WINDOW) & (trained <= budget)
+        assert math.isclose(got[budget], float(entropy[inside].mean()))
+    assert 20_000_000 not in got  # no report within its window
