@@ -17,8 +17,9 @@ env steps to get there.
 
 Per arm, at each budget: the suite's solved rate (the mean over mazes of each maze's success rate) as mean and 95%
 Student-t interval over seeds (the learning curve against trained steps), with the paired differences ACCEL - DR,
-Robust PLR - DR and ACCEL - Robust PLR (same seed); each maze's rate against trained steps (a table per arm and a
-figure), with the paired differences per maze at the last budget; at the last budget the generated 25- and 50-wall
+Robust PLR - DR and ACCEL - Robust PLR (same seed), and, a secondary measure, the mean of each run's last three
+checkpoints (`late_suite`) with its paired differences; each maze's rate against trained steps (a table per arm and
+a figure), with the paired differences per maze at the last budget; at the last budget the generated 25- and 50-wall
 mazes (DR's own training distribution, reported apart), and both together by the shortest path of each level
 (`PATH_BINS`; every arm plays the same generated levels, so the rates pair by seed); the env steps played and the
 trained share; the buffer's complexity (mean walls, mean shortest path of the levels it holds) against trained
@@ -84,6 +85,7 @@ PATH_BINS = ((1, 10), (10, 20), (20, 1000))
 REFERENCE_LEVELS = 2000  # fresh levels whose complexity the buffers' is set beside
 MIRROR, MIRROR_SUFFIX = "mirror", "_mirror"  # evaluate-mirror.json; comb -> comb_mirror.txt
 SUITE_EPISODES = 100  # sampled episodes a suite maze, as the spec's suite evaluation
+LATE_BUDGETS = 3  # the last checkpoints a run's suite score is averaged over (a secondary measure: `late_suite`)
 ENTROPY_WINDOW = 2_000_000  # trained steps before a budget whose reports' learner entropy is averaged
 STILL_RETURN, STILL_ENTROPY_TOL = 0.05, 0.03  # a report of a policy that never moves (`still_spells`)
 
@@ -313,6 +315,17 @@ def evaluated_at(results: list[dict], budget: int, key: str) -> list[dict]:
             if budget in r["budgets"]]
 
 
+def late_suite(results: list[dict], budgets: list[int]) -> list[dict]:
+    """`{arm, seed, late_suite}` of the runs evaluated at each of the last `LATE_BUDGETS` budgets: the mean of their
+    suite scores. One checkpoint's score swings by up to 0.3 from the next (a policy's habits at corners change
+    between checkpoints, and a near-deterministic policy solves a maze always or never), so the mean of three says
+    more about the arm than the last one alone; the last budget stays the primary measure."""
+    late = budgets[-LATE_BUDGETS:]
+    return [{"arm": r["arm"], "seed": r["seed"],
+             "late_suite": float(np.mean([r["budgets"][b]["suite_solved"] for b in late]))}
+            for r in results if all(b in r["budgets"] for b in late)]
+
+
 def summarise(results: list[dict], arms: list[str], budgets: list[int]) -> dict:
     """Per arm and budget the seed means, and the paired differences of `PAIRS`. The differences are computed here
     (`paired` without the sweep) rather than read from results.json: that holds finished trials only, each arm
@@ -322,6 +335,9 @@ def summarise(results: list[dict], arms: list[str], budgets: list[int]) -> dict:
     pairs = [(x, y) for x, y in PAIRS if x in arms and y in arms]
     paired_suite = {b: {f"{y}-{x}": paired(evaluated_at(results, b, "suite_solved"), x, y, "suite_solved")
                         for x, y in pairs} for b in budgets}
+    late = late_suite(results, budgets)
+    late_summary = {"arms": {a: ci_summary([r["late_suite"] for r in late if r["arm"] == a]) for a in arms},
+                    "paired": {f"{y}-{x}": paired(late, x, y, "late_suite") for x, y in pairs}}
     final = budgets[-1]
     maze_curves = {a: {m: {b: ci_summary([r["budgets"][b]["mazes"][m] for r in results
                                           if r["arm"] == a and b in r["budgets"]]) for b in budgets}
@@ -345,7 +361,8 @@ def summarise(results: list[dict], arms: list[str], budgets: list[int]) -> dict:
     dcd = {"suite_solved": {a: ci_summary(DCD_SUITE_BY_SEED[a]) for a in arms if a in DCD_SUITE_BY_SEED},
            "difference": {f"{y}-{x}": welch_ci(DCD_SUITE_BY_SEED[y], DCD_SUITE_BY_SEED[x]) for x, y in PAIRS
                           if {x, y} <= set(arms) & set(DCD_SUITE_BY_SEED)}}
-    return {"suite_solved": curve, "paired_suite_solved": paired_suite, "dcd": dcd, "mazes": mazes,
+    return {"suite_solved": curve, "paired_suite_solved": paired_suite, "late_suite": late_summary, "dcd": dcd,
+            "mazes": mazes,
             "maze_curves": maze_curves, "paired_mazes": paired_mazes, "generated": generated,
             "generated_by_path": by_path, "paired_generated_by_path": paired_by_path, "trained_fraction": shares,
             "entropy": entropy}
@@ -374,6 +391,12 @@ def print_report(results: list[dict], summary: dict, arms: list[str], budgets: l
                   fmt_ci(dcd["difference"].get(p))] for p in pairs],
                 ["paired (same seed)", *(f"{b / 1e6:g}M" for b in budgets), "DCD at 163.84M (unpaired, Welch)"],
                 title="paired difference of the suite solved rate")
+    print()
+    late = summary["late_suite"]
+    late_names = "/".join(f"{b / 1e6:g}" for b in budgets[-LATE_BUDGETS:])
+    print_table([*([a, fmt_ci(late["arms"][a])] for a in arms), *([p, fmt_ci(d)] for p, d in late["paired"].items())],
+                ["arm / paired (same seed)", f"mean of {late_names}M"],
+                title="the suite solved rate averaged over each run's last checkpoints (secondary)")
     print()
     pairs = list(summary["paired_mazes"])
     shape = {m: (suite_level(m).num_walls, shortest_path_length(suite_level(m))) for m in suite_names()}

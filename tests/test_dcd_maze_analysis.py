@@ -1,6 +1,6 @@
 """The maze comparison's report: the stretches in which a run's policy never moved (no return, entropy at ln 6 of
 MiniGrid's 7 actions), report by report; the generated mazes' solved rate by each level's shortest path; the
-learner's entropy before each budget."""
+learner's entropy before each budget; the mean of each run's last three suite scores."""
 
 import math
 
@@ -10,6 +10,7 @@ from benchmarks.dcd_maze import (
     ENTROPY_WINDOW,
     PATH_BINS,
     entropy_at,
+    late_suite,
     path_bin_name,
     solved_by_path,
     spells_text,
@@ -77,3 +78,11 @@ def test_entropy_at_a_budget_is_the_mean_over_the_reports_in_the_window_up_to_it
         inside = (trained > budget - ENTROPY_WINDOW) & (trained <= budget)
         assert math.isclose(got[budget], float(entropy[inside].mean()))
     assert 20_000_000 not in got  # no report within its window
+
+
+def test_late_suite_is_the_mean_of_a_runs_last_three_suite_scores_and_skips_a_run_that_has_not_reached_them():
+    budgets = [4, 8, 12, 16, 20]
+    finished = {b: {"suite_solved": v} for b, v in zip(budgets, [0.9, 0.9, 0.1, 0.4, 0.25], strict=True)}
+    running = {b: {"suite_solved": 0.5} for b in budgets[:4]}
+    results = [{"arm": "dr", "seed": 0, "budgets": finished}, {"arm": "sfl", "seed": 0, "budgets": running}]
+    assert late_suite(results, budgets) == [{"arm": "dr", "seed": 0, "late_suite": 0.25}]
