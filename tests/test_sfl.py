@@ -291,6 +291,11 @@ def test_a_short_sfl_run_on_both_backends(backend, tmp_path, request, one_thread
     assert last["samples_trained"] > 0  # the training mix was trained on, the candidates' plays not
     assert any(r["levels_trained_fraction"] is not None for r in records), records
     assert {"levels_mean_learnability", "levels_mean_success_rate"} <= set(published(last))  # to `levelray status`
+    if backend == "inline":  # the report names the run's levels by their source, not the unused PLR strategy
+        from levelray.deploy.report.command import make_report
+
+        gallery = make_report([run], tmp_path / "report")["level_gallery"]
+        assert [g["label"] for g in gallery["galleries"]] == ["sfl (sfl, level buffer)"]
 
 
 def test_refused_naming_the_flag_where_the_run_cannot_run_sfl(tmp_path, capsys):

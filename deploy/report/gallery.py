@@ -135,8 +135,11 @@ def draw_gallery(out: Path, title: str, most: list[dict], least: list[dict], fra
 
 
 def _scored(run: dict) -> bool:
-    """A PLR run: a scored strategy over a fixed set, or a level buffer (`runs.load_run`)."""
-    return bool(run.get("buffer")) or (run["strategy"] in STRATEGIES and run["strategy"] not in UNSCORED_STRATEGIES)
+    """A run with level priorities: a scored strategy over a fixed set, a level buffer (`runs.load_run`), or a
+    level source other than PLR (SFL's learnability)."""
+    if bool(run.get("buffer")) or (run["config"].get("levels") or {}).get("source", "plr") != "plr":
+        return True
+    return run["strategy"] in STRATEGIES and run["strategy"] not in UNSCORED_STRATEGIES
 
 
 class _Frames:
@@ -172,6 +175,8 @@ def _run_gallery(run: dict, index: int, out_dir: Path, frames: _Frames) -> dict[
         env_cfg = from_dict(run["config"].get("env") or {}, EnvConfig, "env.")
     except ConfigError as exc:
         return {"label": label, "skipped": f"config.yaml: {exc}"}
+    source = (run["config"].get("levels") or {}).get("source", "plr")
+    sampler = "PLR" if source == "plr" else source.upper() if source.isalpha() else source
     drawn = []
     for point in points:
         view = point["view"]
@@ -188,7 +193,7 @@ def _run_gallery(run: dict, index: int, out_dir: Path, frames: _Frames) -> dict[
         scored = int(view.scored.sum())
         held = (f"{scored} levels buffered, capacity {view.capacity}" if view.buffered
                 else f"{scored} of {view.capacity} levels seen")
-        title = f"{label}: levels under PLR at {when} ({held}; from {point['source']})"
+        title = f"{label}: levels under {sampler} at {when} ({held}; from {point['source']})"
         draw_gallery(out_dir / name, title, most, least, images)
         drawn.append({"env_steps": steps, "source": point["source"], "path": str(out_dir / name),
                       "num_seen": scored, "num_levels": int(view.capacity), "buffered": bool(view.buffered),

@@ -41,7 +41,8 @@ def load_run(path: str | Path) -> dict[str, Any]:
     """{name, path, config (dict), strategy, buffer, levels, records} of one run directory. `strategy` is how the
     report names the run's level sampling: the configured strategy over a fixed set, "<strategy>, level buffer"
     over an unbounded space (so a `--group-by levels.strategy` comparison keeps the two apart), "unbounded
-    levels" for domain randomisation (no level service). `levels`: whether the run's levels are worth naming
+    levels" for domain randomisation (no level service); a level source other than PLR in place of the strategy
+    ("sfl, level buffer"). `levels`: whether the run's levels are worth naming
     (`has_levels`); its label leaves the strategy out where they are not."""
     import yaml
 
@@ -52,10 +53,13 @@ def load_run(path: str | Path) -> dict[str, Any]:
     config: dict = {}
     if (p / "config.yaml").exists():
         config = yaml.safe_load((p / "config.yaml").read_text()) or {}
-    strategy = (config.get("levels") or {}).get("strategy", "?")
+    levels = config.get("levels") or {}
+    source = levels.get("source", "plr")
+    # a level source of its own (SFL's) chooses the levels whatever `levels.strategy` says, so it names them
+    strategy = levels.get("strategy", "?") if source == "plr" else source
     buffer = False
     if ((config.get("env") or {}).get("num_levels", 1) or 0) <= 0:
-        buffer = strategy not in UNSCORED_STRATEGIES
+        buffer = source != "plr" or strategy not in UNSCORED_STRATEGIES
         strategy = f"{strategy}, level buffer" if buffer else "unbounded levels"
     return {"name": p.name, "path": p, "config": config, "strategy": strategy, "buffer": buffer,
             "levels": has_levels(config), "records": records}
