@@ -191,6 +191,7 @@ def reference_complexity(env: dict, n: int = REFERENCE_LEVELS) -> dict[str, dict
 
 
 def path_bin_name(low: int, high: int) -> str:
+    """A `PATH_BINS` range as the report names it: "10-19", and "20+" for the open-ended last one."""
     return f"{low}-{high - 1}" if high < 1000 else f"{low}+"
 
 
@@ -362,8 +363,7 @@ def summarise(results: list[dict], arms: list[str], budgets: list[int]) -> dict:
            "difference": {f"{y}-{x}": welch_ci(DCD_SUITE_BY_SEED[y], DCD_SUITE_BY_SEED[x]) for x, y in PAIRS
                           if {x, y} <= set(arms) & set(DCD_SUITE_BY_SEED)}}
     return {"suite_solved": curve, "paired_suite_solved": paired_suite, "late_suite": late_summary, "dcd": dcd,
-            "mazes": mazes,
-            "maze_curves": maze_curves, "paired_mazes": paired_mazes, "generated": generated,
+            "mazes": mazes, "maze_curves": maze_curves, "paired_mazes": paired_mazes, "generated": generated,
             "generated_by_path": by_path, "paired_generated_by_path": paired_by_path, "trained_fraction": shares,
             "entropy": entropy}
 

@@ -137,7 +137,7 @@ def draw_gallery(out: Path, title: str, most: list[dict], least: list[dict], fra
 def _scored(run: dict) -> bool:
     """A run with level priorities: a scored strategy over a fixed set, a level buffer (`runs.load_run`), or a
     level source other than PLR (SFL's learnability)."""
-    if bool(run.get("buffer")) or (run["config"].get("levels") or {}).get("source", "plr") != "plr":
+    if run.get("buffer") or (run["config"].get("levels") or {}).get("source", "plr") != "plr":
         return True
     return run["strategy"] in STRATEGIES and run["strategy"] not in UNSCORED_STRATEGIES
 

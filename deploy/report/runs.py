@@ -42,8 +42,8 @@ def load_run(path: str | Path) -> dict[str, Any]:
     report names the run's level sampling: the configured strategy over a fixed set, "<strategy>, level buffer"
     over an unbounded space (so a `--group-by levels.strategy` comparison keeps the two apart), "unbounded
     levels" for domain randomisation (no level service); a level source other than PLR in place of the strategy
-    ("sfl, level buffer"). `levels`: whether the run's levels are worth naming
-    (`has_levels`); its label leaves the strategy out where they are not."""
+    ("sfl, level buffer"). `levels`: whether the run's levels are worth naming (`has_levels`); its label leaves the
+    strategy out where they are not."""
     import yaml
 
     p = Path(path)
