@@ -137,7 +137,7 @@ def draw_gallery(out: Path, title: str, most: list[dict], least: list[dict], fra
 def _scored(run: dict) -> bool:
     """A run with level priorities: a scored strategy over a fixed set, a level buffer (`runs.load_run`), or a
     level source other than PLR (SFL's learnability)."""
-    if run.get("buffer") or (run["config"].get("levels") or {}).get("source", "plr") != "plr":
+    if run.get("buffer") or run.get("source", "plr") != "plr":
         return True
     return run["strategy"] in STRATEGIES and run["strategy"] not in UNSCORED_STRATEGIES
 
@@ -175,7 +175,7 @@ def _run_gallery(run: dict, index: int, out_dir: Path, frames: _Frames) -> dict[
         env_cfg = from_dict(run["config"].get("env") or {}, EnvConfig, "env.")
     except ConfigError as exc:
         return {"label": label, "skipped": f"config.yaml: {exc}"}
-    source = (run["config"].get("levels") or {}).get("source", "plr")
+    source = run.get("source", "plr")
     sampler = "PLR" if source == "plr" else source.upper() if source.isalpha() else source
     drawn = []
     for point in points:

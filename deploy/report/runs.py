@@ -38,12 +38,12 @@ def has_levels(config: dict) -> bool:
 
 
 def load_run(path: str | Path) -> dict[str, Any]:
-    """{name, path, config (dict), strategy, buffer, levels, records} of one run directory. `strategy` is how the
-    report names the run's level sampling: the configured strategy over a fixed set, "<strategy>, level buffer"
-    over an unbounded space (so a `--group-by levels.strategy` comparison keeps the two apart), "unbounded
-    levels" for domain randomisation (no level service); a level source other than PLR in place of the strategy
-    ("sfl, level buffer"). `levels`: whether the run's levels are worth naming (`has_levels`); its label leaves the
-    strategy out where they are not."""
+    """{name, path, config (dict), source (`levels.source`), strategy, buffer, levels, records} of one run directory.
+    `strategy` is how the report names the run's level sampling: the configured strategy over a fixed set,
+    "<strategy>, level buffer" over an unbounded space (so a `--group-by levels.strategy` comparison keeps the
+    two apart), "unbounded levels" for domain randomisation (no level service); a level source other than PLR in
+    place of the strategy ("sfl, level buffer"). `levels`: whether the run's levels are worth naming
+    (`has_levels`); its label leaves the strategy out where they are not."""
     import yaml
 
     p = Path(path)
@@ -61,7 +61,7 @@ def load_run(path: str | Path) -> dict[str, Any]:
     if ((config.get("env") or {}).get("num_levels", 1) or 0) <= 0:
         buffer = source != "plr" or strategy not in UNSCORED_STRATEGIES
         strategy = f"{strategy}, level buffer" if buffer else "unbounded levels"
-    return {"name": p.name, "path": p, "config": config, "strategy": strategy, "buffer": buffer,
+    return {"name": p.name, "path": p, "config": config, "source": source, "strategy": strategy, "buffer": buffer,
             "levels": has_levels(config), "records": records}
 
 
