@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import os
 import socket
+import subprocess
+import sys
 import time
 from collections.abc import Callable
 
@@ -17,6 +20,24 @@ def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
+
+
+def sweep_process(*args: str) -> subprocess.Popen:
+    """`levelray sweep ARGS` in a process group of its own (to be killed whole), on the test session's Ray."""
+    import ray
+
+    address = ray.get_runtime_context().gcs_address
+    return subprocess.Popen([sys.executable, "-m", "levelray.deploy.cli", "sweep", *args, "--address", address],
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True)
+
+
+def gone(pid: int) -> bool:
+    """Whether no process has `pid`."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return True
+    return False
 
 
 def wait_for(predicate: Callable, timeout: float, what: str = "condition", interval: float = 0.25,

@@ -15,14 +15,12 @@ import math
 import os
 import re
 import signal
-import subprocess
-import sys
 import threading
 from pathlib import Path
 
 import pytest
 import yaml
-from support import wait_for
+from support import gone, sweep_process, wait_for
 
 from levelray.contracts.config import ConfigError
 from levelray.deploy.cli import main
@@ -191,22 +189,6 @@ def test_budgets_and_named_evaluations_give_each_budgets_numbers_from_the_run_di
     assert (run / "metrics.jsonl").read_bytes() == records
 
 
-def _sweep_process(*args: str) -> subprocess.Popen:
-    import ray
-
-    address = ray.get_runtime_context().gcs_address
-    return subprocess.Popen([sys.executable, "-m", "levelray.deploy.cli", "sweep", *args, "--address", address],
-                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True)
-
-
-def _gone(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return True
-    return False
-
-
 @pytest.mark.timeout(420)
 def test_a_killed_sweep_resumes_without_rerunning_finished_trials_and_a_bad_override_fails_alone(ray_session,
                                                                                                tmp_path):
@@ -217,7 +199,7 @@ def test_a_killed_sweep_resumes_without_rerunning_finished_trials_and_a_bad_over
     spec = write_spec(tmp_path / "resume.yaml", spec_dict(arms=arms, baseline="short", seeds=[0]))
     sweep = tmp_path / "sweep"
     short, long = sweep / "trials" / "short-seed0", sweep / "trials" / "long-seed0"
-    proc = _sweep_process(str(spec), "--dir", str(sweep), "--max-concurrent", "1")
+    proc = sweep_process(str(spec), "--dir", str(sweep), "--max-concurrent", "1")
     try:
         wait_for(lambda: TrialLog(short).outcome() and (long / "checkpoints").is_dir()
                  and any((long / "checkpoints").glob("ckpt-*")), 180, "short done, long checkpointed",
@@ -227,11 +209,11 @@ def test_a_killed_sweep_resumes_without_rerunning_finished_trials_and_a_bad_over
         proc.wait(timeout=30)
     assert TrialLog(long).outcome() is None, "the long trial finished before it could be killed"
     (start,) = [e for e in TrialLog(long).events() if e["event"] == "start"]
-    wait_for(lambda: _gone(start["pid"]), 60, "the killed sweep's trial process ended with it")
+    wait_for(lambda: gone(start["pid"]), 60, "the killed sweep's trial process ended with it")
     short_metrics = (short / "metrics.jsonl").read_bytes()
     run_id = json.loads((long / "run.json").read_text())["run_id"]
 
-    resumed = _sweep_process("--resume", str(sweep))
+    resumed = sweep_process("--resume", str(sweep))
     output, _ = resumed.communicate(timeout=300)
     assert resumed.returncode == 1, output  # `broken` failed
     results = json.loads((sweep / "results.json").read_text())

@@ -1,0 +1,89 @@
+"""benchmarks/sweep_archive.py: a sweep stopped midway, saved into an archive folder and restored on another path,
+is continued by a fresh `levelray sweep --dir`: the finished trial is not run again and keeps its numbers, the
+unfinished one continues the same run from its saved checkpoint. The archive keeps no weights of a finished trial,
+all of an unfinished one's newest checkpoint; a `--require`d file missing from a finished trial, or a restore over an
+existing sweep, is refused before anything is written."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+from pathlib import Path
+
+import pytest
+from support import gone, sweep_process, wait_for
+from test_sweep import spec_dict, write_spec
+
+from benchmarks.sweep_archive import ArchiveError, main, restore, save
+from levelray.deploy.cli import main as levelray
+from levelray.deploy.sweep.trial import TrialLog
+
+
+def _stopped_sweep(tmp_path: Path) -> tuple[Path, Path]:
+    """(spec, sweep dir) of a sweep killed once `short-seed0` has finished and `long-seed0` has checkpointed."""
+    arms = {"short": {}, "long": {"total_steps": 60_000, "checkpoint_interval_updates": 5}}
+    spec = write_spec(tmp_path / "archive.yaml", spec_dict(arms=arms, baseline="short", seeds=[0]))
+    sweep = tmp_path / "sweep"
+    short, long = sweep / "trials" / "short-seed0", sweep / "trials" / "long-seed0"
+    proc = sweep_process(str(spec), "--dir", str(sweep), "--max-concurrent", "1")
+    try:
+        wait_for(lambda: TrialLog(short).outcome() and any((long / "checkpoints").glob("ckpt-*")), 180,
+                 "short done, long checkpointed", detail=lambda: proc.stdout.read() if proc.poll() is not None else "")
+    finally:
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait(timeout=30)
+    (start,) = [e for e in TrialLog(long).events() if e["event"] == "start"]
+    wait_for(lambda: gone(start["pid"]), 60, "the killed sweep's trial process ended with it")
+    assert TrialLog(long).outcome() is None, "the long trial finished before it could be killed"
+    return spec, sweep
+
+
+def _files(folder: Path) -> set[str]:
+    return {str(p.relative_to(folder)) for p in folder.rglob("*") if p.is_file()}
+
+
+@pytest.mark.timeout(420)
+def test_a_saved_and_restored_sweep_continues_where_it_stopped_without_rerunning_finished_trials(ray_session,
+                                                                                                 tmp_path, capsys):
+    spec, sweep = _stopped_sweep(tmp_path)
+    archive, again = tmp_path / "archive", tmp_path / "again"
+
+    # refused before anything is written: a finished trial without the required analysis file
+    with pytest.raises(ArchiveError, match="short-seed0/evaluate-mirror.json"):
+        save(sweep, archive, ["evaluate-mirror.json"])
+    assert not archive.exists()
+
+    assert main(["save", str(sweep), str(archive), "--require", "evaluate.json"]) == 0
+    out = capsys.readouterr().out
+    newest = sorted((sweep / "trials" / "long-seed0" / "checkpoints").glob("ckpt-*"))[-1].name
+    assert "short-seed0: finished" in out and f"long-seed0: continues from {newest}" in out
+    saved_short, saved_long = archive / "trials" / "short-seed0", archive / "trials" / "long-seed0"
+    short_ckpts = sorted(p.name for p in (sweep / "trials" / "short-seed0" / "checkpoints").iterdir())
+    assert _files(saved_short) == ({"config.yaml", "run.json", "metrics.jsonl", "trial.jsonl", "evaluate.json"}
+                                   | {f"checkpoints/{c}/meta.json" for c in short_ckpts})  # no learner.pt
+    assert _files(saved_long) >= {f"checkpoints/{newest}/learner.pt", f"checkpoints/{newest}/meta.json"}
+    assert {p.name for p in (saved_long / "checkpoints").iterdir()} == {newest}
+    short_metrics = (saved_short / "metrics.jsonl").read_bytes()
+    run_id = json.loads((saved_long / "run.json").read_text())["run_id"]
+
+    assert restore(archive, again) == ["long-seed0", "short-seed0"]
+    with pytest.raises(ArchiveError, match="holds a sweep already"):
+        restore(archive, again)
+    assert levelray(["sweep", str(spec), "--dir", str(again), "--max-concurrent", "1"]) == 0
+    results = json.loads((again / "results.json").read_text())
+    status = {t["name"]: t for t in results["trials"]}
+    assert status["short-seed0"]["status"] == "done" and status["short-seed0"]["starts"] == 1  # not run again
+    assert (again / "trials" / "short-seed0" / "metrics.jsonl").read_bytes() == short_metrics
+    long = again / "trials" / "long-seed0"
+    starts = [e for e in TrialLog(long).events() if e["event"] == "start"]
+    assert [s["resumed_from"] for s in starts] == [None, newest]  # the saved checkpoint, continued
+    assert json.loads((long / "run.json").read_text())["run_id"] == run_id
+    last = json.loads((long / "metrics.jsonl").read_text().splitlines()[-1])
+    assert status["long-seed0"]["status"] == "done" and last["env_steps"] >= 60_000
+
+
+def test_a_folder_without_trials_is_refused_naming_it(tmp_path, capsys):
+    assert main(["save", str(tmp_path), str(tmp_path / "archive")]) == 2
+    assert f"{tmp_path} is not a sweep directory" in capsys.readouterr().err
+    assert not (tmp_path / "archive").exists()
