@@ -7,7 +7,8 @@ sweep SPEC --dir DIR` continues.
     levelray sweep SPEC.yaml --dir SWEEP_DIR --max-concurrent 2
 
 A session's machine, and every file outside the repository with it, is gone when the session ends, while a
-comparison of many seeds takes several sessions. What is kept of each trial (`trials/<arm>-seed<seed>/`):
+comparison of many seeds takes several sessions. The archive holds the sweep's checked spec (`sweep.yaml`, for the
+analyses, which read an archive as they read a sweep directory) and, of each trial (`trials/<arm>-seed<seed>/`):
 
 - every file at the top of its run directory: config.yaml, run.json, metrics.jsonl, trial.jsonl and each
   evaluation's JSON, which are the numbers every analysis reads;
@@ -35,6 +36,7 @@ from levelray.deploy.rundir import RunDir
 from levelray.deploy.sweep.trial import TrialLog
 
 TRIALS = "trials"
+SPEC = "sweep.yaml"  # the checked spec a sweep keeps; saved, never restored (a fresh sweep writes its own)
 WEIGHTLESS = ("meta.json", "levels.msgpack")  # what a finished trial's checkpoints keep
 
 
@@ -76,6 +78,9 @@ def save(sweep_dir: Path, archive: Path, require: list[str]) -> list[dict[str, o
     if missing:
         raise ArchiveError(f"--require: finished trials lack {', '.join(missing)}; make them (the analysis that "
                            f"needs the weights) before saving, as the archive keeps no weights of a finished trial")
+    archive.mkdir(parents=True, exist_ok=True)
+    if (sweep_dir / SPEC).is_file():  # the record the analyses read (`dcd_maze --analyse --out-dir ARCHIVE`)
+        shutil.copy2(sweep_dir / SPEC, archive / SPEC)
     summary = []
     for trial in trials:
         final = archive / TRIALS / trial.name
@@ -92,7 +97,7 @@ def restore(archive: Path, sweep_dir: Path) -> list[str]:
     """Lay out `archive`'s trials as `sweep_dir/trials/` for a fresh `levelray sweep --dir sweep_dir`. Raises
     ArchiveError when `sweep_dir` already holds trials (nothing of it is overwritten)."""
     trials = trial_dirs(archive)
-    if (sweep_dir / TRIALS).exists() or (sweep_dir / "sweep.yaml").exists():
+    if (sweep_dir / TRIALS).exists() or (sweep_dir / SPEC).exists():
         raise ArchiveError(f"{sweep_dir} holds a sweep already; restore into a new directory")
     for trial in trials:
         shutil.copytree(trial, sweep_dir / TRIALS / trial.name)

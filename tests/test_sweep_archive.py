@@ -67,7 +67,9 @@ def test_a_saved_and_restored_sweep_continues_where_it_stopped_without_rerunning
     short_metrics = (saved_short / "metrics.jsonl").read_bytes()
     run_id = json.loads((saved_long / "run.json").read_text())["run_id"]
 
+    assert (archive / "sweep.yaml").read_bytes() == (sweep / "sweep.yaml").read_bytes()
     assert restore(archive, again) == ["long-seed0", "short-seed0"]
+    assert not (again / "sweep.yaml").exists()  # the fresh sweep writes its own
     with pytest.raises(ArchiveError, match="holds a sweep already"):
         restore(archive, again)
     assert levelray(["sweep", str(spec), "--dir", str(again), "--max-concurrent", "1"]) == 0
