@@ -45,6 +45,7 @@ import json
 import math
 import os
 import sys
+import tempfile
 from pathlib import Path
 
 import numpy as np
@@ -534,12 +535,13 @@ def main(argv: list[str] | None = None) -> int:
         run_sweep(spec, out, args.parallel)
     arms, budgets = list(spec["arms"]), list(spec["budgets"])
     results = sweep_results(out, spec)
-    if args.mirror:
-        folder = write_mirror_suite(out / "mirror_suite")
-        for r in results:
-            if budgets[-1] in r["budgets"]:
-                r["mirror"] = mirror_evaluation(Path(r["run_dir"]), folder,
-                                                r["budgets"][budgets[-1]]["samples_trained"])
+    if args.mirror:  # the mazes in a folder of their own: `out` may be a committed archive (sweep_archive)
+        with tempfile.TemporaryDirectory() as tmp:
+            folder = write_mirror_suite(Path(tmp))
+            for r in results:
+                if budgets[-1] in r["budgets"]:
+                    r["mirror"] = mirror_evaluation(Path(r["run_dir"]), folder,
+                                                    r["budgets"][budgets[-1]]["samples_trained"])
     summary = summarise(results, arms, budgets)
     summary["reference_complexity"] = reference_complexity({**spec["base"]["env"], **spec["arms"]["dr"]["env"]})
     if args.mirror:
