@@ -189,6 +189,22 @@ def test_budgets_and_named_evaluations_give_each_budgets_numbers_from_the_run_di
     assert (run / "metrics.jsonl").read_bytes() == records
 
 
+def kill_once_checkpointed(spec: Path, sweep: Path) -> None:
+    """Run the sweep `spec` in `sweep`, one trial at a time, and kill it whole once `short-seed0` has finished and
+    `long-seed0` has written a checkpoint; returns when the killed trial's process has ended with it."""
+    short, long = sweep / "trials" / "short-seed0", sweep / "trials" / "long-seed0"
+    proc = sweep_process(str(spec), "--dir", str(sweep), "--max-concurrent", "1")
+    try:
+        wait_for(lambda: TrialLog(short).outcome() and any((long / "checkpoints").glob("ckpt-*")), 180,
+                 "short done, long checkpointed", detail=lambda: proc.stdout.read() if proc.poll() is not None else "")
+    finally:
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait(timeout=30)
+    assert TrialLog(long).outcome() is None, "the long trial finished before it could be killed"
+    (start,) = [e for e in TrialLog(long).events() if e["event"] == "start"]
+    wait_for(lambda: gone(start["pid"]), 60, "the killed sweep's trial process ended with it")
+
+
 @pytest.mark.timeout(420)
 def test_a_killed_sweep_resumes_without_rerunning_finished_trials_and_a_bad_override_fails_alone(ray_session,
                                                                                                tmp_path):
@@ -199,17 +215,7 @@ def test_a_killed_sweep_resumes_without_rerunning_finished_trials_and_a_bad_over
     spec = write_spec(tmp_path / "resume.yaml", spec_dict(arms=arms, baseline="short", seeds=[0]))
     sweep = tmp_path / "sweep"
     short, long = sweep / "trials" / "short-seed0", sweep / "trials" / "long-seed0"
-    proc = sweep_process(str(spec), "--dir", str(sweep), "--max-concurrent", "1")
-    try:
-        wait_for(lambda: TrialLog(short).outcome() and (long / "checkpoints").is_dir()
-                 and any((long / "checkpoints").glob("ckpt-*")), 180, "short done, long checkpointed",
-                 detail=lambda: proc.stdout.read() if proc.poll() is not None else "")
-    finally:
-        os.killpg(proc.pid, signal.SIGKILL)
-        proc.wait(timeout=30)
-    assert TrialLog(long).outcome() is None, "the long trial finished before it could be killed"
-    (start,) = [e for e in TrialLog(long).events() if e["event"] == "start"]
-    wait_for(lambda: gone(start["pid"]), 60, "the killed sweep's trial process ended with it")
+    kill_once_checkpointed(spec, sweep)
     short_metrics = (short / "metrics.jsonl").read_bytes()
     run_id = json.loads((long / "run.json").read_text())["run_id"]
 

@@ -7,13 +7,10 @@ existing sweep, is refused before anything is written."""
 from __future__ import annotations
 
 import json
-import os
-import signal
 from pathlib import Path
 
 import pytest
-from support import gone, sweep_process, wait_for
-from test_sweep import spec_dict, write_spec
+from test_sweep import kill_once_checkpointed, spec_dict, write_spec
 
 from benchmarks.sweep_archive import ArchiveError, main, restore, save
 from levelray.deploy.cli import main as levelray
@@ -25,17 +22,7 @@ def _stopped_sweep(tmp_path: Path) -> tuple[Path, Path]:
     arms = {"short": {}, "long": {"total_steps": 60_000, "checkpoint_interval_updates": 5}}
     spec = write_spec(tmp_path / "archive.yaml", spec_dict(arms=arms, baseline="short", seeds=[0]))
     sweep = tmp_path / "sweep"
-    short, long = sweep / "trials" / "short-seed0", sweep / "trials" / "long-seed0"
-    proc = sweep_process(str(spec), "--dir", str(sweep), "--max-concurrent", "1")
-    try:
-        wait_for(lambda: TrialLog(short).outcome() and any((long / "checkpoints").glob("ckpt-*")), 180,
-                 "short done, long checkpointed", detail=lambda: proc.stdout.read() if proc.poll() is not None else "")
-    finally:
-        os.killpg(proc.pid, signal.SIGKILL)
-        proc.wait(timeout=30)
-    (start,) = [e for e in TrialLog(long).events() if e["event"] == "start"]
-    wait_for(lambda: gone(start["pid"]), 60, "the killed sweep's trial process ended with it")
-    assert TrialLog(long).outcome() is None, "the long trial finished before it could be killed"
+    kill_once_checkpointed(spec, sweep)
     return spec, sweep
 
 
