@@ -189,6 +189,11 @@ def test_budgets_and_named_evaluations_give_each_budgets_numbers_from_the_run_di
     assert (run / "metrics.jsonl").read_bytes() == records
 
 
+# a trial that finishes and one that checkpoints every 5 updates on its way to 60k env steps: the sweep that
+# `kill_once_checkpointed` stops between them
+SHORT_AND_LONG = {"short": {}, "long": {"total_steps": 60_000, "checkpoint_interval_updates": 5}}
+
+
 def kill_once_checkpointed(spec: Path, sweep: Path) -> None:
     """Run the sweep `spec` in `sweep`, one trial at a time, and kill it whole once `short-seed0` has finished and
     `long-seed0` has written a checkpoint; returns when the killed trial's process has ended with it."""
@@ -210,8 +215,7 @@ def test_a_killed_sweep_resumes_without_rerunning_finished_trials_and_a_bad_over
                                                                                                tmp_path):
     # one trial at a time, seed by seed: `short` finishes, then `long` is killed after its first checkpoint;
     # `broken` asks for an env that does not exist, which only its trial finds out
-    arms = {"short": {}, "long": {"total_steps": 60_000, "checkpoint_interval_updates": 5},
-            "broken": {"env": {"id": "NoSuchEnv-v0"}}}
+    arms = {**SHORT_AND_LONG, "broken": {"env": {"id": "NoSuchEnv-v0"}}}
     spec = write_spec(tmp_path / "resume.yaml", spec_dict(arms=arms, baseline="short", seeds=[0]))
     sweep = tmp_path / "sweep"
     short, long = sweep / "trials" / "short-seed0", sweep / "trials" / "long-seed0"

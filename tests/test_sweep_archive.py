@@ -10,7 +10,7 @@ import json
 from pathlib import Path
 
 import pytest
-from test_sweep import kill_once_checkpointed, spec_dict, write_spec
+from test_sweep import SHORT_AND_LONG, kill_once_checkpointed, spec_dict, write_spec
 
 from benchmarks.sweep_archive import ArchiveError, main, restore, save
 from levelray.deploy.cli import main as levelray
@@ -19,8 +19,7 @@ from levelray.deploy.sweep.trial import TrialLog
 
 def _stopped_sweep(tmp_path: Path) -> tuple[Path, Path]:
     """(spec, sweep dir) of a sweep killed once `short-seed0` has finished and `long-seed0` has checkpointed."""
-    arms = {"short": {}, "long": {"total_steps": 60_000, "checkpoint_interval_updates": 5}}
-    spec = write_spec(tmp_path / "archive.yaml", spec_dict(arms=arms, baseline="short", seeds=[0]))
+    spec = write_spec(tmp_path / "archive.yaml", spec_dict(arms=SHORT_AND_LONG, baseline="short", seeds=[0]))
     sweep = tmp_path / "sweep"
     kill_once_checkpointed(spec, sweep)
     return spec, sweep
