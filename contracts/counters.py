@@ -50,6 +50,9 @@ class LearnerCounters(TypedDict):
     episodes_replayed: Annotated[int, Tally(SUM)]
     unrolls_received: Annotated[int, Tally(SUM)]
     learner_samples_received: Annotated[int, Tally(SUM)]  # env steps in the unrolls that reached the learner
+    # of those, the steps that carry gradient in the unrolls it kept (under levels.robust, the replayed levels'):
+    # counted on arrival, as env_steps is, so their ratio over any interval is the share of env steps trained on
+    learner_samples_with_gradient: Annotated[int, Tally(SUM)]
     learner_version: Annotated[int, Tally(SAME)]  # updates of the model (kept by `Learner.version`)
     samples_trained: Annotated[int, Tally(SAME)]  # kept by `Learner.samples_trained`
     nonfinite_updates: Annotated[int, Tally(SAME)]  # updates skipped for a NaN/Inf loss or gradient

@@ -14,7 +14,7 @@ from tests.test_learner import VEC, make_batch
 
 # A checkpoint's counters as `meta.json` holds them: these key names are the on-disk format.
 SAVED = {"env_steps": 1200, "episodes": 30, "episodes_replayed": 4, "unrolls_received": 100,
-         "learner_samples_received": 1200, "learner_version": 9,
+         "learner_samples_received": 1200, "learner_samples_with_gradient": 1100, "learner_version": 9,
          "samples_trained": 900, "nonfinite_updates": 1, "dropped": {"policy_lag": 2}, "replay_updates": 7}
 
 
@@ -45,7 +45,7 @@ def test_stats_and_checkpoint_carry_every_counter_under_its_name():
     counters = core.state_dict()["counters"]
     assert list(counters) == list(TALLIES)
     assert counters == {"env_steps": 36, "episodes": 1, "episodes_replayed": 1, "unrolls_received": 3,
-                        "learner_samples_received": 36,
+                        "learner_samples_received": 36, "learner_samples_with_gradient": 24,
                         "learner_version": 1, "samples_trained": core.learner.samples_trained, "nonfinite_updates": 0,
                         "dropped": {"policy_lag": 1, "malformed": 1}, "replay_updates": core.replay_feed.updates}
     assert counters["samples_trained"] > 0
@@ -53,6 +53,31 @@ def test_stats_and_checkpoint_carry_every_counter_under_its_name():
     assert {name: stats[name] for name in TALLIES} == counters
     counters["dropped"]["malformed"] = 99  # a copy: the core's own counts are not changed through it
     assert core.stats()["dropped"]["malformed"] == 1
+
+
+def test_the_steps_with_gradient_are_counted_on_arrival_so_the_trained_share_stays_a_share():
+    """Under Robust PLR only a replayed level's steps carry gradient; a dropped unroll's carry none. Counted on
+    arrival beside `env_steps`, their share over a report interval is at most 1 even while the learner trains a
+    backlog of earlier intervals' unrolls (`samples_trained` then grows faster than `env_steps`)."""
+    from levelray.deploy.training.reporting import RecentFraction
+
+    core = LearnerCore(replace_paths(RunConfig(), {"learner.batch_size": 1, "learner.max_policy_lag": 0,
+                                                   "levels.robust": True}), VEC)
+    rng, share = np.random.default_rng(2), RecentFraction()
+    backlog = [_unroll(rng, episode=True) for _ in range(3)]  # env 0 of each on a replayed level: 6 of 12 steps
+    assert all(core.accept(u) for u in backlog)
+    stats = core.stats()
+    assert (stats["env_steps"], stats["learner_samples_with_gradient"]) == (36, 18)
+    share.update(stats["env_steps"], stats["learner_samples_with_gradient"])
+    trained_before = stats["samples_trained"]
+    assert core.accept(_unroll(rng))  # no replayed level in it: 12 env steps, none with gradient
+    for unroll in backlog:
+        core.train([unroll])
+    stats = core.stats()
+    assert stats["samples_trained"] - trained_before == 18  # the backlog trained within this interval...
+    assert share.update(stats["env_steps"], stats["learner_samples_with_gradient"]) == 0.0  # ...arrived before it
+    assert not core.accept(_unroll(rng, episode=True))  # lag 3 > 0: dropped, so no step of it counts
+    assert core.stats()["learner_samples_with_gradient"] == 18
 
 
 def test_a_checkpoints_counters_load_and_counting_goes_on_from_them():

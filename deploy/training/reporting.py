@@ -53,7 +53,9 @@ class RecentFraction:
     """A part's share of a total's growth since the last report (None where the total did not grow), from two
     counters of the learner: `levels_replay_fraction`, of the episodes that ended, those played on a replayed level
     (the flag the level service gave each level); `levels_trained_fraction`, of the env steps, those trained on
-    (`samples_trained`: with Robust PLR's level windows, the replay windows' share)."""
+    (`learner_samples_with_gradient`: under Robust PLR, the replayed levels' share). Both counters grow on
+    arrival with their totals, so the share stays within [0, 1] when the learner drains a backlog; the steps it
+    trained on (`samples_trained`) grow later, at its updates."""
 
     def __init__(self) -> None:
         self._last: tuple[int, int] | None = None
@@ -82,6 +84,7 @@ def build_record(snap: StatusSnapshot, *, steps_per_second: float, elapsed_s: fl
         "learner_version": ls["learner_version"],
         "samples_trained": ls["samples_trained"],
         "learner_samples_received": ls.get("learner_samples_received", 0),
+        "learner_samples_with_gradient": ls.get("learner_samples_with_gradient", 0),
         "levels_replay_fraction": replay_fraction,
         "levels_trained_fraction": trained_fraction,
         "policy_lag_mean": ls["policy_lag_mean"],
@@ -167,7 +170,7 @@ class Reporter:
         ls = snap["learner"]
         rate = self.throughput.update(ls["env_steps"], final=final)
         fraction = self.replay_fraction.update(ls["episodes"], ls.get("episodes_replayed", 0))
-        trained = self.trained_fraction.update(ls["env_steps"], ls["samples_trained"])
+        trained = self.trained_fraction.update(ls["env_steps"], ls.get("learner_samples_with_gradient", 0))
         rec = build_record(snap, steps_per_second=rate, elapsed_s=time.time() - self.throughput.start,
                            replay_fraction=fraction, trained_fraction=trained)
         while (result := self.evaluator.poll()) is not None:  # a held-out result is logged once, when it arrives
