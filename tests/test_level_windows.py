@@ -293,7 +293,8 @@ def test_the_trained_share_is_p_or_p_over_1_plus_p(backend, accel, tmp_path, one
         assert received == trained
     else:  # a batch still being gathered when the run stopped: received, not yet trained
         assert 0 <= received - trained <= 2 * 8 * 4
-    assert any(r["levels_trained_fraction"] is not None for r in records)
+    fractions = [r["levels_trained_fraction"] for r in records if r["levels_trained_fraction"] is not None]
+    assert fractions and all(0.0 <= f <= 1.0 for f in fractions)  # a share, whenever the learner trains
     if accel:
         assert end["levels_edited"] > 0
 
