@@ -144,15 +144,16 @@ class LearnerCore:
             if lag > self.cfg.learner.max_policy_lag:
                 self._count_dropped("policy_lag")
                 return False
-            counters["learner_samples_with_gradient"] += int(np.count_nonzero(self._gradient_mask(unroll)))
+            mask = self._gradient_mask(unroll)
+            counters["learner_samples_with_gradient"] += int(unroll["rewards"].size if mask is None
+                                                             else np.count_nonzero(mask))
         return True
 
-    def _gradient_mask(self, steps: Mapping[str, Any]) -> np.ndarray:
-        """The steps of an unroll or batch (`[T, B]`) that carry gradient: under Robust PLR (`levels.robust`) those
-        on replayed levels, as new levels are played to be scored, never learned from; else every step."""
-        if self.cfg.levels.robust:
-            return np.asarray(steps["level_replayed"], dtype=bool)
-        return np.ones(np.shape(steps["rewards"]), dtype=bool)
+    def _gradient_mask(self, steps: Mapping[str, Any]) -> np.ndarray | None:
+        """The steps of an unroll or batch (`[T, B]`) that carry gradient, as `Learner.update`'s `mask`: under Robust
+        PLR (`levels.robust`) those on replayed levels, as new levels are played to be scored, never learned from;
+        None where every step does."""
+        return steps["level_replayed"] if self.cfg.levels.robust else None
 
     def accept_tally(self, tally: StepTally) -> None:
         """Count the env steps and finished episodes of unrolls an actor kept (a Robust PLR explore window's, which
@@ -183,8 +184,9 @@ class LearnerCore:
         lr = self.learning_rate(self._job_env_steps())
         self.learner.set_learning_rate(lr)
         arrays = batch.arrays
-        if self.cfg.levels.robust:
-            arrays = {**arrays, "mask": self._gradient_mask(arrays)}
+        mask = self._gradient_mask(arrays)
+        if mask is not None:
+            arrays = {**arrays, "mask": mask}
         try:
             result = self.learner.update(arrays, replayed)
         except NonFiniteUpdate as exc:

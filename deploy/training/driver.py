@@ -155,7 +155,7 @@ def _train(cfg: RunConfig, run_dir: RunDir, backend: Backend, evaluator: Periodi
     last_checkpoint = version  # a resumed run starts from a checkpoint of this version
     reporter.throughput.update(start["env_steps"])  # the first report's rate counts from here
     reporter.replay_fraction.update(start["episodes"], start.get("episodes_replayed", 0))
-    reporter.trained_fraction.update(start["env_steps"], start.get("learner_samples_with_gradient", 0))
+    reporter.trained_fraction.update(start["env_steps"], start["learner_samples_with_gradient"])
     while not stop.is_set():
         try:
             backend.advance(next_report, _next_due_version(cfg, version, evaluator), stop)

@@ -170,7 +170,7 @@ class Reporter:
         ls = snap["learner"]
         rate = self.throughput.update(ls["env_steps"], final=final)
         fraction = self.replay_fraction.update(ls["episodes"], ls.get("episodes_replayed", 0))
-        trained = self.trained_fraction.update(ls["env_steps"], ls.get("learner_samples_with_gradient", 0))
+        trained = self.trained_fraction.update(ls["env_steps"], ls["learner_samples_with_gradient"])
         rec = build_record(snap, steps_per_second=rate, elapsed_s=time.time() - self.throughput.start,
                            replay_fraction=fraction, trained_fraction=trained)
         while (result := self.evaluator.poll()) is not None:  # a held-out result is logged once, when it arrives
