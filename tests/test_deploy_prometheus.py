@@ -237,3 +237,16 @@ def test_replay_priority_bins_are_the_same_series_whatever_the_priorities():
         return sorted(s.labels["upper"] for s in samples if s.labels["stat"] == "items")
 
     assert bins([0.01, 0.02]) == bins([3.0, 900.0, 1e5])
+
+
+def test_the_learners_step_counters_are_exported_as_its_stats_count_them():
+    """Each step counter carries the learner's own count, so `rate(with_gradient) / rate(received)` is the share of
+    received steps trained on (under Robust PLR's level windows, below 1)."""
+    counts = {"env_steps": 1200, "learner_samples_received": 1150, "learner_samples_with_gradient": 560,
+              "samples_trained": 512, "episodes": 37}
+    exported = _exposition({"learner": counts})
+    names = {"levelray_env_steps": "env_steps", "levelray_learner_samples_received": "learner_samples_received",
+             "levelray_learner_samples_with_gradient": "learner_samples_with_gradient",
+             "levelray_learner_samples": "samples_trained", "levelray_episodes": "episodes"}
+    assert {family: [s.value for s in exported[family] if s.name.endswith("_total")] for family in names} == {
+        family: [float(counts[key])] for family, key in names.items()}

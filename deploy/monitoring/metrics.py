@@ -30,6 +30,8 @@ METRICS = {
     "levelray_learner_updates_total": ("counter", "Learner updates (the learner version)"),
     "levelray_learner_samples_total": ("counter", "Samples (steps) trained on"),
     "levelray_learner_samples_received_total": ("counter", "Env steps in the unrolls that reached the learner"),
+    "levelray_learner_samples_with_gradient_total": (
+        "counter", "Of those, the steps that carry gradient (Robust PLR's level windows: the replayed levels')"),
     "levelray_learner_version": ("gauge", "Current learner version"),
     "levelray_learner_loss": (
         "gauge", "Learner losses of the last update, by kind (total, policy, value; action_bound for continuous "
@@ -124,6 +126,7 @@ def _learner_families(s: StatusSnapshot):
         _counter("levelray_learner_updates_total", learner.get("learner_version")),
         _counter("levelray_learner_samples_total", learner.get("samples_trained")),
         _counter("levelray_learner_samples_received_total", learner.get("learner_samples_received")),
+        _counter("levelray_learner_samples_with_gradient_total", learner.get("learner_samples_with_gradient")),
         _gauge("levelray_learner_version", learner.get("learner_version")),
         _gauge("levelray_learner_entropy", metrics.get("entropy")),
         _gauge("levelray_learner_grad_norm", metrics.get("grad_norm")),
