@@ -95,16 +95,28 @@ def wandb_runs(directory: Path) -> list[dict]:
     """Each offline W&B run under `directory/wandb/`, oldest first: {run (the run record), history (rows),
     summary (the last value of each key), files (the run's files folder)}."""
     out = []
-    for path in sorted((directory / "wandb").glob("offline-run-*/run-*.wandb")):
+    for path in sorted((directory / "wandb").glob("offline-run-*/run-*.wandb"), key=started):
         records = inspect(path)
         summary: dict = {}
         for r in records:
             if r["type"] == "summary":
                 summary.update(nested(r["summary"].get("update", {})))
-        out.append({"run": next(r["run"] for r in records if r["type"] == "run"),
+        runs = [r["run"] for r in records if r["type"] == "run"]
+        assert runs, f"{path} holds no run record: {[r['type'] for r in records]}"
+        out.append({"run": runs[0],
                     "history": [nested(r["history"]["item"]) for r in records if r["type"] == "history"],
                     "summary": summary, "files": path.parent / "files"})
     return out
+
+
+def started(path: Path) -> tuple[str, int]:
+    """The order W&B started the run of `path` (`offline-run-<second>-<id>[-<n>]/run-<id>.wandb`): its start
+    second, then the suffix W&B gives a run of the same id started within the same second (sorting the names
+    would put `<id>-1/` before `<id>/`)."""
+    _, _, second, rest = path.parent.name.split("-", 3)
+    run_id = path.stem.removeprefix("run-")
+    suffix = rest.removeprefix(run_id).lstrip("-")
+    return second, int(suffix or 0)
 
 
 def nested(row: dict) -> dict:
