@@ -297,7 +297,8 @@ def test_dashboard_panels_cover_the_job():
     for topic in ("levelray_env_steps_total", "levelray_episode_return", "levelray_test_return", "levelray_policy_lag",
                   "levelray_learner_loss", "levelray_learner_model_loss", "levelray_actors_alive",
                   "levelray_actors_desired", "levelray_level_seen_fraction", "levelray_level_score",
-                  "levelray_replay_size"):
+                  "levelray_replay_size", "levelray_levels_replay_fraction",
+                  "levelray_learner_samples_with_gradient_total", "levelray_levels_buffered"):
         assert topic in used, topic
     # no two panels (rows included) share a cell of the 24-column grid: Grafana would push one down silently
     cells: dict[tuple[int, int], str] = {}
