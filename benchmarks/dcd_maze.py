@@ -350,6 +350,8 @@ def summarise(results: list[dict], arms: list[str], budgets: list[int]) -> dict:
                                  for m in suite_names()} for x, y in pairs}
     generated = {a: {s: ci_summary([r[s] for r in evaluated_at(results, final, s) if r["arm"] == a])
                      for s in GENERATED_SETS} for a in arms}
+    paired_generated = {f"{y}-{x}": {s: paired(evaluated_at(results, final, s), x, y, s) for s in GENERATED_SETS}
+                        for x, y in pairs}
     bins = [path_bin_name(*b) for b in PATH_BINS]
     at_final_paths = [{**r, **r["by_path"]} for r in evaluated_at(results, final, "by_path")]
     by_path = {a: {b: ci_summary([r[b] for r in at_final_paths if r["arm"] == a and r[b] is not None])
@@ -365,6 +367,7 @@ def summarise(results: list[dict], arms: list[str], budgets: list[int]) -> dict:
                           if {x, y} <= set(arms) & set(DCD_SUITE_BY_SEED)}}
     return {"suite_solved": curve, "paired_suite_solved": paired_suite, "late_suite": late_summary, "dcd": dcd,
             "mazes": mazes, "maze_curves": maze_curves, "paired_mazes": paired_mazes, "generated": generated,
+            "paired_generated": paired_generated,
             "generated_by_path": by_path, "paired_generated_by_path": paired_by_path, "trained_fraction": shares,
             "entropy": entropy}
 
@@ -411,9 +414,11 @@ def print_report(results: list[dict], summary: dict, arms: list[str], budgets: l
                      for m in suite_names()], ["maze", *(f"{b / 1e6:g}M" for b in budgets)],
                     title=f"{arm}: each suite maze against trained steps")
     print()
-    print_table([[a, *(fmt_ci(summary["generated"][a][s]) for s in GENERATED_SETS),
-                  fmt_ci(summary["trained_fraction"][a])] for a in arms],
-                ["arm", *GENERATED_SETS, "trained share"],
+    print_table([*([a, *(fmt_ci(summary["generated"][a][s]) for s in GENERATED_SETS),
+                    fmt_ci(summary["trained_fraction"][a])] for a in arms),
+                 *([p, *(fmt_ci(d[s]) for s in GENERATED_SETS), None]
+                   for p, d in summary["paired_generated"].items())],
+                ["arm / paired (same seed)", *GENERATED_SETS, "trained share"],
                 title="generated mazes (DR's training distribution) at the last budget; trained share of env steps "
                       "(finished runs)")
     print()

@@ -1,6 +1,7 @@
 """The maze comparison's report: the stretches in which a run's policy never moved (no return, entropy at ln 6 of
 MiniGrid's 7 actions), report by report; the generated mazes' solved rate by each level's shortest path; the
-learner's entropy before each budget; the mean of each run's last three suite scores."""
+learner's entropy before each budget; the mean of each run's last three suite scores; the generated mazes'
+paired differences."""
 
 import math
 
@@ -15,8 +16,9 @@ from benchmarks.dcd_maze import (
     solved_by_path,
     spells_text,
     still_spells,
+    summarise,
 )
-from levelray.families.maze.level import level_for_id, parse_blocks
+from levelray.families.maze.level import level_for_id, parse_blocks, suite_names
 
 
 def _record(trained: int, ret: float, entropy: float) -> dict:
@@ -86,3 +88,26 @@ def test_late_suite_is_the_mean_of_a_runs_last_three_suite_scores_and_skips_a_ru
     running = {b: {"suite_solved": 0.5} for b in budgets[:4]}
     results = [{"arm": "dr", "seed": 0, "budgets": finished}, {"arm": "sfl", "seed": 0, "budgets": running}]
     assert late_suite(results, budgets) == [{"arm": "dr", "seed": 0, "late_suite": 0.25}]
+
+
+def test_generated_mazes_are_paired_seed_by_seed_at_the_last_budget_over_the_seeds_both_arms_reached_it():
+    rng = np.random.default_rng(3)
+    budgets, bins = [4, 8], [path_bin_name(*b) for b in PATH_BINS]
+    solved = {(arm, seed): rng.uniform(size=2) for arm in ("dr", "robust") for seed in range(4)}
+
+    def result(arm: str, seed: int) -> dict:
+        last = 8 if (arm, seed) != ("robust", 3) else 4  # robust's seed 3 still training: not paired
+        evaluation = {"suite_solved": 0.5, "mazes": dict.fromkeys(suite_names(), 0.5),
+                      "maze-25": solved[arm, seed][0], "maze-50": solved[arm, seed][1],
+                      "by_path": dict.fromkeys(bins, 0.5)}
+        return {"arm": arm, "seed": seed, "budgets": {b: evaluation for b in budgets if b <= last},
+                "entropy": {}, "trained_fraction": 1.0}
+
+    summary = summarise([result(a, s) for a, s in solved], ["dr", "robust"], budgets)
+    t_975_df2 = 4.302652729911275  # Student's t, 97.5th percentile, 2 degrees of freedom
+    for i, name in enumerate(("maze-25", "maze-50")):
+        diffs = np.array([solved["robust", s][i] - solved["dr", s][i] for s in range(3)], dtype=np.float64)
+        entry = summary["paired_generated"]["robust-dr"][name]
+        assert (entry["n"], entry["seeds"]) == (3, [0, 1, 2])
+        assert math.isclose(entry["mean"], diffs.mean(), rel_tol=1e-12)
+        assert math.isclose(entry["ci95"], t_975_df2 * diffs.std(ddof=1) / math.sqrt(3), rel_tol=1e-9)
