@@ -107,16 +107,25 @@ def _any_truncated(batch: dict[str, Any]) -> bool | None:
     return bool(np.any(np.asarray(truncated, dtype=bool) & ~np.asarray(terminated, dtype=bool)))
 
 
+# A ratio counts as clipped where rho-bar cuts it by more than this fraction (`_target_statistics`).
+CLIP_TOLERANCE = 1e-3
+
+
 @torch.no_grad()
 def _target_statistics(values: torch.Tensor, vs: torch.Tensor, log_rhos: torch.Tensor, weights: torch.Tensor,
                        clip_rho: float) -> dict[str, Any]:
     """The metrics an update's `Metrics` computes when first read, from its values V(x_t) and V-trace targets
     `vs [T, B]` (reward units), `log_rhos` and the steps' `weights [T, B]`: how well the values explain the
-    targets, the importance ratios and how far the policy is from the behaviour policy (`behaviour_kl`)."""
+    targets, the importance ratios and how far the policy is from the behaviour policy (`behaviour_kl`).
+
+    `rho_clipped_fraction` counts the steps whose ratio exceeds rho-bar by more than `CLIP_TOLERANCE`: at policy
+    lag 0 the ratio is 1 up to the rounding between the actor's forward pass and the learner's (~1e-6), which a
+    plain `rho > rho-bar` would count as clipped on about every other step; clipping it changes nothing."""
     rhos = log_rhos.exp()
     var_vs = vs.var()
     explained = 1.0 - (vs - values).var() / var_vs if var_vs > 1e-8 else torch.tensor(0.0)
-    return {"rho_mean": rhos.mean(), "rho_clipped_fraction": (rhos > clip_rho).float().mean(),
+    clipped = rhos > clip_rho * (1.0 + CLIP_TOLERANCE)
+    return {"rho_mean": rhos.mean(), "rho_clipped_fraction": clipped.float().mean(),
             "explained_variance": explained, "value_mean": values.mean(),
             "behaviour_kl": behaviour_kl(log_rhos, weights)}
 

@@ -110,7 +110,7 @@ def reference_metrics(batch: dict, outputs, sigma: float, discount: float = 0.99
     return {
         "loss_policy": policy, "loss_value": value, "entropy": entropy,
         "loss_total": policy + 0.5 * value - 0.01 * entropy,
-        "rho_mean": rhos.mean(), "rho_clipped_fraction": (rhos > 1.0).mean(),
+        "rho_mean": rhos.mean(), "rho_clipped_fraction": (rhos > 1.001).mean(),
         "explained_variance": 1.0 - np.var(vs - values[:T], ddof=1) / np.var(vs, ddof=1),
         "value_mean": values[:T].mean(), "behaviour_kl": -log_rhos.mean(),
     }

@@ -191,6 +191,7 @@ def test_inline_backend_learner_recomputes_the_actors_outputs_at_lag_0(env_id):
         np.testing.assert_allclose(values, worker.last_values, rtol=0, atol=1e-5)
         metrics = backend.train_step()
         assert abs(metrics["behaviour_kl"]) < 1e-6 and metrics["rho_mean"] == pytest.approx(1.0, abs=1e-5)
+        assert metrics["rho_clipped_fraction"] == 0.0  # a ratio of 1 up to float error is not clipped
     assert ends >= 4, "no episode ended inside an unroll: the resets went unchecked"
     backend.close()
 
