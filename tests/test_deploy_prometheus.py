@@ -240,8 +240,8 @@ def test_replay_priority_bins_are_the_same_series_whatever_the_priorities():
 
 
 def test_the_learners_step_counters_are_exported_as_its_stats_count_them():
-    """Each step counter carries the learner's own count, so `rate(with_gradient) / rate(received)` is the share of
-    received steps trained on (under Robust PLR's level windows, below 1)."""
+    """Each step counter carries the learner's own count, so `rate(with_gradient) / rate(env_steps)` is the share of
+    env steps trained on over any window (under Robust PLR's level windows, below 1)."""
     counts = {"env_steps": 1200, "learner_samples_received": 1150, "learner_samples_with_gradient": 560,
               "samples_trained": 512, "episodes": 37}
     exported = _exposition({"learner": counts})
