@@ -36,14 +36,13 @@ rm -rf "$libenv"
 du -sh .whl .whl/lib
 # A device call sends the tracked files, the untracked ones git does not ignore and .whl/, 64 MiB at most. A large
 # tracked folder (a sweep's archive) can push it over: say so here, with the way to leave such a folder behind.
-travel=$( { git ls-files -z; git ls-files -z --others --exclude-standard; } | xargs -0 du -cb 2>/dev/null \
-  | awk '$2 == "total" {s += $1} END {print s}')
-travel=$(( travel + $(du -sb .whl | cut -f1) ))
+sizes=$( { git ls-files -z; git ls-files -z --others --exclude-standard; } | xargs -0 du -b 2>/dev/null)
+travel=$(( $(awk '{s += $1} END {print s}' <<< "$sizes") + $(du -sb .whl | cut -f1) ))
 echo "a device call would send $(( travel / 1048576 )) MiB (limit 64)"
 if [ "$travel" -gt $(( 64 * 1048576 )) ]; then
   echo "over the limit: leave the largest tracked folder behind for the call, then take it back:" >&2
   echo "  git rm -r -q --cached DIR && echo /DIR/ >> .git/info/exclude   # before" >&2
   echo "  git reset -q -- DIR && sed -i '\\#^/DIR/\$#d' .git/info/exclude   # after" >&2
-  git ls-files -z | xargs -0 du -cb 2>/dev/null | grep -v total$ | awk '{split($2, p, "/"); s[p[1] "/" p[2]] += $1}
-    END {for (d in s) print s[d], d}' | sort -rn | head -3 >&2
+  awk '{split($2, p, "/"); s[p[1] "/" p[2]] += $1} END {for (d in s) print s[d], d}' <<< "$sizes" | sort -rn \
+    | head -3 >&2
 fi
