@@ -1,7 +1,7 @@
 """The learner and the actors' forward pass on one GPU: the first GPU measurement of this project.
 
     python -m benchmarks.gpu_learner [--device auto|cpu|cuda] [--quick] [--json PATH] [--seconds S]
-        [--models impala_cnn,minigrid_cnn,mlp] [--budget S]
+        [--models impala_cnn,minigrid_cnn,mlp] [--budget S] [--inference-batches 16,4096]
 
 Every figure so far was taken on CPUs, where training is learner-bound; this script measures what one H100 or H200
 changes, against the goals: the IMPALA CNN learner at >= 20,000 samples/s in bf16, and the maze fast path at
@@ -19,9 +19,10 @@ bare GPU machine. One JSON document (`benchmarks/common.write_json`) with these 
   compile rows; they would repeat the eager ones. A case that fails (torch.compile, out of memory) records
   `error` and the benchmark goes on.
 * `inference`: obs/s of an actor's step on the device at a batch of 16 (an env vector) and 4096 (a fast-path
-  vector): the forward pass on uint8 observations already on the device (one recurrent step with the state kept
-  there for LSTM-256), a Gumbel-max action sample on the device and the actions' copy to the host, which waits
-  for the GPU: what an actor's step costs, kernel launches and the round trip included.
+  vector), or the batches `--inference-batches` lists, each in fp32 and bf16: the forward pass on uint8
+  observations already on the device (one recurrent step with the state kept there for LSTM-256), a Gumbel-max
+  action sample on the device and the actions' copy to the host, which waits for the GPU: what an actor's step
+  costs, kernel launches and the round trip included.
 * `host_to_device`: GB/s of copying a uint8 observation batch, MiniGrid-sized [4096, 7, 7, 3] (0.6 MB) and
   procgen-sized [256, 64, 64, 3] (3 MB), from pinned and pageable memory and through `learner.device.host_to_device`
   (pin, then copy: the learner's path), median of many synchronised copies; and whether a pinned non_blocking copy
@@ -350,12 +351,21 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument("--budget", type=float, default=None,
                         help=f"seconds after which no further update case starts ({BUDGET_CUDA_S:.0f} on CUDA "
                              f"without --quick, else none)")
+    parser.add_argument("--inference-batches", default=None,
+                        help="actor-step batches, comma-separated (16,4096; 16,64 with --quick)")
     parser.add_argument("--compiled-only", action="store_true",
                         help="only the torch.compile update cases (a second run for those a --budget skipped)")
     args = parser.parse_args()
     unknown = set(args.models.split(",")) - set(CASES)
     if unknown:
         parser.error(f"--models: no network {', '.join(sorted(unknown))} (there are {', '.join(CASES)})")
+    default_batches = "16,64" if args.quick else "16,4096"
+    try:
+        args.inference_batches = tuple(int(b) for b in (args.inference_batches or default_batches).split(","))
+    except ValueError:
+        args.inference_batches = ()
+    if not args.inference_batches or min(args.inference_batches) < 1:
+        parser.error("--inference-batches: expected positive integers, comma-separated, such as 16,256,4096")
     return args
 
 
@@ -370,12 +380,11 @@ def print_results(doc: dict) -> None:
     print(f"peak memory: {doc['peak_memory_mb']} MB; {doc['wall_s']:.0f} s")
 
 
-def eager_inference_and_copies(doc: dict, plan: list, models: list[str], quick: bool, device: torch.device,
-                               seconds: float, peak: Peak, deadline: float, path: str) -> None:
+def eager_inference_and_copies(doc: dict, plan: list, models: list[str], batches: tuple[int, ...],
+                               device: torch.device, seconds: float, peak: Peak, deadline: float, path: str) -> None:
     """The eager update cases, the actor steps and the copies into `doc`, written to `path` after each part."""
     doc["updates"] = run_updates([c for c in plan if not c[5]], device, seconds, peak, deadline)
     write_json(path, doc, benchmark="gpu_learner")  # the run so far, should a later case hang
-    batches = (16, 64) if quick else (16, 4096)
     # an actor's step takes well under a millisecond on a GPU: a quarter of a case's time is hundreds of steps
     doc["inference"] = [inference_case(m, n, b, p, device, seconds / 4, peak) for m, n in INFERENCE_NETS
                         if m in models for b in batches for p in PRECISIONS]
@@ -397,11 +406,13 @@ def main() -> None:
     plan = update_plan(models, args.quick)
     doc = {"environment": environment(device),
            "settings": {"quick": args.quick, "seconds": seconds, "models": models,
+                        "inference_batches": list(args.inference_batches),
                         "budget_s": budget if budget < math.inf else None},
            "updates": [], "inference": [], "host_to_device": {}, "peak_memory_mb": None, "complete": False}
     print(f"{doc['environment']['device_name']}: {len(plan)} update cases, {seconds} s each", flush=True)
     if not args.compiled_only:
-        eager_inference_and_copies(doc, plan, models, args.quick, device, seconds, peak, start + budget, args.json)
+        eager_inference_and_copies(doc, plan, models, args.inference_batches, device, seconds, peak, start + budget,
+                                   args.json)
     doc["updates"] += run_updates([c for c in plan if c[5]], device, seconds, peak, start + budget)
     peak.reset()
     doc |= {"peak_memory_mb": peak.overall_mb, "wall_s": time.perf_counter() - start, "complete": True}
