@@ -6,7 +6,7 @@
 * `bf16`: the networks' forward passes (and so their backward) under `torch.autocast(dtype=torch.bfloat16)`,
   on any device (with a warning where bf16 is not fast: PyTorch emulates it there, slower than fp32);
 * `auto` (the default): on a device with fast bf16, bf16 for the networks that measured faster in it: the
-  learner's updates of `AUTO_BF16`, the actors' inference of `AUTO_BF16_INFERENCE`; fp32 otherwise.
+  learner's updates of `AUTO_BF16`, the actors' inference of `AUTO_BF16_INFERENCE[device type]`; fp32 otherwise.
 
 What bf16 changes is only the arithmetic inside the networks. Parameters, gradients and the optimiser state stay
 float32 (autocast casts per op, and only the ops on its bf16 list), and the networks' outputs are cast back to
@@ -17,7 +17,11 @@ Fast bf16 means: a CUDA device that supports it (`torch.cuda.is_bf16_supported()
 whose flags include `avx512_bf16` or `amx_bf16` (oneDNN's native bf16 kernels; detected from the CPU, never
 assumed). Which networks `auto` puts in bf16 was measured per network, update and inference apart
 (`benchmarks/bench_learner`, RESULTS.md: "bf16"): the IMPALA CNN, a large convolution stack, gains
-in both; the MiniGrid net's and the MLP's few small products lose to the casts or gain too little to matter.
+in both on a CPU with native bf16, and in the update on a GPU; the MiniGrid net's and the MLP's few small products
+lose to the casts or gain too little to matter. A GPU's actor step is launch-bound: there bf16 inference only adds
+the casts' kernels (RESULTS.md, "On a GPU, fourth loan": the IMPALA CNN's step 17-42% slower at 16 envs over four
+loans, 1-7% faster alone from 256, and BigFish's run at 256 envs faster with it in fp32), so no network infers in
+bf16 there.
 """
 
 from __future__ import annotations
@@ -35,10 +39,10 @@ __all__ = ["AUTO_BF16", "AUTO_BF16_INFERENCE", "PRECISIONS", "autocast", "bf16_i
 log = logging.getLogger(__name__)
 
 PRECISIONS = ("auto", "fp32", "bf16")
-# The networks `auto` runs in bf16 on fast-bf16 hardware (measured: benchmarks/RESULTS.md, "bf16"):
-# in the learner's update, and in the actors' forward pass at an env vector's batch
+# The networks `auto` runs in bf16 on fast-bf16 hardware (measured: benchmarks/RESULTS.md, "bf16" and the GPU
+# loans): in the learner's update, and in the actors' forward pass (per device type) at an env vector's batch
 AUTO_BF16 = frozenset({"impala_cnn"})
-AUTO_BF16_INFERENCE = frozenset({"impala_cnn"})
+AUTO_BF16_INFERENCE = {"cpu": frozenset({"impala_cnn"}), "cuda": frozenset()}
 CPU_BF16_FLAGS = ("avx512_bf16", "amx_bf16")
 
 
@@ -76,7 +80,7 @@ def compute_dtype(precision: str, device: torch.device, network: str, *, inferen
                         "it is emulated, slower than fp32", device, " or ".join(CPU_BF16_FLAGS))
         return torch.bfloat16
     if precision == "auto":
-        measured_faster = AUTO_BF16_INFERENCE if inference else AUTO_BF16
+        measured_faster = AUTO_BF16_INFERENCE.get(device.type, frozenset()) if inference else AUTO_BF16
         return torch.bfloat16 if fast and network in measured_faster else torch.float32
     raise ValueError(f"learner.precision must be one of {', '.join(PRECISIONS)}, got {precision!r}")
 

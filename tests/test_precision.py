@@ -52,6 +52,15 @@ def test_auto_is_bf16_only_for_the_networks_measured_faster_on_fast_bf16_hardwar
     assert isinstance(autocast(cpu, torch.float32), type(autocast(cpu, torch.float32)))
 
 
+def test_auto_keeps_a_gpus_actor_step_in_fp32_and_its_update_in_bf16(monkeypatch):
+    """A GPU's actor step is launch-bound: bf16 there only adds casts (the IMPALA CNN's measured slower)."""
+    monkeypatch.setattr(precision, "bf16_is_fast", lambda device: True)
+    cuda = torch.device("cuda")
+    assert compute_dtype("auto", cuda, "impala_cnn") == torch.bfloat16
+    assert compute_dtype("auto", cuda, "impala_cnn", inference=True) == torch.float32
+    assert compute_dtype("bf16", cuda, "impala_cnn", inference=True) == torch.bfloat16
+
+
 def _learner(spec: EnvSpec, prec: str, lr: float = 2e-3) -> Learner:
     """Without PopArt: its statistics move with every batch, and the loss is then not a function of the weights."""
     return Learner(spec, LearnerConfig(precision=prec, learning_rate=lr, value_normalization=False), seed=0)
