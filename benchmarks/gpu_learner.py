@@ -339,6 +339,18 @@ def warm_up(device: torch.device) -> None:
         (x.flatten(1) @ x.flatten(1).T).sum().item()
 
 
+def positive_ints(text: str) -> tuple[int, ...]:
+    """`--inference-batches`' comma-separated positive integers."""
+    try:
+        values = tuple(int(x) for x in text.split(","))
+    except ValueError:
+        values = ()
+    if not values or min(values) < 1:
+        raise argparse.ArgumentTypeError(f"expected positive integers, comma-separated, such as 16,256,4096; "
+                                         f"got {text!r}")
+    return values
+
+
 def parse_args() -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--device", default="auto", help="auto (CUDA when torch sees a GPU), cpu or cuda")
@@ -351,7 +363,7 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument("--budget", type=float, default=None,
                         help=f"seconds after which no further update case starts ({BUDGET_CUDA_S:.0f} on CUDA "
                              f"without --quick, else none)")
-    parser.add_argument("--inference-batches", default=None,
+    parser.add_argument("--inference-batches", type=positive_ints, default=None,
                         help="actor-step batches, comma-separated (16,4096; 16,64 with --quick)")
     parser.add_argument("--compiled-only", action="store_true",
                         help="only the torch.compile update cases (a second run for those a --budget skipped)")
@@ -359,13 +371,7 @@ def parse_args() -> argparse.Namespace:
     unknown = set(args.models.split(",")) - set(CASES)
     if unknown:
         parser.error(f"--models: no network {', '.join(sorted(unknown))} (there are {', '.join(CASES)})")
-    default_batches = "16,64" if args.quick else "16,4096"
-    try:
-        args.inference_batches = tuple(int(b) for b in (args.inference_batches or default_batches).split(","))
-    except ValueError:
-        args.inference_batches = ()
-    if not args.inference_batches or min(args.inference_batches) < 1:
-        parser.error("--inference-batches: expected positive integers, comma-separated, such as 16,256,4096")
+    args.inference_batches = args.inference_batches or ((16, 64) if args.quick else (16, 4096))
     return args
 
 
